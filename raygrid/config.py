@@ -1,0 +1,80 @@
+"""Engine configuration: what the model is, how the KV cache is laid out, how the scheduler batches.
+
+Every field is validated by pydantic, so a bad value fails with an error that names the field and the
+limit before any weights are loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Strict):
+    model: str = Field(description="checkpoint directory, or the built-in name 'tiny-random-qwen3'")
+    tokenizer: str | None = Field(default=None, description="tokenizer directory; defaults to `model`")
+    dtype: DType = "auto"
+    max_model_len: int | None = Field(default=None, ge=2, description="context length; defaults to the checkpoint's")
+    max_logprobs: int = Field(default=20, ge=0, description="the most top logprobs a request may ask for")
+    seed: int = 0
+
+
+class CacheConfig(_Strict):
+    block_size: int = Field(default=16, ge=1, le=1024)
+    num_kv_blocks: int | None = Field(default=None, ge=2, description="fixed KV pool size; sized from memory if unset")
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    cpu_kv_cache_space_gib: float = Field(default=1.0, gt=0.0, description="KV pool size on CPU when unset")
+
+
+class SchedulerConfig(_Strict):
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = Field(default=0, ge=0, description="cap on one prefill chunk; 0 is no cap")
+    policy: Literal["fcfs", "priority"] = "fcfs"
+
+
+class EngineConfig(_Strict):
+    model: ModelConfig
+    cache: CacheConfig = CacheConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    device: Device = "auto"
+
+    @model_validator(mode="after")
+    def _check_budget(self) -> "EngineConfig":
+        sched, max_len = self.scheduler, self.model.max_model_len
+        if sched.max_num_batched_tokens is None or max_len is None:
+            return self  # resolved later, once the checkpoint's context length is known
+        if not sched.enable_chunked_prefill and sched.max_num_batched_tokens < max_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({sched.max_num_batched_tokens}) must be >= max_model_len "
+                f"({max_len}) when enable_chunked_prefill is False: a whole prompt must fit in one step"
+            )
+        return self
+
+    def resolve(self, checkpoint_max_len: int) -> "EngineConfig":
+        """Fill in the defaults that depend on the checkpoint, checking the limits again."""
+        max_len = self.model.max_model_len or checkpoint_max_len
+        if max_len > checkpoint_max_len:
+            raise ValueError(
+                f"max_model_len ({max_len}) is larger than the checkpoint's max_position_embeddings "
+                f"({checkpoint_max_len})"
+            )
+        budget = self.scheduler.max_num_batched_tokens
+        if budget is None:
+            budget = 8192 if self.scheduler.enable_chunked_prefill else max(8192, max_len)
+        return EngineConfig(
+            model=self.model.model_copy(update={"max_model_len": max_len}),
+            cache=self.cache,
+            scheduler=self.scheduler.model_copy(update={"max_num_batched_tokens": budget}),
+            device=self.device,
+        )

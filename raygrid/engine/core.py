@@ -1,0 +1,56 @@
+"""EngineCore: the step loop of one replica. schedule -> executor.execute_model -> update_from_output."""
+
+from __future__ import annotations
+
+import logging
+
+from raygrid.config import EngineConfig
+from raygrid.engine.executor import Executor, InProcessExecutor
+from raygrid.engine.outputs import EngineCoreOutput
+from raygrid.engine.request import Request
+from raygrid.engine.scheduler import Scheduler, SchedulerStats
+
+logger = logging.getLogger(__name__)
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor | None = None) -> None:
+        self.config = config
+        self.executor = executor or InProcessExecutor(config, eos_token_ids)
+        num_blocks = config.cache.num_kv_blocks or min(self.executor.collective_rpc("determine_num_kv_blocks"))
+        block_size, max_len = config.cache.block_size, config.model.max_model_len
+        needed = -(-max_len // block_size) + 1
+        if num_blocks < needed:
+            raise ValueError(
+                f"the KV pool has {num_blocks} blocks of {block_size} tokens; one request of max_model_len "
+                f"({max_len}) needs {needed} (with the null block): raise num_kv_blocks or "
+                f"gpu_memory_utilization, or lower max_model_len"
+            )
+        self.executor.collective_rpc("initialize_cache", (num_blocks,))
+        self.scheduler = Scheduler(config, num_blocks)
+        logger.info("KV cache: %d blocks of %d tokens (%d tokens)", num_blocks, block_size, (num_blocks - 1) * block_size)
+
+    def add_request(self, request: Request) -> None:
+        self.scheduler.add_request(request)
+
+    def abort_requests(self, request_ids) -> None:
+        self.scheduler.abort_requests(request_ids)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def step(self) -> list[EngineCoreOutput]:
+        scheduler_output = self.scheduler.schedule()
+        if scheduler_output.is_empty and not scheduler_output.finished_req_ids:
+            return []
+        runner_output = self.executor.execute_model(scheduler_output)
+        return self.scheduler.update_from_output(scheduler_output, runner_output)
+
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.stats()
+
+    def reset_prefix_cache(self) -> bool:
+        return self.scheduler.kv.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()

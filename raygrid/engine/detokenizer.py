@@ -1,0 +1,74 @@
+"""Incremental detokenization with stop strings.
+
+Decoding token by token is wrong for byte-level BPE (one character can span tokens) and for
+tokenizers that drop a leading space at the start of a decode. So each new token is decoded
+together with a few tokens before it, and only the text past what those already produced counts;
+a trailing U+FFFD means a character is still incomplete and we wait for more tokens.
+"""
+
+from __future__ import annotations
+
+from raygrid.engine.sampling_params import SamplingParams
+
+# Prompt tokens kept as left context for the first output tokens.
+_CONTEXT_TOKENS = 6
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        self.tokenizer = tokenizer
+        self.params = params
+        context = list(prompt_token_ids[-_CONTEXT_TOKENS:])
+        self._ids = context
+        self._prefix_offset = 0
+        self._read_offset = len(context)
+        self.output_text = ""
+        self.token_ids: list[int] = []
+        # Streaming: characters of output_text already handed out.
+        self._num_streamed_chars = 0
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(
+            ids, skip_special_tokens=self.params.skip_special_tokens, clean_up_tokenization_spaces=False
+        )
+
+    def decode_token(self, token_id: int) -> str:
+        """The text one more token adds (possibly empty until a character completes)."""
+        self._ids.append(token_id)
+        self.token_ids.append(token_id)
+        prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
+        full_text = self._decode(self._ids[self._prefix_offset :])
+        if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):
+            self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+            return full_text[len(prefix_text) :]
+        return ""
+
+    def update(self, new_token_ids: list[int]) -> str | None:
+        """Add tokens; returns the stop string that matched (text is then cut there), else None."""
+        for token_id in new_token_ids:
+            delta = self.decode_token(token_id)
+            self.output_text += delta
+            if delta and self.params.stop:
+                stop = self._find_stop(len(delta))
+                if stop is not None:
+                    return stop
+        return None
+
+    def _find_stop(self, num_new_chars: int) -> str | None:
+        for stop in self.params.stop:
+            # Only a match that ends inside the new text is new.
+            index = self.output_text.find(stop, max(len(self.output_text) - num_new_chars - len(stop) + 1, 0))
+            if index == -1:
+                continue
+            end = index + len(stop) if self.params.include_stop_str_in_output else index
+            self.output_text = self.output_text[:end]
+            return stop
+        return None
+
+    def stream_delta(self, finished: bool) -> str:
+        """New text for a stream, holding back what could still become part of a stop string."""
+        hold = 0 if finished else max(self.params.max_stop_len - 1, 0)
+        end = max(len(self.output_text) - hold, self._num_streamed_chars)
+        delta = self.output_text[self._num_streamed_chars : end]
+        self._num_streamed_chars = end
+        return delta

@@ -1,0 +1,129 @@
+"""The persistent batch: the worker-side state of every request in flight, in numpy rows.
+
+Requests keep their row from step to step; a step only appends the new token ids and block ids, so
+building the model's inputs is a few vectorized gathers instead of Python loops over tokens.
+Rows are kept dense: removing a request moves the last row into its place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from raygrid.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class CachedRequestState:
+    """A request as the worker knows it; kept while the request is preempted, dropped when finished."""
+
+    req_id: str
+    token_ids: list[int]
+    num_prompt_tokens: int
+    sampling_params: SamplingParams
+    block_ids: list[int]
+    num_computed_tokens: int
+    generator: torch.Generator | None = field(default=None, repr=False)
+
+
+class InputBatch:
+    def __init__(self, max_num_reqs: int, max_model_len: int, max_blocks_per_req: int, eos_token_ids: frozenset[int]) -> None:
+        self.max_num_reqs = max_num_reqs
+        self.eos_token_ids = eos_token_ids
+        self.req_ids: list[str] = []
+        self.index_of: dict[str, int] = {}
+        self.states: list[CachedRequestState] = []
+        self.token_ids = np.zeros((max_num_reqs, max_model_len), dtype=np.int64)
+        self.num_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.num_prompt_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.num_computed_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.block_table = np.zeros((max_num_reqs, max_blocks_per_req), dtype=np.int64)
+        self.num_blocks = np.zeros(max_num_reqs, dtype=np.int64)
+        # Sampling parameters per row, gathered into tensors each step.
+        self.temperature = np.zeros(max_num_reqs, dtype=np.float32)
+        self.top_p = np.ones(max_num_reqs, dtype=np.float32)
+        self.top_k = np.zeros(max_num_reqs, dtype=np.int64)
+        self.min_p = np.zeros(max_num_reqs, dtype=np.float32)
+        self.repetition_penalty = np.ones(max_num_reqs, dtype=np.float32)
+        self.frequency_penalty = np.zeros(max_num_reqs, dtype=np.float32)
+        self.presence_penalty = np.zeros(max_num_reqs, dtype=np.float32)
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.req_ids)
+
+    def __contains__(self, req_id: str) -> bool:
+        return req_id in self.index_of
+
+    def add(self, state: CachedRequestState) -> None:
+        if self.num_reqs >= self.max_num_reqs:
+            raise RuntimeError(f"persistent batch is full ({self.max_num_reqs} rows)")
+        row = self.num_reqs
+        self.req_ids.append(state.req_id)
+        self.states.append(state)
+        self.index_of[state.req_id] = row
+        n = len(state.token_ids)
+        self.token_ids[row, :n] = state.token_ids
+        self.num_tokens[row] = n
+        self.num_prompt_tokens[row] = state.num_prompt_tokens
+        self.num_computed_tokens[row] = state.num_computed_tokens
+        self.block_table[row, : len(state.block_ids)] = state.block_ids
+        self.num_blocks[row] = len(state.block_ids)
+        p = state.sampling_params
+        self.temperature[row] = p.temperature
+        self.top_p[row] = p.top_p
+        self.top_k[row] = p.top_k if p.top_k_enabled else 0
+        self.min_p[row] = p.min_p
+        self.repetition_penalty[row] = p.repetition_penalty
+        self.frequency_penalty[row] = p.frequency_penalty
+        self.presence_penalty[row] = p.presence_penalty
+
+    def remove(self, req_id: str) -> None:
+        row = self.index_of.pop(req_id, None)
+        if row is None:
+            return
+        last = self.num_reqs - 1
+        if row != last:
+            self._move_row(last, row)
+        self.req_ids.pop()
+        self.states.pop()
+
+    def _move_row(self, src: int, dst: int) -> None:
+        for array in (
+            self.token_ids, self.num_tokens, self.num_prompt_tokens, self.num_computed_tokens, self.block_table,
+            self.num_blocks, self.temperature, self.top_p, self.top_k, self.min_p, self.repetition_penalty,
+            self.frequency_penalty, self.presence_penalty,
+        ):
+            array[dst] = array[src]
+        self.req_ids[dst] = self.req_ids[src]
+        self.states[dst] = self.states[src]
+        self.index_of[self.req_ids[dst]] = dst
+
+    def append_tokens(self, req_id: str, token_ids: list[int]) -> None:
+        row = self.index_of[req_id]
+        start = self.num_tokens[row]
+        self.token_ids[row, start : start + len(token_ids)] = token_ids
+        self.num_tokens[row] = start + len(token_ids)
+
+    def set_blocks(self, req_id: str, block_ids: list[int], replace: bool) -> None:
+        row = self.index_of[req_id]
+        start = 0 if replace else self.num_blocks[row]
+        self.block_table[row, start : start + len(block_ids)] = block_ids
+        self.num_blocks[row] = start + len(block_ids)
+
+    def set_num_computed(self, req_id: str, num_computed: int) -> None:
+        self.num_computed_tokens[self.index_of[req_id]] = num_computed
+
+    def banned_tokens(self, rows: np.ndarray) -> list[tuple[int, int]]:
+        """(position in ``rows``, token) pairs that may not be sampled: stop tokens before min_tokens."""
+        pairs = []
+        for i, row in enumerate(rows):
+            p = self.states[row].sampling_params
+            if p.min_tokens and self.num_tokens[row] - self.num_prompt_tokens[row] < p.min_tokens:
+                stops = set(p.stop_token_ids)
+                if not p.ignore_eos:
+                    stops |= self.eos_token_ids
+                pairs.extend((i, t) for t in stops)
+        return pairs

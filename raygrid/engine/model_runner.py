@@ -1,0 +1,214 @@
+"""One step on one device: SchedulerOutput -> persistent batch -> tensors -> forward -> sample."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from raygrid.config import EngineConfig
+from raygrid.engine.input_batch import CachedRequestState, InputBatch
+from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
+from raygrid.engine.sampler import Sampler, SamplingMetadata
+from raygrid.models.layers.attention import AttentionMetadata
+from raygrid.models.llama import head_dim_of
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model: torch.nn.Module, device: torch.device, eos_token_ids: frozenset[int]) -> None:
+        self.config = config
+        self.model = model
+        self.device = device
+        self.block_size = config.cache.block_size
+        self.vocab_size = model.config.vocab_size
+        max_len = config.model.max_model_len
+        self.max_blocks_per_req = -(-max_len // self.block_size)
+        self.batch = InputBatch(config.scheduler.max_num_seqs, max_len, self.max_blocks_per_req, eos_token_ids)
+        self.requests: dict[str, CachedRequestState] = {}
+        self.sampler = Sampler()
+        self.kv_caches: list[torch.Tensor] = []
+        self._seed_generator = torch.Generator(device=device).manual_seed(config.model.seed)
+
+    def initialize_kv_cache(self, kv_caches: list[torch.Tensor]) -> None:
+        self.kv_caches = kv_caches
+
+    # ------------------------------------------------------------------ state
+
+    def _update_states(self, so: SchedulerOutput) -> None:
+        for req_id in so.finished_req_ids:
+            self.requests.pop(req_id, None)
+            self.batch.remove(req_id)
+        # Requests not scheduled this step (preempted, or out of budget) leave the batch but keep their state.
+        for req_id in [r for r in self.batch.req_ids if r not in so.num_scheduled_tokens]:
+            self.batch.remove(req_id)
+        for new in so.scheduled_new_reqs:
+            params = new.sampling_params
+            generator = None
+            if params.seed is not None:
+                generator = torch.Generator(device=self.device).manual_seed(params.seed)
+            state = CachedRequestState(
+                req_id=new.req_id,
+                token_ids=list(new.token_ids),
+                num_prompt_tokens=new.num_prompt_tokens,
+                sampling_params=params,
+                block_ids=list(new.block_ids),
+                num_computed_tokens=new.num_computed_tokens,
+                generator=generator,
+            )
+            self.requests[new.req_id] = state
+            self.batch.add(state)
+        cached = so.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            state = self.requests[req_id]
+            new_tokens, new_blocks = cached.new_token_ids[i], cached.new_block_ids[i]
+            resumed = cached.resumed_from_preemption[i]
+            state.token_ids.extend(new_tokens)
+            state.block_ids = list(new_blocks) if resumed else state.block_ids + list(new_blocks)
+            state.num_computed_tokens = cached.num_computed_tokens[i]
+            if req_id in self.batch:
+                self.batch.append_tokens(req_id, new_tokens)
+                self.batch.set_blocks(req_id, new_blocks, replace=resumed)
+                self.batch.set_num_computed(req_id, state.num_computed_tokens)
+            else:
+                self.batch.add(state)
+
+    # ------------------------------------------------------------------ inputs
+
+    def _prepare_inputs(self, so: SchedulerOutput):
+        batch = self.batch
+        n = batch.num_reqs
+        num_sched = np.array([so.num_scheduled_tokens[r] for r in batch.req_ids], dtype=np.int64)
+        cu = np.cumsum(num_sched)
+        total = int(cu[-1])
+        row_of_token = np.repeat(np.arange(n), num_sched)
+        offset_in_req = np.arange(total) - np.repeat(cu - num_sched, num_sched)
+        num_computed = batch.num_computed_tokens[:n]
+        positions = num_computed[row_of_token] + offset_in_req
+        input_ids = batch.token_ids[row_of_token, positions]
+        block_ids = batch.block_table[row_of_token, positions // self.block_size]
+        slot_mapping = block_ids * self.block_size + positions % self.block_size
+        seq_lens = num_computed + num_sched
+        max_blocks = int(-(-seq_lens.max() // self.block_size))
+        # A request samples only once its whole known sequence is computed (not mid-prompt).
+        sample_rows = np.nonzero(seq_lens >= batch.num_tokens[:n])[0]
+
+        to_dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, non_blocking=True)
+        meta = AttentionMetadata(
+            slot_mapping=to_dev(slot_mapping),
+            block_tables=to_dev(batch.block_table[:n, :max_blocks]),
+            seq_lens=seq_lens.tolist(),
+            query_start_loc=[0] + cu.tolist(),
+            max_query_len=int(num_sched.max()),
+            max_seq_len=int(seq_lens.max()),
+        )
+        logits_indices = to_dev(cu[sample_rows] - 1)
+        return to_dev(input_ids), to_dev(positions), meta, logits_indices, sample_rows
+
+    def _sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
+        b = self.batch
+        dev = self.device
+        t = lambda a, dtype=None: torch.as_tensor(a[rows], device=dev, dtype=dtype)
+        temperature = b.temperature[rows]
+        greedy = temperature < 1e-5
+        top_k = b.top_k[rows]
+        top_p = b.top_p[rows]
+        min_p = b.min_p[rows]
+        use_penalties = bool(
+            (b.repetition_penalty[rows] != 1).any() or (b.frequency_penalty[rows] != 0).any() or (b.presence_penalty[rows] != 0).any()
+        )
+        counts = prompt_mask = None
+        if use_penalties:
+            counts, prompt_mask = self._token_statistics(rows)
+        banned = b.banned_tokens(rows)
+        banned_rows = banned_tokens = None
+        if banned:
+            banned_rows = torch.tensor([r for r, _ in banned], device=dev)
+            banned_tokens = torch.tensor([tok for _, tok in banned], device=dev).clamp_(0, self.vocab_size - 1)
+        generators = {i: b.states[row].generator for i, row in enumerate(rows) if b.states[row].generator is not None}
+        return SamplingMetadata(
+            temperature=torch.as_tensor(temperature, device=dev),
+            greedy=torch.as_tensor(greedy, device=dev),
+            all_greedy=bool(greedy.all()),
+            top_k=torch.as_tensor(np.where(top_k > 0, top_k, self.vocab_size), device=dev) if (top_k > 0).any() else None,
+            top_p=torch.as_tensor(top_p, device=dev) if (top_p < 1).any() else None,
+            min_p=torch.as_tensor(min_p, device=dev) if (min_p > 0).any() else None,
+            repetition_penalty=t(b.repetition_penalty) if use_penalties else None,
+            frequency_penalty=t(b.frequency_penalty) if use_penalties else None,
+            presence_penalty=t(b.presence_penalty) if use_penalties else None,
+            output_token_counts=counts,
+            prompt_token_mask=prompt_mask,
+            banned_rows=banned_rows,
+            banned_tokens=banned_tokens,
+            generators=generators,
+            num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
+        )
+
+    def _token_statistics(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row: counts of each vocabulary token among the outputs, and which tokens the prompt has."""
+        b = self.batch
+        max_len = int(b.num_tokens[rows].max())
+        tokens = torch.as_tensor(b.token_ids[rows, :max_len], device=self.device)
+        pos = torch.arange(max_len, device=self.device)
+        prompt_len = torch.as_tensor(b.num_prompt_tokens[rows], device=self.device)[:, None]
+        total_len = torch.as_tensor(b.num_tokens[rows], device=self.device)[:, None]
+        in_prompt = pos < prompt_len
+        in_output = (pos >= prompt_len) & (pos < total_len)
+        shape = (len(rows), self.vocab_size)
+        tokens = tokens.clamp(0, self.vocab_size - 1)
+        counts = torch.zeros(shape, device=self.device).scatter_add_(1, tokens, in_output.float())
+        prompt_mask = torch.zeros(shape, device=self.device).scatter_add_(1, tokens, in_prompt.float()) > 0
+        return counts, prompt_mask
+
+    # ------------------------------------------------------------------ the step
+
+    @torch.inference_mode()
+    def execute_model(self, so: SchedulerOutput) -> ModelRunnerOutput:
+        self._update_states(so)
+        if so.is_empty:
+            return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=[])
+        input_ids, positions, meta, logits_indices, sample_rows = self._prepare_inputs(so)
+        hidden = self.model(input_ids, positions, self.kv_caches, meta)
+        req_ids = list(self.batch.req_ids)
+        sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
+        logprobs = [None] * len(req_ids)
+        if len(sample_rows):
+            logits = self.model.compute_logits(hidden[logits_indices])
+            tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows))
+            for row, token, lp in zip(sample_rows.tolist(), tokens.tolist(), row_logprobs):  # the step's one sync
+                sampled_token_ids[row] = [token]
+                logprobs[row] = lp
+        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled_token_ids, logprobs=logprobs)
+
+    @torch.inference_mode()
+    def profile_forward(self, num_tokens: int) -> None:
+        """One forward pass of ``num_tokens`` prompt tokens with a throwaway KV cache, to measure peak memory."""
+        blocks = -(-num_tokens // self.block_size)
+        caches = self.allocate_kv_cache(blocks + 1)
+        ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
+        positions = torch.arange(num_tokens, device=self.device)
+        meta = AttentionMetadata(
+            slot_mapping=positions + self.block_size,
+            block_tables=torch.arange(1, blocks + 1, device=self.device)[None, :],
+            seq_lens=[num_tokens],
+            query_start_loc=[0, num_tokens],
+            max_query_len=num_tokens,
+            max_seq_len=num_tokens,
+        )
+        hidden = self.model(ids, positions, caches, meta)
+        self.model.compute_logits(hidden[-self.config.scheduler.max_num_seqs :])
+        del caches
+
+    def allocate_kv_cache(self, num_blocks: int) -> list[torch.Tensor]:
+        """One ``[2, num_blocks, block_size, kv_heads, head_dim]`` tensor per layer, in the model's dtype."""
+        shape = kv_cache_shape(self.model.config, self.block_size, num_blocks)
+        dtype = self.model.embed_tokens.weight.dtype
+        return [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(self.model.config.num_hidden_layers)]
+
+
+def kv_cache_shape(hf_config, block_size: int, num_blocks: int) -> tuple[int, ...]:
+    num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+    return (2, num_blocks, block_size, num_kv_heads, head_dim_of(hf_config))
+
+
+def kv_cache_bytes_per_block(hf_config, block_size: int, dtype: torch.dtype) -> int:
+    per_layer = int(np.prod(kv_cache_shape(hf_config, block_size, 1))) * torch.tensor([], dtype=dtype).element_size()
+    return per_layer * hf_config.num_hidden_layers

@@ -1,0 +1,145 @@
+"""Turns engine-core outputs (token ids) into user-facing RequestOutputs (text, logprobs).
+
+Runs in the front end, beside the tokenizer. A stop string is found here, after detokenization, so
+the request is then aborted in the engine core; a request with ``n > 1`` runs as n child requests
+whose completions are gathered into one RequestOutput.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raygrid.engine.detokenizer import IncrementalDetokenizer
+from raygrid.engine.outputs import CompletionOutput, EngineCoreOutput, Logprob, RequestOutput, SampleLogprobs
+from raygrid.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class ChildState:
+    index: int
+    params: SamplingParams
+    detokenizer: IncrementalDetokenizer
+    logprobs: list[dict[int, Logprob]] | None
+    cumulative_logprob: float = 0.0
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class ParentState:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    children: dict[str, ChildState] = field(default_factory=dict)
+    num_cached_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return all(c.finish_reason is not None for c in self.children.values())
+
+
+class OutputProcessor:
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.parents: dict[str, ParentState] = {}
+        self.parent_of: dict[str, str] = {}  # child request id -> parent request id
+
+    def add_request(self, request_id: str, prompt: str | None, prompt_token_ids: list[int], children: list[tuple[str, SamplingParams]]) -> None:
+        parent = ParentState(request_id, prompt, prompt_token_ids)
+        for index, (child_id, params) in enumerate(children):
+            parent.children[child_id] = ChildState(
+                index=index,
+                params=params,
+                detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params),
+                logprobs=[] if params.logprobs is not None else None,
+            )
+            self.parent_of[child_id] = request_id
+        self.parents[request_id] = parent
+
+    def child_ids(self, request_id: str) -> list[str]:
+        parent = self.parents.get(request_id)
+        return list(parent.children) if parent else []
+
+    def has_unfinished(self) -> bool:
+        return bool(self.parents)
+
+    def process(self, outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
+        """Apply a step's outputs. Returns the RequestOutputs of the parents that changed, and the
+        child ids the engine core must abort because a stop string ended them."""
+        changed: dict[str, ParentState] = {}
+        to_abort: list[str] = []
+        for out in outputs:
+            parent_id = self.parent_of.get(out.req_id)
+            if parent_id is None:
+                continue
+            parent = self.parents[parent_id]
+            child = parent.children[out.req_id]
+            parent.num_cached_tokens = max(parent.num_cached_tokens, out.num_cached_tokens)
+            stop = child.detokenizer.update(out.new_token_ids)
+            self._add_logprobs(child, out.new_logprobs)
+            if stop is not None:
+                child.finish_reason, child.stop_reason = "stop", stop
+                if out.finish_reason is None:
+                    to_abort.append(out.req_id)
+            elif out.finish_reason is not None:
+                child.finish_reason, child.stop_reason = out.finish_reason, out.stop_reason
+            changed[parent_id] = parent
+        results = [self._make_output(parent) for parent in changed.values()]
+        for parent in changed.values():
+            if parent.finished:
+                self._forget(parent)
+        return results, to_abort
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Mark a whole request aborted; returns its final output."""
+        parent = self.parents.get(request_id)
+        if parent is None:
+            return None
+        for child in parent.children.values():
+            if child.finish_reason is None:
+                child.finish_reason = "abort"
+        self._forget(parent)
+        return self._make_output(parent)
+
+    def _forget(self, parent: ParentState) -> None:
+        self.parents.pop(parent.request_id, None)
+        for child_id in parent.children:
+            self.parent_of.pop(child_id, None)
+
+    def _add_logprobs(self, child: ChildState, new_logprobs: list[SampleLogprobs]) -> None:
+        if child.logprobs is None:
+            return
+        for sample in new_logprobs:
+            entry = {sample.token_ids[0]: Logprob(sample.logprobs[0], sample.sampled_rank, self._token_text(sample.token_ids[0]))}
+            for rank, (token_id, logprob) in enumerate(zip(sample.token_ids[1:], sample.logprobs[1:]), start=1):
+                entry.setdefault(token_id, Logprob(logprob, rank, self._token_text(token_id)))
+            child.logprobs.append(entry)
+            child.cumulative_logprob += sample.logprobs[0]
+
+    def _token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _make_output(self, parent: ParentState) -> RequestOutput:
+        completions = []
+        for child in sorted(parent.children.values(), key=lambda c: c.index):
+            detok = child.detokenizer
+            token_ids = list(detok.token_ids)
+            completions.append(
+                CompletionOutput(
+                    index=child.index,
+                    text=detok.output_text,
+                    token_ids=token_ids,
+                    cumulative_logprob=child.cumulative_logprob if child.logprobs is not None else None,
+                    logprobs=list(child.logprobs) if child.logprobs is not None else None,
+                    finish_reason=child.finish_reason,
+                    stop_reason=child.stop_reason,
+                )
+            )
+        return RequestOutput(
+            request_id=parent.request_id,
+            prompt=parent.prompt,
+            prompt_token_ids=parent.prompt_token_ids,
+            outputs=completions,
+            finished=parent.finished,
+            num_cached_tokens=parent.num_cached_tokens,
+        )

@@ -1,0 +1,112 @@
+"""Plain data that crosses boundaries: scheduler -> workers, workers -> scheduler, engine -> user.
+
+SchedulerOutput is broadcast to every worker each step, so it stays small: new requests travel in
+full once, running ones as deltas (new tokens, new blocks, progress).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raygrid.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class NewRequestData:
+    req_id: str
+    token_ids: list[int]
+    num_prompt_tokens: int
+    sampling_params: SamplingParams
+    block_ids: list[int]
+    num_computed_tokens: int
+
+
+@dataclass
+class CachedRequestData:
+    req_ids: list[str] = field(default_factory=list)
+    # True: the request was preempted and new_block_ids is its whole new block table.
+    resumed_from_preemption: list[bool] = field(default_factory=list)
+    new_token_ids: list[list[int]] = field(default_factory=list)
+    new_block_ids: list[list[int]] = field(default_factory=list)
+    num_computed_tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled_new_reqs: list[NewRequestData]
+    scheduled_cached_reqs: CachedRequestData
+    num_scheduled_tokens: dict[str, int]
+    total_num_scheduled_tokens: int
+    # Requests the workers may forget (finished or aborted since the last step).
+    finished_req_ids: set[str]
+    # Preempted this step: the workers drop them from the batch but keep their state.
+    preempted_req_ids: set[str] = field(default_factory=set)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.total_num_scheduled_tokens == 0
+
+
+@dataclass
+class SampleLogprobs:
+    """Logprobs of one sampled position: the sampled token first, then the top-k."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    sampled_rank: int  # 1-based rank of the sampled token among all tokens
+
+
+@dataclass
+class ModelRunnerOutput:
+    req_ids: list[str]
+    # One list per request; empty when the request only computed part of its prompt this step.
+    sampled_token_ids: list[list[int]]
+    logprobs: list[SampleLogprobs | None]
+
+
+@dataclass
+class EngineCoreOutput:
+    req_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[SampleLogprobs]
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    num_cached_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class Logprob:
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, Logprob]] | None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    num_cached_tokens: int = 0
+    # Set when the request was rejected (bad prompt or parameters); outputs is then empty.
+    error: str | None = None

@@ -1,0 +1,129 @@
+"""Turns the last-position logits of each request into its next token.
+
+Order (vLLM's): snapshot raw logprobs, float32, min-tokens mask, penalties (repetition, frequency,
+presence), greedy argmax where temperature < 1e-5, temperature, min_p, top_k, top_p, then sample.
+Sampling uses the exponential race (argmax of p / q with q ~ Exp(1)), which draws from p exactly;
+seeded requests draw their q from a generator of their own, so their tokens do not depend on what
+else is in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from raygrid.engine.outputs import SampleLogprobs
+
+
+@dataclass
+class SamplingMetadata:
+    """Per-row sampling parameters of one step, as tensors on the logits' device."""
+
+    temperature: torch.Tensor  # [B] float32
+    greedy: torch.Tensor  # [B] bool
+    all_greedy: bool
+    top_k: torch.Tensor | None  # [B] int64, vocab size where disabled; None when no row uses it
+    top_p: torch.Tensor | None  # [B] float32; None when no row uses it
+    min_p: torch.Tensor | None  # [B] float32; None when no row uses it
+    # Penalties: None when no row uses any.
+    repetition_penalty: torch.Tensor | None  # [B]
+    frequency_penalty: torch.Tensor | None  # [B]
+    presence_penalty: torch.Tensor | None  # [B]
+    output_token_counts: torch.Tensor | None  # [B, V] counts of each token among the outputs
+    prompt_token_mask: torch.Tensor | None  # [B, V] True where the token is in the prompt
+    # Tokens forbidden this step (EOS and stop tokens before min_tokens): (row, token) pairs.
+    banned_rows: torch.Tensor | None
+    banned_tokens: torch.Tensor | None
+    generators: dict[int, torch.Generator]  # row -> generator of a seeded request
+    num_logprobs: list[int | None]  # per row
+
+
+class Sampler:
+    def __call__(self, logits: torch.Tensor, meta: SamplingMetadata) -> tuple[torch.Tensor, list[SampleLogprobs | None]]:
+        logits = logits.float()
+        want_logprobs = any(n is not None for n in meta.num_logprobs)
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
+
+        if meta.banned_rows is not None:
+            logits = logits.index_put((meta.banned_rows, meta.banned_tokens), torch.tensor(float("-inf"), device=logits.device))
+        if meta.repetition_penalty is not None:
+            logits = apply_penalties(logits, meta)
+
+        greedy_tokens = logits.argmax(dim=-1)
+        if meta.all_greedy:
+            sampled = greedy_tokens
+        else:
+            sampled = torch.where(meta.greedy, greedy_tokens, self._sample(logits, meta))
+
+        logprobs = gather_logprobs(raw_logprobs, sampled, meta.num_logprobs) if want_logprobs else [None] * len(meta.num_logprobs)
+        return sampled, logprobs
+
+    def _sample(self, logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
+        # Greedy rows get temperature 1 so the division is harmless; their result is discarded.
+        temperature = torch.where(meta.greedy, torch.ones_like(meta.temperature), meta.temperature)
+        logits = logits / temperature.unsqueeze(1)
+        if meta.min_p is not None:
+            logits = apply_min_p(logits, meta.min_p)
+        if meta.top_k is not None or meta.top_p is not None:
+            logits = apply_top_k_top_p(logits, meta.top_k, meta.top_p)
+        probs = torch.softmax(logits, dim=-1)
+        q = torch.empty_like(probs).exponential_()
+        for row, generator in meta.generators.items():
+            q[row].exponential_(generator=generator)
+        return probs.div(q).argmax(dim=-1)
+
+
+def apply_penalties(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
+    counts = meta.output_token_counts
+    seen = meta.prompt_token_mask | (counts > 0)
+    rep = meta.repetition_penalty.unsqueeze(1).expand_as(logits)
+    penalized = torch.where(logits > 0, logits / rep, logits * rep)
+    logits = torch.where(seen, penalized, logits)
+    logits = logits - meta.frequency_penalty.unsqueeze(1) * counts
+    logits = logits - meta.presence_penalty.unsqueeze(1) * (counts > 0).float()
+    return logits
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    probs = torch.softmax(logits, dim=-1)
+    threshold = probs.amax(dim=-1, keepdim=True) * min_p.unsqueeze(1)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None) -> torch.Tensor:
+    sorted_logits, order = logits.sort(dim=-1, descending=False)
+    vocab = logits.shape[-1]
+    if top_k is not None:
+        # Keep the k largest: everything below the k-th largest value goes.
+        kth_index = (vocab - top_k.clamp(1, vocab)).unsqueeze(1)
+        kth_value = sorted_logits.gather(1, kth_index)
+        sorted_logits = sorted_logits.masked_fill(sorted_logits < kth_value, float("-inf"))
+    if top_p is not None:
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        drop = cumulative <= (1 - top_p).unsqueeze(1)
+        drop[:, -1] = False  # the most likely token always stays
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def gather_logprobs(raw: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]) -> list[SampleLogprobs | None]:
+    k = max(n for n in num_logprobs if n is not None)
+    top_values, top_ids = raw.topk(k, dim=-1) if k > 0 else (raw[:, :0], sampled[:, None][:, :0])
+    sampled_values = raw.gather(1, sampled.unsqueeze(1)).squeeze(1)
+    ranks = (raw > sampled_values.unsqueeze(1)).sum(dim=-1) + 1
+    top_values, top_ids = top_values.tolist(), top_ids.tolist()
+    sampled_values, ranks, sampled_ids = sampled_values.tolist(), ranks.tolist(), sampled.tolist()
+    out: list[SampleLogprobs | None] = []
+    for row, n in enumerate(num_logprobs):
+        if n is None:
+            out.append(None)
+            continue
+        out.append(
+            SampleLogprobs(
+                token_ids=[sampled_ids[row]] + top_ids[row][:n],
+                logprobs=[sampled_values[row]] + top_values[row][:n],
+                sampled_rank=ranks[row],
+            )
+        )
+    return out

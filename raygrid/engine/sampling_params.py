@@ -1,0 +1,71 @@
+"""SamplingParams: how one request turns logits into tokens and when it stops (vLLM's field names)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Below this temperature a request is sampled greedily (argmax), as in vLLM.
+GREEDY_TEMPERATURE = 1e-5
+
+
+class SamplingParams(BaseModel):
+    """Validated on construction: a bad value raises a ValueError naming the field and its limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n: int = Field(default=1, ge=1, le=128, description="completions per prompt")
+    temperature: float = Field(default=1.0, ge=0.0, le=100.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=-1, description="0 or -1 disables top-k")
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    max_tokens: int | None = Field(default=16, ge=1, description="None: up to the context length")
+    min_tokens: int = Field(default=0, ge=0)
+    stop: list[str] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = Field(default=None, ge=0, description="top logprobs returned per output token")
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_list(cls, value):
+        if value is None:
+            return []
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_not_empty(cls, value: list[str]) -> list[str]:
+        if any(s == "" for s in value):
+            raise ValueError("stop strings must not be empty")
+        return value
+
+    @field_validator("stop_token_ids")
+    @classmethod
+    def _token_ids_non_negative(cls, value: list[int]) -> list[int]:
+        if any(t < 0 for t in value):
+            raise ValueError("stop_token_ids must be >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _check_min_tokens(self) -> "SamplingParams":
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
+        return self
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_TEMPERATURE
+
+    @property
+    def top_k_enabled(self) -> bool:
+        return self.top_k > 0
+
+    @property
+    def max_stop_len(self) -> int:
+        return max((len(s) for s in self.stop), default=0)

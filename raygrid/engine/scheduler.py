@@ -1,0 +1,316 @@
+"""The continuous-batching scheduler.
+
+There are no prefill and decode phases: each step hands out a token budget so that every request's
+``num_computed_tokens`` catches up with its ``num_tokens``. Running requests are served first, then
+waiting ones (with their prefix-cache hits). A prompt larger than the remaining budget is chunked.
+When the KV pool runs dry a running request is preempted: its blocks are freed and it will be
+recomputed from scratch, which the prefix cache makes cheap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from raygrid.config import EngineConfig
+from raygrid.engine.kv_cache import KVCacheBlock, KVCacheManager
+from raygrid.engine.outputs import (
+    CachedRequestData,
+    EngineCoreOutput,
+    ModelRunnerOutput,
+    NewRequestData,
+    SchedulerOutput,
+)
+from raygrid.engine.request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerStats:
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0
+    num_free_blocks: int = 0
+    num_total_blocks: int = 0
+    num_preemptions: int = 0  # since start
+    num_scheduled_tokens: int = 0  # tokens computed since start
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache since start
+    prefix_cache_hits: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+
+class WaitingQueue:
+    """Requests waiting to run, best first: by arrival (FCFS) or by (priority, arrival)."""
+
+    def __init__(self, policy: str) -> None:
+        self._by_priority = policy == "priority"
+        self._heap: list[tuple] = []
+        self._counter = itertools.count()
+
+    def _key(self, req: Request) -> tuple:
+        if self._by_priority:
+            return (req.priority, req.arrival_time, next(self._counter))
+        return (req.arrival_time, next(self._counter))
+
+    def push(self, req: Request) -> None:
+        heapq.heappush(self._heap, (*self._key(req), req))
+
+    def peek(self) -> Request:
+        return self._heap[0][-1]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[-1]
+
+    def remove(self, req: Request) -> None:
+        self._heap = [entry for entry in self._heap if entry[-1] is not req]
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, num_kv_blocks: int) -> None:
+        self.max_num_seqs = config.scheduler.max_num_seqs
+        self.max_num_batched_tokens = config.scheduler.max_num_batched_tokens
+        self.max_model_len = config.model.max_model_len
+        self.chunked_prefill = config.scheduler.enable_chunked_prefill
+        self.long_prefill_threshold = config.scheduler.long_prefill_token_threshold
+        self.policy = config.scheduler.policy
+        self.kv = KVCacheManager(num_kv_blocks, config.cache.block_size, config.cache.enable_prefix_caching)
+
+        self.requests: dict[str, Request] = {}
+        self.waiting = WaitingQueue(self.policy)
+        self.running: list[Request] = []
+        # Finished since the last schedule(): the workers are told so they can drop their state.
+        self._finished_for_workers: set[str] = set()
+        self._num_preemptions = 0
+        self._num_scheduled_tokens = 0
+        self._prefix_queries = 0
+        self._prefix_hits = 0
+
+    # ---------------------------------------------------------------- requests in and out
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request_id {request.request_id!r} is already in the engine")
+        self.requests[request.request_id] = request
+        self.waiting.push(request)
+
+    def abort_requests(self, request_ids) -> list[Request]:
+        aborted = []
+        for req_id in request_ids:
+            req = self.requests.get(req_id)
+            if req is None or req.is_finished:
+                continue
+            if req.status == RequestStatus.RUNNING:
+                self.running.remove(req)
+            else:
+                self.waiting.remove(req)
+            self._finish(req, RequestStatus.FINISHED_ABORTED)
+            aborted.append(req)
+        return aborted
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    # ---------------------------------------------------------------- one step's plan
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        num_scheduled: dict[str, int] = {}
+        new_block_ids: dict[str, list[int]] = {}
+        scheduled: list[Request] = []
+        resumed: set[str] = set()
+        preempted_any = False
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = self._num_tokens_to_schedule(req, req.num_computed_tokens, budget)
+            if num_new == 0:
+                i += 1
+                continue
+            new_blocks = self.kv.allocate_slots(req, num_new)
+            while new_blocks is None:
+                victim = self._pick_victim()
+                victim_index = self.running.index(victim)
+                if victim.request_id in num_scheduled:  # give back what it was granted this step
+                    budget += num_scheduled.pop(victim.request_id)
+                    new_block_ids.pop(victim.request_id)
+                    scheduled.remove(victim)
+                self._preempt(victim)
+                preempted_any = True
+                if victim is req:
+                    break
+                if victim_index < i:
+                    i -= 1
+                new_blocks = self.kv.allocate_slots(req, num_new)
+            if new_blocks is None:
+                continue  # req itself was preempted; self.running[i] is now the next request
+            num_scheduled[req.request_id] = num_new
+            new_block_ids[req.request_id] = [b.block_id for b in new_blocks]
+            scheduled.append(req)
+            budget -= num_new
+            i += 1
+
+        # No new admissions in a step that had to preempt: the pool is already short.
+        while not preempted_any and len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting.peek()
+            hits: list[KVCacheBlock] = []
+            num_hit_tokens = 0
+            if req.num_computed_tokens == 0:
+                hits, num_hit_tokens = self.kv.get_computed_blocks(req)
+            num_new = self._num_tokens_to_schedule(req, num_hit_tokens, budget)
+            if num_new == 0:
+                break  # without chunked prefill the prompt must wait for a step with room for all of it
+            new_blocks = self.kv.allocate_slots(req, num_new, hits)
+            if new_blocks is None:
+                break
+            self.waiting.pop()
+            if req.status == RequestStatus.PREEMPTED:
+                resumed.add(req.request_id)
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = num_hit_tokens
+            self._prefix_queries += req.num_tokens
+            self._prefix_hits += num_hit_tokens
+            req.status = RequestStatus.RUNNING
+            req.num_computed_tokens = num_hit_tokens
+            self.running.append(req)
+            num_scheduled[req.request_id] = num_new
+            new_block_ids[req.request_id] = self.kv.block_ids(req.request_id)
+            scheduled.append(req)
+            budget -= num_new
+
+        return self._build_output(scheduled, num_scheduled, new_block_ids, resumed)
+
+    def _num_tokens_to_schedule(self, req: Request, num_computed: int, budget: int) -> int:
+        num_new = req.num_tokens - num_computed
+        if self.long_prefill_threshold:
+            num_new = min(num_new, self.long_prefill_threshold)
+        if num_new > budget and not self.chunked_prefill and req.num_computed_tokens == 0:
+            return 0
+        return min(num_new, budget)
+
+    def _pick_victim(self) -> Request:
+        if self.policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        return self.running[-1]
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.kv.free(req)
+        req.status = RequestStatus.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self._num_preemptions += 1
+        self.waiting.push(req)
+
+    def _build_output(
+        self,
+        scheduled: list[Request],
+        num_scheduled: dict[str, int],
+        new_block_ids: dict[str, list[int]],
+        resumed: set[str],
+    ) -> SchedulerOutput:
+        new_reqs: list[NewRequestData] = []
+        cached = CachedRequestData()
+        for req in scheduled:
+            rid = req.request_id
+            if req.num_tokens_sent == 0:
+                new_reqs.append(
+                    NewRequestData(
+                        req_id=rid,
+                        token_ids=list(req.all_token_ids),
+                        num_prompt_tokens=req.num_prompt_tokens,
+                        sampling_params=req.sampling_params,
+                        block_ids=new_block_ids[rid],
+                        num_computed_tokens=req.num_computed_tokens,
+                    )
+                )
+            else:
+                cached.req_ids.append(rid)
+                # A request readmitted after preemption gets its whole block table again.
+                cached.resumed_from_preemption.append(rid in resumed)
+                cached.new_token_ids.append(req.all_token_ids[req.num_tokens_sent :])
+                cached.new_block_ids.append(new_block_ids[rid])
+                cached.num_computed_tokens.append(req.num_computed_tokens)
+            req.num_tokens_sent = req.num_tokens
+        total = sum(num_scheduled.values())
+        for req in scheduled:  # the plan is fixed: count its tokens as computed
+            req.num_computed_tokens += num_scheduled[req.request_id]
+        self._num_scheduled_tokens += total
+        finished, self._finished_for_workers = self._finished_for_workers, set()
+        return SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached,
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=total,
+            finished_req_ids=finished,
+        )
+
+    # ---------------------------------------------------------------- results back
+
+    def update_from_output(self, sched_out: SchedulerOutput, runner_out: ModelRunnerOutput) -> list[EngineCoreOutput]:
+        outputs = []
+        for req_id, token_ids, logprobs in zip(runner_out.req_ids, runner_out.sampled_token_ids, runner_out.logprobs):
+            req = self.requests.get(req_id)
+            if req is None or req.is_finished or not token_ids:
+                continue  # aborted meanwhile, or only part of the prompt was computed
+            new_tokens: list[int] = []
+            status = None
+            for token_id in token_ids:
+                req.append_output_token(token_id)
+                new_tokens.append(token_id)
+                status = self._check_stop(req, token_id)
+                if status is not None:
+                    break
+            out = EngineCoreOutput(
+                req_id=req_id,
+                new_token_ids=new_tokens,
+                new_logprobs=[logprobs] if logprobs is not None else [],
+                num_cached_tokens=max(req.num_cached_tokens, 0),
+            )
+            if status is not None:
+                self.running.remove(req)
+                self._finish(req, status)
+                out.finish_reason, out.stop_reason = status.finish_reason, req.stop_reason
+            outputs.append(out)
+        return outputs
+
+    def _check_stop(self, req: Request, token_id: int) -> RequestStatus | None:
+        params = req.sampling_params
+        if req.num_output_tokens >= params.min_tokens:
+            if token_id in req.eos_token_ids and not params.ignore_eos:
+                return RequestStatus.FINISHED_STOPPED
+            if token_id in params.stop_token_ids:
+                req.stop_reason = token_id
+                return RequestStatus.FINISHED_STOPPED
+        if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH_CAPPED
+        return None
+
+    def _finish(self, req: Request, status: RequestStatus) -> None:
+        req.status = status
+        self.kv.free(req)
+        del self.requests[req.request_id]
+        if req.num_tokens_sent:
+            self._finished_for_workers.add(req.request_id)
+
+    # ---------------------------------------------------------------- reporting
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=self.kv.usage,
+            num_free_blocks=self.kv.num_free_blocks,
+            num_total_blocks=self.kv.pool.num_blocks - 1,
+            num_preemptions=self._num_preemptions,
+            num_scheduled_tokens=self._num_scheduled_tokens,
+            prefix_cache_queries=self._prefix_queries,
+            prefix_cache_hits=self._prefix_hits,
+        )

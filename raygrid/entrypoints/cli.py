@@ -1,0 +1,94 @@
+"""The ``raygrid`` command: ``raygrid generate`` (and later serve / bench)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from raygrid.models.default_model import DEFAULT_MODEL_NAME
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=DEFAULT_MODEL_NAME, help=f"checkpoint directory, or the built-in {DEFAULT_MODEL_NAME!r} (random weights: its text is noise)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--num-kv-blocks", type=int, default=None)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    return dict(
+        model=args.model,
+        dtype=args.dtype,
+        device=args.device,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_prefix_caching=args.enable_prefix_caching,
+        seed=args.seed,
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from raygrid import LLM, SamplingParams
+
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.sampling_seed,
+        stop=args.stop,
+        n=args.n,
+    )
+    if args.model == DEFAULT_MODEL_NAME:
+        print(f"note: {DEFAULT_MODEL_NAME} has random weights; its text is noise, the engine around it is real.", file=sys.stderr)
+    llm = LLM(**engine_kwargs(args))
+    outputs = llm.generate(args.prompt, params, use_tqdm=False)
+    for output in outputs:
+        if output.error:
+            print(f"error: {output.error}", file=sys.stderr)
+            return 2
+        print(f"prompt: {output.prompt!r}")
+        for completion in output.outputs:
+            print(f"[{completion.index}] {completion.text!r}  ({len(completion.token_ids)} tokens, finish_reason={completion.finish_reason})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raygrid", description="raygrid LLM inference engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="complete prompts offline and print the results")
+    add_engine_args(gen)
+    gen.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for a batch")
+    gen.add_argument("--max-tokens", type=int, default=32)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--sampling-seed", type=int, default=None)
+    gen.add_argument("--stop", action="append", default=None)
+    gen.add_argument("-n", type=int, default=1)
+    gen.set_defaults(func=cmd_generate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

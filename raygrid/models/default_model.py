@@ -1,0 +1,118 @@
+"""The built-in model ``tiny-random-qwen3``: a tiny Qwen3-shaped checkpoint with random weights and a
+real byte-level BPE tokenizer, written on first use to a cache directory and then loaded through the
+normal checkpoint path. It lets a fresh machine run raygrid end to end with no download.
+Its weights are random, so the text it writes is noise.
+
+The same builders make the tiny checkpoints of the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+DEFAULT_MODEL_NAME = "tiny-random-qwen3"
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RAYGRID_CACHE", Path.home() / ".cache" / "raygrid"))
+
+
+def resolve_model_path(model: str) -> str:
+    """A checkpoint directory for ``model``: the built-in name is created on first use."""
+    if model == DEFAULT_MODEL_NAME:
+        path = cache_dir() / "models" / DEFAULT_MODEL_NAME
+        if not (path / "config.json").is_file():
+            print(f"raygrid: creating the built-in model {DEFAULT_MODEL_NAME} (random weights, its text is noise) in {path}")
+            build_default_model(path)
+        return str(path)
+    if not Path(model).is_dir():
+        raise FileNotFoundError(
+            f"model {model!r} is not a checkpoint directory; raygrid loads local Hugging Face checkpoints "
+            f"(config.json + *.safetensors + tokenizer files) or the built-in {DEFAULT_MODEL_NAME!r}"
+        )
+    return model
+
+
+def build_tokenizer(vocab_size: int = 1024):
+    """A byte-level BPE tokenizer trained on a small bundled corpus, with Qwen-style chat tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = resources.files("raygrid.models").joinpath("assets/tokenizer_corpus.txt").read_text(encoding="utf-8")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus.splitlines(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def write_random_checkpoint(path: Path, hf_config, tokenizer, seed: int = 0, dtype=None) -> None:
+    """Save a randomly initialised transformers model of ``hf_config`` with ``tokenizer`` into ``path``.
+
+    Written into a temporary directory first and renamed, so a half-written checkpoint is never seen."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    try:
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(hf_config)
+        if dtype is not None:
+            model = model.to(dtype)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def tiny_qwen3_config(tokenizer, **overrides):
+    from transformers import Qwen3Config
+
+    fields = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        architectures=["Qwen3ForCausalLM"],
+    )
+    fields.update(overrides)
+    return Qwen3Config(**fields)
+
+
+def build_default_model(path: Path) -> None:
+    tokenizer = build_tokenizer()
+    write_random_checkpoint(path, tiny_qwen3_config(tokenizer), tokenizer, seed=0)

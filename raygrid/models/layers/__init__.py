@@ -1,0 +1,1 @@
+"""Building blocks of decoder-only transformers, on packed tokens ``[num_tokens, hidden]``."""

@@ -1,0 +1,49 @@
+"""Rotary position embedding (NeoX style: the head's two halves rotate together), with the
+frequency schedules of Hugging Face's rope types so that results match transformers exactly."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+# Rope types whose frequencies depend on the running sequence length are not supported.
+_UNSUPPORTED = {"dynamic", "longrope"}
+
+
+def rope_frequencies(hf_config, head_dim: int) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies and attention scaling for the checkpoint's rope parameters."""
+    params = getattr(hf_config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type in _UNSUPPORTED:
+        raise ValueError(f"rope_parameters.rope_type {rope_type!r} is not supported (supported: default, linear, llama3, yarn)")
+    if rope_type == "default":
+        base = params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        return inv_freq, 1.0
+    if rope_type not in ROPE_INIT_FUNCTIONS:
+        raise ValueError(f"rope_parameters.rope_type {rope_type!r} is unknown")
+    return ROPE_INIT_FUNCTIONS[rope_type](hf_config, torch.device("cpu"))
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, hf_config, head_dim: int, max_position: int) -> None:
+        super().__init__()
+        inv_freq, scaling = rope_frequencies(hf_config, head_dim)
+        positions = torch.arange(max_position, dtype=torch.float32)
+        freqs = positions[:, None] * inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_cache", emb.cos() * scaling, persistent=False)
+        self.register_buffer("sin_cache", emb.sin() * scaling, persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q ``[T, heads, d]`` and k ``[T, kv_heads, d]`` to their token positions ``[T]``."""
+        cos = self.cos_cache[positions].to(q.dtype).unsqueeze(1)
+        sin = self.sin_cache[positions].to(q.dtype).unsqueeze(1)
+        return apply_rotary_ref(q, cos, sin), apply_rotary_ref(k, cos, sin)
+
+
+def apply_rotary_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin

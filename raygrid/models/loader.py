@@ -1,0 +1,75 @@
+"""Loads a Hugging Face checkpoint directory: config.json, (sharded) safetensors, into our model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import AutoConfig
+
+from raygrid.models.registry import resolve_model_class
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_hf_config(model_dir: str):
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model {model_dir!r}: no config.json there (expected a Hugging Face checkpoint directory)")
+    return AutoConfig.from_pretrained(model_dir)
+
+
+def resolve_dtype(dtype: str, hf_config, device: torch.device) -> torch.dtype:
+    if dtype != "auto":
+        return _DTYPES[dtype]
+    checkpoint_dtype = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+    if isinstance(checkpoint_dtype, str):
+        checkpoint_dtype = _DTYPES.get(checkpoint_dtype)
+    if checkpoint_dtype not in _DTYPES.values():
+        checkpoint_dtype = torch.float32
+    if device.type == "cpu" and checkpoint_dtype == torch.float16:
+        return torch.bfloat16  # float16 matmuls are slow or missing on many CPUs
+    return checkpoint_dtype
+
+
+def safetensors_files(model_dir: str) -> list[Path]:
+    path = Path(model_dir)
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [path / shard for shard in shards]
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"model {model_dir!r}: no *.safetensors files")
+    return files
+
+
+def iterate_weights(model_dir: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Tensors one at a time, so peak memory stays near one tensor beyond the model."""
+    for file in safetensors_files(model_dir):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def load_model(model_dir: str, hf_config, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    model_cls = resolve_model_class(hf_config)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = model_cls(hf_config)
+    finally:
+        torch.set_default_dtype(previous)
+    # Rotary tables stay float32: they are cast per use, as transformers does.
+    for module in model.modules():
+        if hasattr(module, "cos_cache"):
+            module.float()
+    loaded = model.load_weights(iterate_weights(model_dir))
+    missing = model.expected_loads() - loaded
+    if missing:
+        raise ValueError(f"model {model_dir!r}: checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
+    return model.eval()
