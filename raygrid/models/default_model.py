@@ -65,7 +65,7 @@ def build_tokenizer(vocab_size: int = 1024):
     return fast
 
 
-def write_random_checkpoint(path: Path, hf_config, tokenizer, seed: int = 0, dtype=None) -> None:
+def write_random_checkpoint(path: Path, hf_config, tokenizer, seed: int = 0, dtype=None, max_shard_size: str | None = None) -> None:
     """Save a randomly initialised transformers model of ``hf_config`` with ``tokenizer`` into ``path``.
 
     Written into a temporary directory first and renamed, so a half-written checkpoint is never seen."""
@@ -80,7 +80,7 @@ def write_random_checkpoint(path: Path, hf_config, tokenizer, seed: int = 0, dty
         model = AutoModelForCausalLM.from_config(hf_config)
         if dtype is not None:
             model = model.to(dtype)
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
         tokenizer.save_pretrained(tmp)
         if path.exists():
             shutil.rmtree(path)

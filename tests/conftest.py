@@ -1,0 +1,78 @@
+"""Shared fixtures: tiny real checkpoints (random weights, saved by transformers) with a real tokenizer."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from raygrid.models.default_model import build_tokenizer, tiny_qwen3_config, write_random_checkpoint
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def qwen3_dir(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("ckpt") / "qwen3"
+    write_random_checkpoint(path, tiny_qwen3_config(tokenizer), tokenizer, seed=1)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory, tokenizer):
+    """Llama-3 shaped: GQA, untied LM head, llama3 rope scaling, sharded safetensors."""
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        rope_theta=500000.0,
+        tie_word_embeddings=False,
+        initializer_range=0.2,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        architectures=["LlamaForCausalLM"],
+    )
+    path = tmp_path_factory.mktemp("ckpt") / "llama"
+    write_random_checkpoint(path, config, tokenizer, seed=2, max_shard_size="60KB")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(qwen3_dir, llama_dir):
+    return {"qwen3": qwen3_dir, "llama": llama_dir}
+
+
+def random_prompts(count: int, vocab_size: int, min_len: int = 3, max_len: int = 70, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    # Skip the special tokens at the start of the vocabulary.
+    return [[rng.randrange(3, vocab_size) for _ in range(rng.randint(min_len, max_len))] for _ in range(count)]
+
+
+def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """Hugging Face transformers' own greedy generation, one prompt at a time, never stopping early."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    outputs = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = torch.tensor([prompt])
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
+            outputs.append(out[0, len(prompt):].tolist())
+    return outputs

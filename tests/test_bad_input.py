@@ -1,0 +1,116 @@
+"""Bad input gets an error naming the field and the limit; the rest of the batch still completes."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from raygrid import LLM, SamplingParams
+from tests.conftest import random_prompts
+
+
+@pytest.fixture(scope="module")
+def llm(qwen3_dir):
+    return LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=64, max_logprobs=5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(temperature=-0.5), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-2), "top_k"),
+        (dict(min_p=2.0), "min_p"),
+        (dict(n=0), "n"),
+        (dict(max_tokens=0), "max_tokens"),
+        (dict(max_tokens=-3), "max_tokens"),
+        (dict(presence_penalty=3.0), "presence_penalty"),
+        (dict(frequency_penalty=-2.5), "frequency_penalty"),
+        (dict(repetition_penalty=0.0), "repetition_penalty"),
+        (dict(seed=-1), "seed"),
+        (dict(logprobs=-1), "logprobs"),
+        (dict(stop=[""]), "stop"),
+        (dict(stop_token_ids=[-4]), "stop_token_ids"),
+        (dict(min_tokens=10, max_tokens=5), "min_tokens"),
+        (dict(temperature="hot"), "temperature"),
+        (dict(unknown_field=1), "unknown_field"),
+    ],
+)
+def test_invalid_sampling_params_name_the_field(kwargs, field):
+    with pytest.raises(ValidationError) as info:
+        SamplingParams(**kwargs)
+    assert field in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_bad_requests_fail_alone(llm, tokenizer):
+    good = [{"prompt_token_ids": p} for p in random_prompts(3, len(tokenizer), max_len=20, seed=9)]
+    vocab = len(tokenizer)
+    prompts = [
+        good[0],
+        {"prompt_token_ids": list(range(3, 3 + 64))},  # too long for max_model_len 64
+        {"prompt_token_ids": []},  # empty
+        good[1],
+        {"prompt_token_ids": [5, vocab + 10, 7]},  # out of vocabulary
+        {"prompt_token_ids": [5, -1, 7]},  # negative id
+        "",  # empty text
+        {"text": "wrong key"},  # malformed prompt
+        good[2],
+        good[0],
+    ]
+    params = [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)] * len(prompts)
+    params[-1] = SamplingParams(max_tokens=8, logprobs=6)  # above max_logprobs
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    errors = [o.error for o in outputs]
+    assert errors[0] is None and errors[3] is None and errors[8] is None
+    assert "max_model_len (64)" in errors[1]
+    assert "empty" in errors[2] and "empty" in errors[6]
+    assert f"[0, {vocab})" in errors[4] and f"[0, {vocab})" in errors[5]
+    assert "prompt_token_ids" in errors[7]
+    assert "max_logprobs (5)" in errors[9]
+    for i in (0, 3, 8):
+        assert len(outputs[i].outputs[0].token_ids) == 8
+    stats = llm.get_stats()
+    assert stats.num_free_blocks == stats.num_total_blocks
+    # The engine goes on serving afterwards.
+    assert llm.generate(good[1], SamplingParams(max_tokens=3), use_tqdm=False)[0].outputs[0].token_ids
+
+
+def test_max_tokens_is_capped_by_the_context(llm):
+    out = llm.generate({"prompt_token_ids": list(range(3, 3 + 60))}, SamplingParams(max_tokens=50, ignore_eos=True), use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) == 4 and out.outputs[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(block_size=0), "block_size"),
+        (dict(max_num_seqs=0), "max_num_seqs"),
+        (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization"),
+        (dict(dtype="float8"), "dtype"),
+        (dict(max_model_len=100000), "max_position_embeddings"),
+        (dict(enable_chunked_prefill=False, max_num_batched_tokens=32, max_model_len=64), "max_num_batched_tokens"),
+        (dict(num_kv_blocks=3, max_model_len=64), "num_kv_blocks"),
+        (dict(scheduling_policy="random"), "policy"),
+    ],
+)
+def test_bad_engine_arguments_name_the_field(qwen3_dir, kwargs, message):
+    with pytest.raises(ValueError) as info:
+        LLM(model=qwen3_dir, device="cpu", **kwargs)
+    assert message in str(info.value)
+
+
+def test_unknown_model_path_and_architecture(tmp_path, qwen3_dir):
+    with pytest.raises(FileNotFoundError, match="not a checkpoint directory"):
+        LLM(model=str(tmp_path / "nowhere"))
+    import json
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(qwen3_dir, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["architectures"] = ["MambaForCausalLM"]
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="MambaForCausalLM.*not supported"):
+        LLM(model=str(bad), device="cpu")

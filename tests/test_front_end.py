@@ -1,0 +1,62 @@
+"""Text prompts, chat templates, the built-in default model and the `raygrid` command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from raygrid import LLM, SamplingParams
+from raygrid.models.default_model import DEFAULT_MODEL_NAME
+
+
+def test_text_prompts_and_chat(qwen3_dir, tokenizer):
+    llm = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=256)
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    (out,) = llm.generate("Hello, world!", params, use_tqdm=False)
+    assert out.prompt == "Hello, world!" and out.prompt_token_ids == tokenizer.encode("Hello, world!")
+    assert out.outputs[0].text == tokenizer.decode(out.outputs[0].token_ids)
+
+    conversation = [{"role": "user", "content": "What is two plus two?"}]
+    (chat,) = llm.chat(conversation, params, use_tqdm=False)
+    templated = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    assert templated.endswith("<|im_start|>assistant\n")
+    assert chat.prompt_token_ids == tokenizer.encode(templated, add_special_tokens=False)
+    assert len(chat.outputs[0].token_ids) == 6
+    two = llm.chat([conversation, conversation + [{"role": "assistant", "content": "Four."}, {"role": "user", "content": "And 3+3?"}]], params, use_tqdm=False)
+    assert len(two) == 2 and len(two[1].prompt_token_ids) > len(two[0].prompt_token_ids)
+
+
+def test_default_model_is_built_once_and_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYGRID_CACHE", str(tmp_path))
+    llm = LLM(model=DEFAULT_MODEL_NAME, device="cpu", max_model_len=128)
+    path = tmp_path / "models" / DEFAULT_MODEL_NAME
+    assert (path / "config.json").is_file() and list(path.glob("*.safetensors"))
+    assert (path / "tokenizer.json").is_file()
+    mtime = (path / "config.json").stat().st_mtime
+    (out,) = llm.generate("Once upon a time", SamplingParams(max_tokens=5, ignore_eos=True), use_tqdm=False)
+    assert len(out.outputs[0].token_ids) == 5
+    LLM(model=DEFAULT_MODEL_NAME, device="cpu", max_model_len=128)
+    assert (path / "config.json").stat().st_mtime == mtime  # reused, not rebuilt
+
+
+def test_cli_generate_runs_the_demo(tmp_path):
+    env = dict(os.environ, RAYGRID_CACHE=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-m", "raygrid.entrypoints.cli", "generate", "--prompt", "Hello", "--prompt", "The sky is",
+         "--max-tokens", "7", "--device", "cpu"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("prompt: ") == 2
+    assert "7 tokens, finish_reason=length" in result.stdout
+    assert "random weights" in result.stderr
+
+
+def test_cli_reports_bad_arguments(tmp_path):
+    env = dict(os.environ, RAYGRID_CACHE=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-m", "raygrid.entrypoints.cli", "generate", "--prompt", "Hi", "--temperature", "-1", "--device", "cpu"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 2 and "temperature" in result.stderr

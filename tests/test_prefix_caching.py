@@ -1,0 +1,34 @@
+"""Prefix caching: a second pass over prompts sharing a long prefix reuses cached blocks."""
+
+from __future__ import annotations
+
+from raygrid import LLM, SamplingParams
+from tests.conftest import random_prompts
+
+
+def test_shared_prefix_is_cached_and_computed_once(qwen3_dir, tokenizer):
+    llm = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=512)
+    prefix = random_prompts(1, len(tokenizer), min_len=160, max_len=160, seed=11)[0]
+    tails = random_prompts(6, len(tokenizer), min_len=5, max_len=30, seed=12)
+    prompts = [{"prompt_token_ids": prefix + tail} for tail in tails]
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+
+    first = llm.generate(prompts[:1], params, use_tqdm=False)
+    computed_first = llm.get_stats().num_scheduled_tokens
+    assert first[0].num_cached_tokens == 0
+
+    rest = llm.generate(prompts[1:], params, use_tqdm=False)
+    computed_rest = llm.get_stats().num_scheduled_tokens - computed_first
+    for out in rest:
+        assert out.num_cached_tokens == 160  # ten full blocks of the shared prefix
+    # Five requests computed only their tails and outputs, not the 160 shared tokens each.
+    assert computed_rest <= sum(len(t) + 8 for t in tails[1:]) + 5 * 16
+    stats = llm.get_stats()
+    assert stats.prefix_cache_hits >= 5 * 160 and 0 < stats.prefix_cache_hit_rate < 1
+    assert stats.num_free_blocks == stats.num_total_blocks
+
+    # Cached or not, the tokens are the same.
+    uncached = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=512, enable_prefix_caching=False)
+    expected = uncached.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in first + rest] == [o.outputs[0].token_ids for o in expected]
+    assert all(o.num_cached_tokens == 0 for o in expected)

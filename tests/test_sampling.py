@@ -1,0 +1,116 @@
+"""Sampling: the sampler's filters against hand-computed expectations, seeds, logprobs against
+transformers' own scores."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from raygrid import LLM, SamplingParams
+from raygrid.engine.sampler import apply_min_p, apply_penalties, apply_top_k_top_p
+from tests.conftest import random_prompts
+
+NEG_INF = float("-inf")
+
+
+@pytest.fixture(scope="module")
+def llm(qwen3_dir):
+    return LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=256)
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return [{"prompt_token_ids": p} for p in random_prompts(6, len(tokenizer), seed=3)]
+
+
+def test_top_k_and_top_p_keep_the_expected_tokens():
+    logits = torch.log(torch.tensor([[0.1, 0.4, 0.2, 0.3], [0.25, 0.25, 0.4, 0.1]]))
+    out = apply_top_k_top_p(logits, torch.tensor([2, 4]), None)
+    assert torch.isinf(out[0, [0, 2]]).all() and torch.isfinite(out[0, [1, 3]]).all()
+    assert torch.isfinite(out[1]).all()
+    # top_p 0.6 on row 0: 0.4 + 0.3 reach it, so 0.2 and 0.1 go; row 1 with top_p 1 keeps all.
+    out = apply_top_k_top_p(logits, None, torch.tensor([0.6, 1.0]))
+    assert torch.isfinite(out[0]).tolist() == [False, True, False, True]
+    assert torch.isfinite(out[1]).all()
+
+
+def test_min_p_drops_tokens_below_the_scaled_maximum():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    out = apply_min_p(logits, torch.tensor([0.5]))  # threshold 0.25
+    assert torch.isfinite(out[0]).tolist() == [True, True, False, False]
+
+
+def test_penalties_follow_their_definitions():
+    from raygrid.engine.sampler import SamplingMetadata
+
+    logits = torch.tensor([[2.0, -1.0, 0.5, 1.0]])
+    counts = torch.tensor([[2.0, 0.0, 1.0, 0.0]])
+    prompt_mask = torch.tensor([[False, True, False, False]])
+    meta = SamplingMetadata(
+        temperature=torch.ones(1), greedy=torch.zeros(1, dtype=torch.bool), all_greedy=False, top_k=None, top_p=None,
+        min_p=None, repetition_penalty=torch.tensor([2.0]), frequency_penalty=torch.tensor([0.1]),
+        presence_penalty=torch.tensor([0.5]), output_token_counts=counts, prompt_token_mask=prompt_mask,
+        banned_rows=None, banned_tokens=None, generators={}, num_logprobs=[None],
+    )
+    out = apply_penalties(logits, meta)
+    expected = [2.0 / 2 - 0.1 * 2 - 0.5, -1.0 * 2, 0.5 / 2 - 0.1 - 0.5, 1.0]
+    assert out[0].tolist() == pytest.approx(expected)
+
+
+def test_seeded_requests_do_not_depend_on_the_batch(llm, prompts):
+    params = SamplingParams(temperature=1.0, top_p=0.9, seed=1234, max_tokens=12, ignore_eos=True)
+    alone = llm.generate(prompts[0], params, use_tqdm=False)[0].outputs[0].token_ids
+    noisy = [SamplingParams(temperature=1.3, max_tokens=20, ignore_eos=True)] * (len(prompts) - 1)
+    in_batch = llm.generate(prompts, [params] + noisy, use_tqdm=False)[0].outputs[0].token_ids
+    assert alone == in_batch
+    other_seed = llm.generate(prompts[0], params.model_copy(update={"seed": 99}), use_tqdm=False)[0].outputs[0].token_ids
+    assert other_seed != alone
+
+
+def test_n_completions_are_distinct_and_reproducible(llm, prompts):
+    params = SamplingParams(n=3, temperature=1.0, seed=7, max_tokens=10, ignore_eos=True)
+    first = llm.generate(prompts[1], params, use_tqdm=False)[0]
+    again = llm.generate(prompts[1], params, use_tqdm=False)[0]
+    assert [c.index for c in first.outputs] == [0, 1, 2]
+    assert [c.token_ids for c in first.outputs] == [c.token_ids for c in again.outputs]
+    assert len({tuple(c.token_ids) for c in first.outputs}) == 3
+
+
+def test_top_k_1_is_greedy(llm, prompts):
+    greedy = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    top1 = llm.generate(prompts, SamplingParams(temperature=0.8, top_k=1, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in greedy] == [o.outputs[0].token_ids for o in top1]
+
+
+def test_repetition_penalty_changes_greedy_output(llm, prompts):
+    plain = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+    penalized = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, presence_penalty=2.0), use_tqdm=False)
+    for p, q in zip(plain, penalized):
+        # A presence penalty of 2 makes repeats rarer than without it.
+        repeats = lambda ids: len(ids) - len(set(ids))
+        assert repeats(q.outputs[0].token_ids) <= repeats(p.outputs[0].token_ids)
+    assert [o.outputs[0].token_ids for o in plain] != [o.outputs[0].token_ids for o in penalized]
+
+
+def test_logprobs_match_transformers_scores(llm, qwen3_dir, prompts):
+    prompt = prompts[2]["prompt_token_ids"]
+    out = llm.generate(prompts[2], SamplingParams(temperature=0, max_tokens=6, logprobs=3, ignore_eos=True), use_tqdm=False)[0]
+    completion = out.outputs[0]
+    model = AutoModelForCausalLM.from_pretrained(qwen3_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion.token_ids])).logits[0]
+    reference = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    total = 0.0
+    for step, (token, entry) in enumerate(zip(completion.token_ids, completion.logprobs)):
+        assert entry[token].rank == 1  # greedy picks the top token
+        assert entry[token].logprob == pytest.approx(reference[step, token].item(), abs=1e-4)
+        top3 = reference[step].topk(3).indices.tolist()
+        assert set(top3) <= set(entry)
+        assert entry[top3[1]].rank == 2 and entry[top3[2]].rank == 3
+        assert isinstance(entry[token].decoded_token, str)
+        total += entry[token].logprob
+    assert completion.cumulative_logprob == pytest.approx(total)
+    assert math.isfinite(total)

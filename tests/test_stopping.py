@@ -1,0 +1,84 @@
+"""Stop strings, stop token ids, min_tokens and max_tokens end generation with the right reason and text."""
+
+from __future__ import annotations
+
+import pytest
+
+from raygrid import LLM, SamplingParams
+from tests.conftest import random_prompts
+
+
+@pytest.fixture(scope="module")
+def llm(qwen3_dir):
+    return LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=256)
+
+
+@pytest.fixture(scope="module")
+def baseline(llm, tokenizer):
+    """Greedy outputs without any stop condition, to pick stops that are sure to occur."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=5)]
+    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True), use_tqdm=False)
+    return prompts, outputs
+
+
+def greedy(**kwargs):
+    return SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, **kwargs)
+
+
+def test_max_tokens_gives_length(baseline):
+    _, outputs = baseline
+    for out in outputs:
+        assert len(out.outputs[0].token_ids) == 24
+        assert out.outputs[0].finish_reason == "length"
+
+
+def test_stop_string_cuts_the_text(llm, baseline):
+    prompts, outputs = baseline
+    for prompt, out in zip(prompts, outputs):
+        text = out.outputs[0].text
+        # A stop string from the middle of the text, which may well span token boundaries.
+        start = len(text) // 2
+        stop = text[start : start + 3]
+        first = text.find(stop)
+        got = llm.generate(prompt, greedy(stop=[stop]), use_tqdm=False)[0].outputs[0]
+        assert got.finish_reason == "stop" and got.stop_reason == stop
+        assert got.text == text[:first]
+        kept = llm.generate(prompt, greedy(stop=stop, include_stop_str_in_output=True), use_tqdm=False)[0].outputs[0]
+        assert kept.text == text[: first + len(stop)]
+        assert kept.token_ids == out.outputs[0].token_ids[: len(kept.token_ids)]
+
+
+def test_stop_token_ids(llm, baseline):
+    prompts, outputs = baseline
+    ids = outputs[0].outputs[0].token_ids
+    stop_id = ids[5]
+    got = llm.generate(prompts[0], greedy(stop_token_ids=[stop_id]), use_tqdm=False)[0].outputs[0]
+    assert got.finish_reason == "stop" and got.stop_reason == stop_id
+    assert got.token_ids == ids[: ids.index(stop_id) + 1]
+
+
+def test_min_tokens_holds_off_stop_tokens(llm, baseline):
+    prompts, outputs = baseline
+    ids = outputs[1].outputs[0].token_ids
+    stop_id = ids[0]
+    got = llm.generate(prompts[1], greedy(stop_token_ids=[stop_id], min_tokens=4), use_tqdm=False)[0].outputs[0]
+    assert len(got.token_ids) >= 4
+    assert stop_id not in got.token_ids[:3]  # banned while under min_tokens
+    assert got.finish_reason in {"stop", "length"}
+    if got.finish_reason == "stop":
+        assert got.token_ids[-1] == stop_id
+
+
+def test_eos_stops_unless_ignored(llm, baseline):
+    prompts, outputs = baseline
+    ids = outputs[2].outputs[0].token_ids
+    original = llm.eos_token_ids
+    llm.eos_token_ids = frozenset({ids[3]})  # the model's own 4th greedy token plays EOS
+    try:
+        ignored = llm.generate(prompts[2], greedy(), use_tqdm=False)[0].outputs[0]
+        stopped = llm.generate(prompts[2], SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)[0].outputs[0]
+    finally:
+        llm.eos_token_ids = original
+    assert ignored.finish_reason == "length" and ignored.token_ids == ids
+    assert stopped.finish_reason == "stop" and stopped.stop_reason is None
+    assert stopped.token_ids == ids[: ids.index(ids[3]) + 1]
