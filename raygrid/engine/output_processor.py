@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from raygrid.engine.detokenizer import IncrementalDetokenizer
+from raygrid.engine.input_processor import ProcessedRequest
 from raygrid.engine.outputs import CompletionOutput, EngineCoreOutput, Logprob, RequestOutput, SampleLogprobs
 from raygrid.engine.sampling_params import SamplingParams
 
@@ -23,6 +24,8 @@ class ChildState:
     cumulative_logprob: float = 0.0
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    num_streamed_tokens: int = 0  # delta mode: tokens already handed out
+    finish_streamed: bool = False
 
 
 @dataclass
@@ -32,6 +35,8 @@ class ParentState:
     prompt_token_ids: list[int]
     children: dict[str, ChildState] = field(default_factory=dict)
     num_cached_tokens: int = 0
+    # Delta mode (streaming): each output carries only what is new since the last one.
+    delta: bool = False
 
     @property
     def finished(self) -> bool:
@@ -44,17 +49,18 @@ class OutputProcessor:
         self.parents: dict[str, ParentState] = {}
         self.parent_of: dict[str, str] = {}  # child request id -> parent request id
 
-    def add_request(self, request_id: str, prompt: str | None, prompt_token_ids: list[int], children: list[tuple[str, SamplingParams]]) -> None:
-        parent = ParentState(request_id, prompt, prompt_token_ids)
-        for index, (child_id, params) in enumerate(children):
-            parent.children[child_id] = ChildState(
+    def add_request(self, processed: ProcessedRequest, delta: bool = False) -> None:
+        parent = ParentState(processed.request_id, processed.prompt, processed.prompt_token_ids, delta=delta)
+        for index, child in enumerate(processed.children):
+            params = child.sampling_params
+            parent.children[child.request_id] = ChildState(
                 index=index,
                 params=params,
-                detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params),
+                detokenizer=IncrementalDetokenizer(self.tokenizer, processed.prompt_token_ids, params),
                 logprobs=[] if params.logprobs is not None else None,
             )
-            self.parent_of[child_id] = request_id
-        self.parents[request_id] = parent
+            self.parent_of[child.request_id] = processed.request_id
+        self.parents[processed.request_id] = parent
 
     def child_ids(self, request_id: str) -> list[str]:
         parent = self.parents.get(request_id)
@@ -123,14 +129,22 @@ class OutputProcessor:
         completions = []
         for child in sorted(parent.children.values(), key=lambda c: c.index):
             detok = child.detokenizer
-            token_ids = list(detok.token_ids)
+            start = child.num_streamed_tokens if parent.delta else 0
+            if parent.delta:
+                if child.finish_streamed or (len(detok.token_ids) == start and child.finish_reason is None):
+                    continue  # nothing new for this completion
+                text = detok.stream_delta(finished=child.finish_reason is not None)
+                child.num_streamed_tokens = len(detok.token_ids)
+                child.finish_streamed = child.finish_reason is not None
+            else:
+                text = detok.output_text
             completions.append(
                 CompletionOutput(
                     index=child.index,
-                    text=detok.output_text,
-                    token_ids=token_ids,
+                    text=text,
+                    token_ids=detok.token_ids[start:],
                     cumulative_logprob=child.cumulative_logprob if child.logprobs is not None else None,
-                    logprobs=list(child.logprobs) if child.logprobs is not None else None,
+                    logprobs=child.logprobs[start:] if child.logprobs is not None else None,
                     finish_reason=child.finish_reason,
                     stop_reason=child.stop_reason,
                 )

@@ -1,0 +1,142 @@
+"""What every front end does before a request reaches the engine core: build the engine from its
+arguments, tokenize (chat templates included), check the request against the engine's limits, and
+split ``n > 1`` into child requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer, GenerationConfig
+
+from raygrid.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from raygrid.engine.request import Request
+from raygrid.engine.sampling_params import SamplingParams
+from raygrid.models.default_model import resolve_model_path
+from raygrid.models.loader import load_hf_config
+
+PromptType = str | dict[str, Any]
+
+
+def build_engine_config(
+    model: str,
+    tokenizer: str | None = None,
+    dtype: str = "auto",
+    max_model_len: int | None = None,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int | None = None,
+    block_size: int = 16,
+    num_kv_blocks: int | None = None,
+    enable_prefix_caching: bool = True,
+    enable_chunked_prefill: bool = True,
+    long_prefill_token_threshold: int = 0,
+    scheduling_policy: str = "fcfs",
+    gpu_memory_utilization: float = 0.9,
+    max_logprobs: int = 20,
+    seed: int = 0,
+    device: str = "auto",
+) -> EngineConfig:
+    """The engine's configuration from vLLM-style keyword arguments, resolved against the checkpoint."""
+    model_path = resolve_model_path(model)
+    config = EngineConfig(
+        model=ModelConfig(model=model_path, tokenizer=tokenizer, dtype=dtype, max_model_len=max_model_len, max_logprobs=max_logprobs, seed=seed),
+        cache=CacheConfig(
+            block_size=block_size,
+            num_kv_blocks=num_kv_blocks,
+            enable_prefix_caching=enable_prefix_caching,
+            gpu_memory_utilization=gpu_memory_utilization,
+        ),
+        scheduler=SchedulerConfig(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enable_chunked_prefill=enable_chunked_prefill,
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            policy=scheduling_policy,
+        ),
+        device=device,
+    )
+    return config.resolve(load_hf_config(model_path).max_position_embeddings)
+
+
+@dataclass
+class ProcessedRequest:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    children: list[Request]
+
+
+class InputProcessor:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        model_path = config.model.model
+        self.hf_config = load_hf_config(model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model.tokenizer or model_path)
+        self.vocab_size = self.hf_config.vocab_size
+        self.max_model_len = config.model.max_model_len
+        self.eos_token_ids = self._eos_token_ids(model_path)
+
+    def _eos_token_ids(self, model_path: str) -> frozenset[int]:
+        """The tokenizer's EOS plus generation_config.json's (Llama 3 lists several)."""
+        ids = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        if (Path(model_path) / "generation_config.json").is_file():
+            eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+            ids.update([eos] if isinstance(eos, int) else (eos or []))
+        return frozenset(ids)
+
+    def tokenize_prompt(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            return prompt, self.tokenizer.encode(prompt)
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            return prompt.get("prompt"), list(prompt["prompt_token_ids"])
+        if isinstance(prompt, dict) and "prompt" in prompt:
+            return prompt["prompt"], self.tokenizer.encode(prompt["prompt"])
+        raise ValueError("a prompt is a string, {'prompt': str} or {'prompt_token_ids': [int, ...]}")
+
+    def apply_chat_template(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True) -> list[int]:
+        if chat_template is None and not self.tokenizer.chat_template:
+            raise ValueError("the tokenizer has no chat_template; pass chat_template=...")
+        text = self.tokenizer.apply_chat_template(
+            conversation, chat_template=chat_template, add_generation_prompt=add_generation_prompt, tokenize=False
+        )
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+        """Check a request against this engine's limits; returns its max_tokens."""
+        max_len = self.max_model_len
+        if not prompt_token_ids:
+            raise ValueError("prompt is empty: at least one token is needed")
+        if len(prompt_token_ids) >= max_len:
+            raise ValueError(
+                f"prompt has {len(prompt_token_ids)} tokens; it must be shorter than max_model_len ({max_len}) "
+                "to leave room for an output token"
+            )
+        bad = [t for t in prompt_token_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}")
+        bad = [t for t in params.stop_token_ids if t >= self.vocab_size]
+        if bad:
+            raise ValueError(f"stop_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}")
+        max_logprobs = self.config.model.max_logprobs
+        if params.logprobs is not None and params.logprobs > max_logprobs:
+            raise ValueError(f"logprobs ({params.logprobs}) must be <= max_logprobs ({max_logprobs})")
+        room = max_len - len(prompt_token_ids)
+        return room if params.max_tokens is None else min(params.max_tokens, room)
+
+    def process(self, request_id: str, prompt: PromptType, params: SamplingParams, priority: int = 0, arrival_time: float | None = None) -> ProcessedRequest:
+        """Tokenize and validate; a request with ``n > 1`` becomes n child requests (seeds seed, seed+1, ...)."""
+        text, token_ids = self.tokenize_prompt(prompt)
+        max_tokens = self.validate(token_ids, params)
+        children = []
+        for k in range(params.n):
+            child_params = params.model_copy(update={"n": 1})
+            if params.seed is not None and params.n > 1:
+                child_params = child_params.model_copy(update={"seed": params.seed + k})
+            child_id = request_id if params.n == 1 else f"{request_id}-{k}"
+            children.append(
+                Request(child_id, token_ids, child_params, max_tokens, self.eos_token_ids, arrival_time=arrival_time, priority=priority)
+            )
+        return ProcessedRequest(request_id, text, token_ids, children)
