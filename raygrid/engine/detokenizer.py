@@ -43,6 +43,15 @@ class IncrementalDetokenizer:
             return full_text[len(prefix_text) :]
         return ""
 
+    def flush(self) -> None:
+        """At the end of a request, add the bytes still waiting for a character to complete (they decode
+        to U+FFFD), so the text equals decoding all the output tokens at once."""
+        prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
+        full_text = self._decode(self._ids[self._prefix_offset :])
+        if len(full_text) > len(prefix_text):
+            self.output_text += full_text[len(prefix_text) :]
+        self._prefix_offset = self._read_offset = len(self._ids)
+
     def update(self, new_token_ids: list[int]) -> str | None:
         """Add tokens; returns the stop string that matched (text is then cut there), else None."""
         for token_id in new_token_ids:

@@ -89,6 +89,7 @@ class OutputProcessor:
                     to_abort.append(out.req_id)
             elif out.finish_reason is not None:
                 child.finish_reason, child.stop_reason = out.finish_reason, out.stop_reason
+                child.detokenizer.flush()
             changed[parent_id] = parent
         results = [self._make_output(parent) for parent in changed.values()]
         for parent in changed.values():

@@ -72,6 +72,8 @@ class EngineCoreOutput:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
+    # Seconds between arrival and first being scheduled; set on a request's first output only.
+    queue_time: float | None = None
 
     @property
     def finished(self) -> bool:

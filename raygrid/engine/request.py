@@ -69,6 +69,7 @@ class Request:
         self.num_computed_tokens = 0
         # Prompt tokens found in the prefix cache the first time the request was scheduled (-1: not yet).
         self.num_cached_tokens = -1
+        self.first_scheduled_time: float | None = None
         self.num_preemptions = 0
         # Chained hashes of the full blocks of all_token_ids, filled in by the KV cache manager.
         self.block_hashes: list[int] = []

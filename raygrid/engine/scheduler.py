@@ -10,6 +10,7 @@ recomputed from scratch, which the prefix cache makes cheap.
 from __future__ import annotations
 
 import heapq
+import time
 import itertools
 from dataclasses import dataclass
 
@@ -175,6 +176,7 @@ class Scheduler:
                 resumed.add(req.request_id)
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_hit_tokens
+                req.first_scheduled_time = time.monotonic()
             self._prefix_queries += req.num_tokens
             self._prefix_hits += num_hit_tokens
             req.status = RequestStatus.RUNNING
@@ -274,6 +276,8 @@ class Scheduler:
                 new_logprobs=[logprobs] if logprobs is not None else [],
                 num_cached_tokens=max(req.num_cached_tokens, 0),
             )
+            if req.num_output_tokens == len(new_tokens) and req.first_scheduled_time is not None:
+                out.queue_time = req.first_scheduled_time - req.arrival_time
             if status is not None:
                 self.running.remove(req)
                 self._finish(req, status)

@@ -64,6 +64,30 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from raygrid.engine.async_llm import AsyncLLM
+    from raygrid.entrypoints.openai_server import build_app
+
+    if args.model == DEFAULT_MODEL_NAME:
+        print(f"note: {DEFAULT_MODEL_NAME} has random weights; its text is noise, the engine around it is real.", file=sys.stderr)
+    engine = AsyncLLM(served_model_name=args.served_model_name, max_queued_requests=args.max_queued_requests, **engine_kwargs(args))
+    app = build_app(engine, api_key=args.api_key)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    finally:
+        engine.shutdown()
+    return 0
+
+
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from raygrid.bench.serve import run_serve_benchmark
+
+    run_serve_benchmark(args)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raygrid", description="raygrid LLM inference engine")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,6 +102,23 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stop", action="append", default=None)
     gen.add_argument("-n", type=int, default=1)
     gen.set_defaults(func=cmd_generate)
+
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    add_engine_args(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1")
+    serve.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
+    serve.add_argument("--max-queued-requests", type=int, default=4096, help="requests in flight before new ones get 503")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=cmd_serve)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    from raygrid.bench.serve import add_serve_bench_args
+
+    bench_serve = bench.add_parser("serve", help="load an OpenAI-compatible endpoint and measure latency and throughput")
+    add_serve_bench_args(bench_serve)
+    bench_serve.set_defaults(func=cmd_bench_serve)
     return parser
 
 

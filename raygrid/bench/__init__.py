@@ -1,0 +1,1 @@
+"""Benchmarks: `raygrid bench serve` (online, any OpenAI-compatible endpoint)."""

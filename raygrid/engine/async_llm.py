@@ -1,0 +1,236 @@
+"""AsyncLLM: the streaming front end for servers.
+
+The engine's step loop runs on a thread of its own, so the asyncio event loop that talks to clients
+only queues commands (add, abort) and receives outputs; a slow client never stalls the engine or the
+other clients. Each request has an asyncio queue its outputs are pushed into from the engine thread.
+A request whose consumer goes away (cancelled task, closed connection) is aborted and its KV blocks
+are freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from raygrid.engine.core import EngineCore
+from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config
+from raygrid.engine.metrics import EngineMetrics
+from raygrid.engine.output_processor import OutputProcessor
+from raygrid.engine.outputs import EngineCoreOutput, RequestOutput
+from raygrid.engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    """The engine loop failed; no request can be served any more."""
+
+
+class EngineOverloadedError(RuntimeError):
+    """Too many requests are queued; the caller should retry later (HTTP 503)."""
+
+
+@dataclass
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    arrival: float
+    num_prompt_tokens: int
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    child_ids: list[str] = field(default_factory=list)
+
+
+class AsyncLLM:
+    """``AsyncLLM(model, **engine_kwargs)``, the same arguments as ``LLM``, plus ``max_queued_requests``:
+    how many unfinished requests it holds before new ones are refused with EngineOverloadedError."""
+
+    def __init__(self, model: str, max_queued_requests: int = 4096, served_model_name: str | None = None, **engine_kwargs) -> None:
+        self.config = build_engine_config(model, **engine_kwargs)
+        self.processor = InputProcessor(self.config)
+        self.tokenizer = self.processor.tokenizer
+        self.model_name = served_model_name or model
+        self.max_queued_requests = max_queued_requests
+        self.engine = EngineCore(self.config, self.processor.eos_token_ids)
+        self.output_processor = OutputProcessor(self.tokenizer)
+        self.metrics = EngineMetrics(self.model_name)
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._streams: dict[str, _Stream] = {}
+        self._streams_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._dead: BaseException | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._engine_loop, name="raygrid-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the asyncio side
+
+    @property
+    def is_healthy(self) -> bool:
+        return self._dead is None and self._thread.is_alive()
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self._streams)
+
+    async def generate(
+        self,
+        prompt: PromptType,
+        sampling_params: SamplingParams,
+        request_id: str | None = None,
+        priority: int = 0,
+        delta: bool = False,
+    ) -> AsyncIterator[RequestOutput]:
+        """Stream a request's outputs: cumulative ones, or with ``delta=True`` only what is new (text with
+        stop-string hold-back). Raises ValueError for a request the engine cannot take."""
+        if self._dead is not None:
+            raise EngineDeadError(f"engine loop failed: {self._dead!r}")
+        if len(self._streams) >= self.max_queued_requests:
+            raise EngineOverloadedError(f"{len(self._streams)} requests in flight (max_queued_requests={self.max_queued_requests})")
+        request_id = request_id or f"req-{next(self._ids)}"
+        processed = self.processor.process(request_id, prompt, sampling_params, priority=priority)
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), time.monotonic(), len(processed.prompt_token_ids))
+        stream.child_ids = [c.request_id for c in processed.children]
+        with self._streams_lock:
+            if request_id in self._streams:
+                raise ValueError(f"request_id {request_id!r} is already in flight")
+            self._streams[request_id] = stream
+        self.metrics.prompt_tokens.inc(len(processed.prompt_token_ids) * len(processed.children))
+        self._commands.put(("add", processed, delta))
+        finished = False
+        try:
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    raise EngineDeadError(f"engine loop failed: {item!r}") from item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request and free its KV blocks; safe to call from any thread, for any id."""
+        self._commands.put(("abort", request_id))
+
+    def render_metrics(self) -> bytes:
+        return self.metrics.render()
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        self._commands.put(("stop",))
+        self._thread.join(timeout=30)
+        self.engine.shutdown()
+
+    # ------------------------------------------------------------------ the engine thread
+
+    def _engine_loop(self) -> None:
+        try:
+            while not self._stopping:
+                idle = not self.engine.has_unfinished_requests()
+                self._apply_commands(block=idle)
+                if self._stopping:
+                    break
+                if self.engine.has_unfinished_requests():
+                    self._step()
+        except BaseException as error:  # report to every waiting client rather than hang them
+            logger.exception("engine loop failed")
+            self._dead = error
+            with self._streams_lock:
+                streams = list(self._streams.values())
+                self._streams.clear()
+            for stream in streams:
+                self._deliver(stream, error)
+
+    @staticmethod
+    def _deliver(stream: _Stream, item) -> bool:
+        """Hand an item to the stream's event loop; False if that loop is gone (its client with it)."""
+        try:
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+            return True
+        except RuntimeError:  # event loop closed
+            return False
+
+    def _apply_commands(self, block: bool) -> None:
+        try:
+            command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind = command[0]
+            if kind == "add":
+                self._add(command[1], command[2])
+            elif kind == "abort":
+                self._abort(command[1])
+            elif kind == "stop":
+                return
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+
+    def _add(self, processed: ProcessedRequest, delta: bool) -> None:
+        if processed.request_id not in self._streams:
+            return  # the client left before the engine saw the request
+        self.output_processor.add_request(processed, delta=delta)
+        for child in processed.children:
+            self.engine.add_request(child)
+
+    def _abort(self, request_id: str) -> None:
+        with self._streams_lock:
+            stream = self._streams.pop(request_id, None)
+        if stream is None:
+            return
+        self.engine.abort_requests(stream.child_ids)
+        if self.output_processor.abort(request_id) is not None:
+            self.metrics.observe_finished("abort")
+        self.metrics.observe_scheduler(self.engine.stats())
+
+    def _step(self) -> None:
+        core_outputs = self.engine.step()
+        now = time.monotonic()
+        self._observe_tokens(core_outputs, now)  # before process(), which forgets finished requests
+        outputs, to_abort = self.output_processor.process(core_outputs)
+        if to_abort:
+            self.engine.abort_requests(to_abort)
+        for output in outputs:
+            with self._streams_lock:
+                stream = self._streams.get(output.request_id)
+                if stream is not None and output.finished:
+                    del self._streams[output.request_id]
+            if stream is None:
+                continue
+            if output.finished:
+                self.metrics.e2e_latency.observe(now - stream.arrival)
+                for completion in output.outputs:
+                    if completion.finish_reason:
+                        self.metrics.observe_finished(completion.finish_reason)
+            if not self._deliver(stream, output) and not output.finished:
+                self._commands.put(("abort", output.request_id))
+        self.metrics.observe_scheduler(self.engine.stats())
+
+    def _observe_tokens(self, core_outputs: list[EngineCoreOutput], now: float) -> None:
+        for out in core_outputs:
+            if not out.new_token_ids:
+                continue
+            self.metrics.generation_tokens.inc(len(out.new_token_ids))
+            parent_id = self.output_processor.parent_of.get(out.req_id, out.req_id)
+            stream = self._streams.get(parent_id)
+            if stream is None:
+                continue
+            if stream.first_token_time is None:
+                stream.first_token_time = now
+                self.metrics.time_to_first_token.observe(now - stream.arrival)
+            elif stream.last_token_time is not None:
+                self.metrics.inter_token_latency.observe(now - stream.last_token_time)
+            stream.last_token_time = now
+            if out.queue_time is not None:
+                self.metrics.queue_time.observe(out.queue_time)

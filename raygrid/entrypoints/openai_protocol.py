@@ -1,0 +1,233 @@
+"""Request and response bodies of the OpenAI API (completions, chat completions, models, errors),
+with vLLM's extra sampling fields. Unknown fields are ignored, as the OpenAI API does."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from raygrid.engine.sampling_params import SamplingParams
+
+
+def random_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _SamplingFields(_Lenient):
+    """Fields shared by both endpoints; range checks are SamplingParams' own."""
+
+    model: str
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    user: str | None = None
+    # vLLM extensions
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    priority: int = 0
+
+    def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        fields: dict[str, Any] = dict(
+            n=self.n,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            seed=self.seed,
+            max_tokens=max_tokens,
+            min_tokens=self.min_tokens,
+            stop=self.stop,
+            stop_token_ids=self.stop_token_ids or [],
+            ignore_eos=self.ignore_eos,
+            logprobs=logprobs,
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            skip_special_tokens=self.skip_special_tokens,
+        )
+        for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = value
+        return SamplingParams(**fields)
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    suffix: str | None = None
+
+    def sampling_params(self) -> SamplingParams:
+        return self._sampling_params(self.max_tokens, self.logprobs)
+
+
+class ChatContentPart(_Lenient):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[ChatContentPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        unsupported = [part.type for part in self.content if part.type != "text"]
+        if unsupported:
+            raise ValueError(f"messages: content parts of type {unsupported[0]!r} are not supported (only 'text')")
+        return "".join(part.text or "" for part in self.content)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    add_generation_prompt: bool = True
+    chat_template: str | None = None
+
+    def sampling_params(self) -> SamplingParams:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs to be true")
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return self._sampling_params(max_tokens, logprobs)
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class CompletionLogprobs(BaseModel):
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class CompletionResponse(BaseModel):
+    id: str = Field(default_factory=lambda: random_id("cmpl"))
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChatChoiceLogprobs(BaseModel):
+    content: list[ChatTokenLogprob] | None = None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+
+
+class ChatCompletionChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: ChatChoiceLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str = Field(default_factory=lambda: random_id("chatcmpl"))
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatCompletionChoice]
+    usage: UsageInfo
+
+
+class DeltaMessage(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatCompletionStreamChoice(BaseModel):
+    index: int
+    delta: DeltaMessage
+    logprobs: ChatChoiceLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatCompletionStreamChoice]
+    usage: UsageInfo | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "raygrid"
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | int | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo

@@ -1,0 +1,429 @@
+"""OpenAI-compatible HTTP server (FastAPI) over AsyncLLM.
+
+POST /v1/completions and /v1/chat/completions (streamed as server-sent events or not), GET /v1/models,
+/health, /version and /metrics (Prometheus). Every client error gets the OpenAI error body with a 4xx
+status; the engine keeps serving the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import raygrid
+from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
+from raygrid.engine.outputs import CompletionOutput, RequestOutput
+from raygrid.engine.sampling_params import SamplingParams
+from raygrid.entrypoints.openai_protocol import (
+    AssistantMessage,
+    ChatChoiceLogprobs,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionStreamChoice,
+    ChatTokenLogprob,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    DeltaMessage,
+    ErrorInfo,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    TopLogprob,
+    UsageInfo,
+    random_id,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+
+def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorInfo(message=message, type=kind, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+def describe_validation_error(error: ValidationError | RequestValidationError) -> tuple[str, str | None]:
+    """'field: problem' lines from pydantic's errors, and the first field's name."""
+    lines, first = [], None
+    for item in error.errors():
+        loc = [str(p) for p in item.get("loc", ()) if p not in ("body",)]
+        if item.get("type") == "json_invalid":
+            loc = []  # the location is a character offset, not a field
+        field = ".".join(loc) or "body"
+        first = first or field
+        lines.append(f"{field}: {item.get('msg')}")
+    return "; ".join(lines) or str(error), first
+
+
+def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: list[str] | None = None) -> FastAPI:
+    names = served_model_names or [engine.model_name]
+    max_len = engine.config.model.max_model_len
+    app = FastAPI(title="raygrid OpenAI-compatible server", version=raygrid.__version__)
+
+    @app.middleware("http")
+    async def check_api_key(request: Request, call_next):
+        if api_key and request.url.path.startswith("/v1"):
+            if request.headers.get("authorization") != f"Bearer {api_key}":
+                return error_response(401, "Incorrect or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(_request, error: RequestValidationError):
+        message, param = describe_validation_error(error)
+        return error_response(400, message, param=param)
+
+    @app.exception_handler(APIError)
+    async def on_api_error(_request, error: APIError):
+        return error_response(error.status, error.message, kind=error.kind, param=error.param, code=error.code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(_request, error: StarletteHTTPException):
+        return error_response(error.status_code, str(error.detail), kind="invalid_request_error" if error.status_code < 500 else "server_error")
+
+    # ------------------------------------------------------------------ plain endpoints
+
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200 if engine.is_healthy else 503)
+
+    @app.get("/version")
+    async def version():
+        return {"version": raygrid.__version__}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(engine.render_metrics(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models():
+        return ModelList(data=[ModelCard(id=name, root=engine.config.model.model, max_model_len=max_len) for name in names])
+
+    # ------------------------------------------------------------------ helpers
+
+    def check_model(model: str) -> None:
+        if model not in names:
+            raise APIError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found", kind="NotFoundError")
+
+    def make_params(build) -> SamplingParams:
+        try:
+            return build()
+        except ValidationError as error:
+            message, param = describe_validation_error(error)
+            raise APIError(400, message, param=param) from None
+        except ValueError as error:
+            raise APIError(400, str(error)) from None
+
+    def check_context(prompt_ids: list[int], params: SamplingParams, what: str) -> None:
+        requested = len(prompt_ids) + (params.max_tokens or 0)
+        if not prompt_ids:
+            raise APIError(400, f"{what} is empty: at least one token is needed", param=what)
+        if len(prompt_ids) >= max_len or requested > max_len:
+            raise APIError(
+                400,
+                f"This model's maximum context length is {max_len} tokens. However, you requested {requested} tokens "
+                f"({len(prompt_ids)} in the {what}, {params.max_tokens or 0} in the completion). "
+                f"Please reduce the length of the {what} or completion.",
+                param=what,
+                code="context_length_exceeded",
+            )
+        try:
+            engine.processor.validate(prompt_ids, params)
+        except ValueError as error:
+            raise APIError(400, str(error), param=what) from None
+
+    async def start(prompt_ids: list[int], params: SamplingParams, priority: int, request_id: str) -> AsyncIterator[RequestOutput]:
+        try:
+            stream = engine.generate({"prompt_token_ids": prompt_ids}, params, request_id=request_id, priority=priority, delta=True)
+            first = await stream.__anext__()
+        except EngineOverloadedError as error:
+            raise APIError(503, str(error), kind="server_error") from None
+        except EngineDeadError as error:
+            raise APIError(500, str(error), kind="server_error") from None
+        except ValueError as error:
+            raise APIError(400, str(error)) from None
+
+        async def chained():
+            try:
+                yield first
+                async for item in stream:
+                    yield item
+            finally:
+                await stream.aclose()
+                engine.abort(request_id)  # a no-op for a finished request
+
+        return chained()
+
+    async def collect(streams: list[AsyncIterator[RequestOutput]], raw: Request) -> list[list[RequestOutput]]:
+        """Drain the streams; abort everything if the client goes away first."""
+        async def drain(stream):
+            return [item async for item in stream]
+
+        tasks = [asyncio.ensure_future(drain(s)) for s in streams]
+        gathered = asyncio.gather(*tasks)
+        while not gathered.done():
+            done, _ = await asyncio.wait({gathered}, timeout=0.5)
+            if not done and await raw.is_disconnected():
+                await cancel_all(tasks, streams)
+                raise asyncio.CancelledError("client disconnected")
+        return gathered.result()
+
+    async def merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """Interleave several streams as their items arrive: (stream index, item)."""
+        queue: asyncio.Queue = asyncio.Queue()
+        done = object()
+
+        async def pump(i, stream):
+            try:
+                async for item in stream:
+                    await queue.put((i, item))
+            finally:
+                await queue.put((i, done))
+
+        tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+        try:
+            remaining = len(streams)
+            while remaining:
+                i, item = await queue.get()
+                if item is done:
+                    remaining -= 1
+                    continue
+                yield i, item
+            for task in tasks:
+                task.result()  # surface an engine failure
+        finally:
+            await cancel_all(tasks, streams)
+
+    async def cancel_all(tasks, streams) -> None:
+        """Cancel the tasks draining streams, let them unwind (which aborts their requests), close the streams."""
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for stream in streams:
+            await stream.aclose()
+
+    def sse(payload) -> str:
+        data = payload if isinstance(payload, str) else payload.model_dump_json(exclude_unset=False)
+        return f"data: {data}\n\n"
+
+    def streaming(body: AsyncIterator[str]) -> StreamingResponse:
+        return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    # ------------------------------------------------------------------ completions
+
+    @app.post("/v1/completions")
+    async def completions(request: CompletionRequest, raw: Request):
+        check_model(request.model)
+        if request.echo:
+            raise APIError(400, "echo is not supported", param="echo")
+        if request.suffix:
+            raise APIError(400, "suffix is not supported", param="suffix")
+        params = make_params(request.sampling_params)
+        prompts = normalize_prompts(request.prompt, engine)
+        if params.max_tokens is None:
+            params = params.model_copy(update={"max_tokens": max(max_len - max(len(p) for p in prompts), 1)})
+        for ids in prompts:
+            check_context(ids, params, "prompt")
+        request_id = random_id("cmpl")
+        streams = [await start(ids, params, request.priority, f"{request_id}-{i}") for i, ids in enumerate(prompts)]
+        n = params.n
+        if request.stream:
+            return streaming(stream_completions(request, request_id, prompts, streams, n))
+        results = await collect(streams, raw)
+        choices, completion_tokens = [], 0
+        for i, outputs in enumerate(results):
+            for completion in merge_deltas(outputs):
+                completion_tokens += len(completion.token_ids)
+                choices.append(
+                    CompletionChoice(
+                        index=i * n + completion.index,
+                        text=completion.text,
+                        logprobs=completion_logprobs(completion, params.logprobs, 0) if params.logprobs is not None else None,
+                        finish_reason=completion.finish_reason,
+                        stop_reason=completion.stop_reason,
+                    )
+                )
+        prompt_tokens = sum(len(p) for p in prompts)
+        usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+        return CompletionResponse(id=request_id, model=request.model, choices=sorted(choices, key=lambda c: c.index), usage=usage)
+
+    async def stream_completions(request: CompletionRequest, request_id: str, prompts, streams, n: int) -> AsyncIterator[str]:
+        created = int(time.time())
+        include_usage = request.stream_options is not None and request.stream_options.include_usage
+        continuous = include_usage and request.stream_options.continuous_usage_stats
+        prompt_tokens = sum(len(p) for p in prompts)
+        completion_tokens = 0
+        offsets: dict[int, int] = {}
+        try:
+            async for i, output in merge(streams):
+                for completion in output.outputs:
+                    index = i * n + completion.index
+                    completion_tokens += len(completion.token_ids)
+                    logprobs = None
+                    if request.logprobs is not None:
+                        logprobs = completion_logprobs(completion, request.logprobs, offsets.get(index, 0))
+                    offsets[index] = offsets.get(index, 0) + len(completion.text)
+                    chunk = CompletionResponse(
+                        id=request_id,
+                        created=created,
+                        model=request.model,
+                        choices=[CompletionChoice(index=index, text=completion.text, logprobs=logprobs,
+                                                  finish_reason=completion.finish_reason, stop_reason=completion.stop_reason)],
+                    )
+                    if continuous:
+                        chunk.usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                                total_tokens=prompt_tokens + completion_tokens)
+                    yield sse(chunk)
+            if include_usage:
+                usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+                yield sse(CompletionResponse(id=request_id, created=created, model=request.model, choices=[], usage=usage))
+        except (EngineDeadError, RuntimeError) as error:
+            yield sse(ErrorResponse(error=ErrorInfo(message=str(error), type="server_error")))
+        yield sse("[DONE]")
+
+    # ------------------------------------------------------------------ chat completions
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: ChatCompletionRequest, raw: Request):
+        check_model(request.model)
+        params = make_params(request.sampling_params)
+        try:
+            conversation = [{"role": m.role, "content": m.text()} for m in request.messages]
+            prompt_ids = engine.processor.apply_chat_template(conversation, request.chat_template, request.add_generation_prompt)
+        except ValueError as error:
+            raise APIError(400, str(error), param="messages") from None
+        except Exception as error:  # a template that fails to render on this conversation
+            raise APIError(400, f"messages: the chat template failed: {error}", param="messages") from None
+        if params.max_tokens is None:
+            params = params.model_copy(update={"max_tokens": max(max_len - len(prompt_ids), 1)})
+        check_context(prompt_ids, params, "messages")
+        request_id = random_id("chatcmpl")
+        stream = await start(prompt_ids, params, request.priority, request_id)
+        if request.stream:
+            return streaming(stream_chat(request, request_id, prompt_ids, stream, params))
+        (outputs,) = await collect([stream], raw)
+        choices, completion_tokens = [], 0
+        for completion in merge_deltas(outputs):
+            completion_tokens += len(completion.token_ids)
+            choices.append(
+                ChatCompletionChoice(
+                    index=completion.index,
+                    message=AssistantMessage(content=completion.text),
+                    logprobs=chat_logprobs(completion, params.logprobs) if params.logprobs is not None else None,
+                    finish_reason=completion.finish_reason,
+                    stop_reason=completion.stop_reason,
+                )
+            )
+        usage = UsageInfo(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens, total_tokens=len(prompt_ids) + completion_tokens)
+        return ChatCompletionResponse(id=request_id, model=request.model, choices=choices, usage=usage)
+
+    async def stream_chat(request: ChatCompletionRequest, request_id: str, prompt_ids, stream, params: SamplingParams) -> AsyncIterator[str]:
+        created = int(time.time())
+        include_usage = request.stream_options is not None and request.stream_options.include_usage
+        continuous = include_usage and request.stream_options.continuous_usage_stats
+        completion_tokens = 0
+
+        def chunk(choices, usage=None):
+            return ChatCompletionChunk(id=request_id, created=created, model=request.model, choices=choices, usage=usage)
+
+        def usage_now():
+            return UsageInfo(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens, total_tokens=len(prompt_ids) + completion_tokens)
+
+        # First chunk of each choice carries the role, as OpenAI's does.
+        yield sse(chunk([ChatCompletionStreamChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
+                         for i in range(params.n)]))
+        try:
+            async for _, output in merge([stream]):
+                for completion in output.outputs:
+                    completion_tokens += len(completion.token_ids)
+                    logprobs = chat_logprobs(completion, params.logprobs) if params.logprobs is not None else None
+                    choice = ChatCompletionStreamChoice(index=completion.index, delta=DeltaMessage(content=completion.text),
+                                                        logprobs=logprobs, finish_reason=completion.finish_reason)
+                    yield sse(chunk([choice], usage_now() if continuous else None))
+            if include_usage:
+                yield sse(chunk([], usage_now()))
+        except (EngineDeadError, RuntimeError) as error:
+            yield sse(ErrorResponse(error=ErrorInfo(message=str(error), type="server_error")))
+        yield sse("[DONE]")
+
+    return app
+
+
+def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:
+    """The four prompt shapes of the completions API, as token id lists."""
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif prompt and all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    else:
+        prompts = list(prompt)
+    if not prompts:
+        raise APIError(400, "prompt is empty", param="prompt")
+    return [engine.processor.tokenize_prompt(p)[1] if isinstance(p, str) else list(p) for p in prompts]
+
+
+def merge_deltas(outputs: list[RequestOutput]) -> list[CompletionOutput]:
+    """Fold a request's delta outputs back into one CompletionOutput per completion."""
+    merged: dict[int, CompletionOutput] = {}
+    for output in outputs:
+        for c in output.outputs:
+            acc = merged.setdefault(c.index, CompletionOutput(c.index, "", [], None, [] if c.logprobs is not None else None))
+            acc.text += c.text
+            acc.token_ids.extend(c.token_ids)
+            if c.logprobs is not None:
+                acc.logprobs.extend(c.logprobs)
+            acc.cumulative_logprob = c.cumulative_logprob
+            acc.finish_reason, acc.stop_reason = c.finish_reason, c.stop_reason
+    return [merged[i] for i in sorted(merged)]
+
+
+def _top_entries(entry, k: int):
+    return sorted((lp for lp in entry.values() if lp.rank <= k), key=lambda lp: lp.rank)
+
+
+def completion_logprobs(completion: CompletionOutput, k: int, text_offset: int) -> CompletionLogprobs:
+    out = CompletionLogprobs()
+    for token_id, entry in zip(completion.token_ids, completion.logprobs or []):
+        sampled = entry[token_id]
+        token = sampled.decoded_token or ""
+        out.tokens.append(token)
+        out.token_logprobs.append(sampled.logprob)
+        out.text_offset.append(text_offset)
+        text_offset += len(token)
+        out.top_logprobs.append({(lp.decoded_token or ""): lp.logprob for lp in _top_entries(entry, k)})
+    return out
+
+
+def chat_logprobs(completion: CompletionOutput, k: int) -> ChatChoiceLogprobs:
+    content = []
+    for token_id, entry in zip(completion.token_ids, completion.logprobs or []):
+        sampled = entry[token_id]
+        token = sampled.decoded_token or ""
+        content.append(
+            ChatTokenLogprob(
+                token=token,
+                logprob=sampled.logprob,
+                bytes=list(token.encode("utf-8")),
+                top_logprobs=[TopLogprob(token=lp.decoded_token or "", logprob=lp.logprob, bytes=list((lp.decoded_token or "").encode("utf-8")))
+                              for lp in _top_entries(entry, k)],
+            )
+        )
+    return ChatChoiceLogprobs(content=content)
+

@@ -1,0 +1,91 @@
+"""AsyncLLM: streams, cancellation that frees KV blocks, backpressure, and parity with LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from raygrid import LLM, SamplingParams
+from raygrid.engine.async_llm import AsyncLLM, EngineOverloadedError
+
+
+@pytest.fixture(scope="module")
+def engine(qwen3_dir):
+    engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=512, max_queued_requests=8)
+    yield engine
+    engine.shutdown()
+
+
+def wait_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.05)
+    return condition()
+
+
+def test_stream_deltas_add_up_to_the_offline_result(engine, qwen3_dir):
+    params = SamplingParams(temperature=0, max_tokens=15, ignore_eos=True)
+    (want,) = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=512).generate("Tell me a story", params, use_tqdm=False)
+
+    async def run():
+        text, ids, last = "", [], None
+        async for out in engine.generate("Tell me a story", params, delta=True):
+            text += out.outputs[0].text
+            ids += out.outputs[0].token_ids
+            last = out
+        return text, ids, last
+
+    text, ids, last = asyncio.run(run())
+    assert ids == want.outputs[0].token_ids and text == want.outputs[0].text
+    assert last.finished and last.outputs[0].finish_reason == "length"
+
+
+def test_cancelled_request_is_aborted_and_frees_blocks(engine):
+    total = engine.engine.stats().num_total_blocks
+
+    async def run():
+        seen = 0
+
+        async def consume():
+            nonlocal seen
+            async for _ in engine.generate("x", SamplingParams(max_tokens=400, ignore_eos=True)):
+                seen += 1
+
+        task = asyncio.create_task(consume())
+        while seen < 3:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return seen
+
+    assert asyncio.run(run()) >= 3
+    assert wait_until(lambda: engine.engine.stats().num_free_blocks == total and engine.num_unfinished_requests == 0)
+    assert engine.is_healthy
+
+
+def test_backpressure_refuses_past_the_limit(engine):
+    async def run():
+        gens = [engine.generate(f"p{i}", SamplingParams(max_tokens=300, ignore_eos=True)) for i in range(8)]
+        firsts = [asyncio.ensure_future(g.__anext__()) for g in gens]
+        await asyncio.gather(*firsts)
+        with pytest.raises(EngineOverloadedError):
+            await engine.generate("one too many", SamplingParams(max_tokens=2)).__anext__()
+        for g in gens:
+            await g.aclose()
+
+    asyncio.run(run())
+    assert wait_until(lambda: engine.num_unfinished_requests == 0)
+
+
+def test_bad_request_raises_and_others_continue(engine):
+    async def run():
+        good = engine.generate("fine", SamplingParams(max_tokens=5, ignore_eos=True))
+        with pytest.raises(ValueError, match="max_model_len"):
+            await engine.generate({"prompt_token_ids": [5] * 600}, SamplingParams()).__anext__()
+        return [out async for out in good][-1]
+
+    last = asyncio.run(run())
+    assert last.finished and len(last.outputs[0].token_ids) == 5

@@ -1,0 +1,273 @@
+"""The real server in a subprocess, driven by the official openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from raygrid import LLM, SamplingParams
+
+MAX_MODEL_LEN = 512
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model_dir: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "raygrid.entrypoints.cli", "serve", "--model", model_dir, "--served-model-name", "tiny",
+           "--port", str(port), "--device", "cpu", "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
+           "--log-level", "warning", *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stdout.read()}")
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not come up")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(qwen3_dir):
+    proc, base = start_server(qwen3_dir)
+    yield base
+    stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def offline(qwen3_dir):
+    return LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=MAX_MODEL_LEN)
+
+
+def metric(base: str, name: str) -> float:
+    text = httpx.get(f"{base}/metrics").text
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+PROMPTS = ["Hello, world!", "Once upon a time there was", "The weather in Paris is"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_match_offline_llm(client, offline, stream):
+    expected = offline.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True), use_tqdm=False)
+    for prompt, want in zip(PROMPTS, expected):
+        kwargs = dict(model="tiny", prompt=prompt, max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
+        if stream:
+            chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+            text = "".join(c.choices[0].text for c in chunks if c.choices)
+            assert chunks[-1].usage.completion_tokens == 12
+            assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+        else:
+            response = client.completions.create(**kwargs)
+            text = response.choices[0].text
+            assert response.usage.prompt_tokens == len(want.prompt_token_ids)
+            assert response.usage.completion_tokens == 12
+            assert response.choices[0].finish_reason == "length"
+        assert text == want.outputs[0].text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_matches_offline_llm(client, offline, stream):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is two plus two?"}]
+    (want,) = offline.chat(messages, SamplingParams(temperature=0, max_tokens=10, ignore_eos=True), use_tqdm=False)
+    kwargs = dict(model="tiny", messages=messages, max_tokens=10, temperature=0, extra_body={"ignore_eos": True})
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **kwargs))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        response = client.chat.completions.create(**kwargs)
+        assert response.choices[0].message.role == "assistant"
+        assert response.usage.prompt_tokens == len(want.prompt_token_ids)
+        text = response.choices[0].message.content
+    assert text == want.outputs[0].text
+
+
+def test_n_seed_stop_and_logprobs(client, offline):
+    response = client.completions.create(model="tiny", prompt=PROMPTS[1], n=3, seed=5, temperature=1.0, max_tokens=8,
+                                         logprobs=2, extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in response.choices) == [0, 1, 2]
+    again = client.completions.create(model="tiny", prompt=PROMPTS[1], n=3, seed=5, temperature=1.0, max_tokens=8,
+                                      logprobs=2, extra_body={"ignore_eos": True})
+    assert [c.text for c in response.choices] == [c.text for c in again.choices]
+    for choice in response.choices:
+        assert len(choice.logprobs.tokens) == 8 and len(choice.logprobs.top_logprobs) == 8
+        assert all(1 <= len(top) <= 2 for top in choice.logprobs.top_logprobs)
+        if not any("\ufffd" in t for t in choice.logprobs.tokens):  # a token of a split character decodes alone as U+FFFD
+            assert "".join(choice.logprobs.tokens) == choice.text
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                          temperature=0, logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 4 and all(len(t.top_logprobs) == 3 for t in content)
+    assert content[0].top_logprobs[0].logprob >= content[0].top_logprobs[1].logprob
+
+    full = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=16, temperature=0, extra_body={"ignore_eos": True})
+    text = full.choices[0].text
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    cut = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=16, temperature=0, stop=[stop],
+                                    extra_body={"ignore_eos": True})
+    assert cut.choices[0].finish_reason == "stop" and cut.choices[0].text == text[: text.find(stop)]
+
+
+def test_64_concurrent_streams_complete(server):
+    async def one(client, i):
+        stream = await client.completions.create(model="tiny", prompt=f"Request number {i} says", max_tokens=10 + i % 7,
+                                                 temperature=0.7, seed=i, stream=True, stream_options={"include_usage": True},
+                                                 extra_body={"ignore_eos": True})
+        chunks = [c async for c in stream]
+        return chunks[-1].usage.completion_tokens, sum(1 for c in chunks if c.choices and c.choices[0].text is not None)
+
+    async def main():
+        client = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+        try:
+            return await asyncio.gather(*(one(client, i) for i in range(64)))
+        finally:
+            await client.close()
+
+    results = asyncio.run(main())
+    assert [tokens for tokens, _ in results] == [10 + i % 7 for i in range(64)]
+    assert all(chunks >= 1 for _, chunks in results)
+
+
+def test_closing_a_stream_frees_its_blocks(server):
+    body = {"model": "tiny", "prompt": "A long story:", "max_tokens": 480, "temperature": 0, "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=30) as http:
+        with http.stream("POST", f"{server}/v1/completions", json=body) as response:
+            lines = response.iter_lines()
+            for _ in range(6):
+                next(line for line in lines if line.startswith("data: "))
+            assert metric(server, "raygrid:num_requests_running") == 1
+            assert metric(server, "raygrid:kv_cache_usage_perc") > 0
+        # leaving the block closes the connection mid-stream
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and metric(server, "raygrid:num_requests_running") != 0:
+        time.sleep(0.1)
+    assert metric(server, "raygrid:num_requests_running") == 0
+    assert metric(server, "raygrid:kv_cache_usage_perc") == 0
+    assert metric(server, 'raygrid:request_success_total') >= 1
+
+
+BAD_REQUESTS = [
+    ("completions", b"{not json"),
+    ("completions", b"[1, 2, 3]"),
+    ("completions", {"prompt": "hi"}),  # no model
+    ("completions", {"model": "tiny"}),  # no prompt
+    ("completions", {"model": "nope", "prompt": "hi"}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": -5}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": "many"}),
+    ("completions", {"model": "tiny", "prompt": "hi", "temperature": -1}),
+    ("completions", {"model": "tiny", "prompt": "hi", "temperature": 1000}),
+    ("completions", {"model": "tiny", "prompt": "hi", "top_p": 0}),
+    ("completions", {"model": "tiny", "prompt": "hi", "top_k": -7}),
+    ("completions", {"model": "tiny", "prompt": "hi", "n": 0}),
+    ("completions", {"model": "tiny", "prompt": "hi", "presence_penalty": 9}),
+    ("completions", {"model": "tiny", "prompt": "hi", "logprobs": 50}),
+    ("completions", {"model": "tiny", "prompt": "hi", "stop": [""]}),
+    ("completions", {"model": "tiny", "prompt": "word " * 600}),  # over the context length
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": MAX_MODEL_LEN}),  # prompt + max_tokens too long
+    ("completions", {"model": "tiny", "prompt": [5, 10**9]}),  # token id out of range
+    ("completions", {"model": "tiny", "prompt": ""}),
+    ("completions", {"model": "tiny", "prompt": "hi", "echo": True}),
+    ("completions", {"model": "tiny", "prompt": "hi", "seed": -3}),
+    ("chat/completions", {"model": "tiny", "messages": []}),
+    ("chat/completions", {"model": "tiny", "messages": [{"role": "wizard", "content": "hi"}]}),
+    ("chat/completions", {"model": "tiny", "messages": "hello"}),
+    ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+    ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}),
+    ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "min_tokens": 9, "max_tokens": 3}),
+]
+
+
+def test_bad_requests_get_4xx_and_the_server_carries_on(server):
+    with httpx.Client(timeout=30) as http:
+        for path, body in BAD_REQUESTS:
+            kwargs = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) else {"json": body}
+            response = http.post(f"{server}/v1/{path}", **kwargs)
+            assert 400 <= response.status_code < 500, (body, response.status_code, response.text)
+            error = response.json()["error"]
+            assert error["message"] and error["type"], body
+        assert http.post(f"{server}/v1/completions", json={"model": "nope", "prompt": "x"}).status_code == 404
+        too_long = http.post(f"{server}/v1/completions", json={"model": "tiny", "prompt": "word " * 600}).json()["error"]
+        assert f"maximum context length is {MAX_MODEL_LEN}" in too_long["message"]
+        temp = http.post(f"{server}/v1/completions", json={"model": "tiny", "prompt": "x", "temperature": -1}).json()["error"]
+        assert temp["param"] == "temperature"
+        ok = http.post(f"{server}/v1/completions", json={"model": "tiny", "prompt": "still here?", "max_tokens": 3})
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] >= 1
+    assert httpx.get(f"{server}/health").status_code == 200
+
+
+def test_models_version_metrics(server, client):
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert httpx.get(f"{server}/version").json()["version"]
+    text = httpx.get(f"{server}/metrics").text
+    for name in ("raygrid:time_to_first_token_seconds_bucket", "raygrid:inter_token_latency_seconds_bucket",
+                 "raygrid:e2e_request_latency_seconds_count", "raygrid:request_queue_time_seconds_count",
+                 "raygrid:num_requests_waiting", "raygrid:prefix_cache_queries_total", "raygrid:prefix_cache_hits_total",
+                 "raygrid:num_preemptions_total", "raygrid:prompt_tokens_total", "raygrid:generation_tokens_total"):
+        assert name in text, name
+    assert metric(server, "raygrid:generation_tokens_total") > 0
+    assert metric(server, "raygrid:time_to_first_token_seconds_count") > 0
+
+
+def test_api_key(qwen3_dir):
+    proc, base = start_server(qwen3_dir, "--api-key", "sekrit")
+    try:
+        denied = openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            denied.models.list()
+        allowed = openai.OpenAI(base_url=f"{base}/v1", api_key="sekrit", max_retries=0)
+        assert allowed.completions.create(model="tiny", prompt="hi", max_tokens=2).usage.completion_tokens >= 1
+        assert httpx.get(f"{base}/health").status_code == 200  # health needs no key
+    finally:
+        stop_server(proc)
+
+
+def test_bench_serve(server, tmp_path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "raygrid.entrypoints.cli", "bench", "serve", "--base-url", server, "--num-prompts", "12",
+         "--input-len", "20", "--output-len", "6", "--max-concurrency", "4", "--request-rate", "50", "--save-result", str(out),
+         "--no-progress"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    assert summary["completed"] == 12 and summary["failed"] == 0
+    assert summary["total_output_tokens"] == 12 * 6 and summary["total_input_tokens"] == 12 * 20
+    assert summary["ttft_ms"]["median"] > 0 and summary["e2el_ms"]["p99"] >= summary["e2el_ms"]["median"]
+    assert summary["output_throughput"] > 0
+    assert "TTFT (ms)" in result.stdout
