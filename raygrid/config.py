@@ -43,10 +43,48 @@ class SchedulerConfig(_Strict):
     policy: Literal["fcfs", "priority"] = "fcfs"
 
 
+class ParallelConfig(_Strict):
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    data_parallel_size: int = Field(default=1, ge=1)
+    # "ray": workers are Ray actors (needed for more than one device); "inprocess": one device here.
+    distributed_executor_backend: Literal["inprocess", "ray"] | None = None
+    ray_address: str | None = Field(default=None, description="Ray cluster to join ('auto'); default: start a local one")
+    ray_worker_cpus: float = Field(default=1.0, gt=0.0, description="CPUs a worker actor reserves")
+
+    @model_validator(mode="after")
+    def _pick_backend(self) -> "ParallelConfig":
+        if self.distributed_executor_backend is None:
+            several = self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size > 1
+            object.__setattr__(self, "distributed_executor_backend", "ray" if several else "inprocess")
+        elif self.distributed_executor_backend == "inprocess" and self.world_size > 1:
+            raise ValueError(
+                f"distributed_executor_backend 'inprocess' runs one device; tensor_parallel_size x "
+                f"pipeline_parallel_size x data_parallel_size = {self.world_size} needs 'ray'"
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+
+    def replica_grid(self):
+        """The rank grid of one data-parallel replica: its PP x TP workers."""
+        from raygrid.parallel.rank_grid import RankGrid
+
+        return RankGrid(tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size)
+
+    def grid(self):
+        from raygrid.parallel.rank_grid import RankGrid
+
+        return RankGrid(tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size, dp=self.data_parallel_size)
+
+
 class EngineConfig(_Strict):
     model: ModelConfig
     cache: CacheConfig = CacheConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
+    parallel: ParallelConfig = ParallelConfig()
     device: Device = "auto"
 
     @model_validator(mode="after")
@@ -76,5 +114,6 @@ class EngineConfig(_Strict):
             model=self.model.model_copy(update={"max_model_len": max_len}),
             cache=self.cache,
             scheduler=self.scheduler.model_copy(update={"max_num_batched_tokens": budget}),
+            parallel=self.parallel,
             device=self.device,
         )

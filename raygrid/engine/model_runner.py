@@ -10,14 +10,16 @@ from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.engine.sampler import Sampler, SamplingMetadata
 from raygrid.models.layers.attention import AttentionMetadata
-from raygrid.models.llama import head_dim_of
+from raygrid.parallel.groups import get_pp_group
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, model: torch.nn.Module, device: torch.device, eos_token_ids: frozenset[int]) -> None:
+    def __init__(self, config: EngineConfig, model: torch.nn.Module, device: torch.device, dtype: torch.dtype, eos_token_ids: frozenset[int]) -> None:
         self.config = config
         self.model = model
         self.device = device
+        self.dtype = dtype
+        self.pp = get_pp_group()
         self.block_size = config.cache.block_size
         self.vocab_size = model.config.vocab_size
         max_len = config.model.max_model_len
@@ -166,11 +168,17 @@ class ModelRunner:
         if so.is_empty:
             return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=[])
         input_ids, positions, meta, logits_indices, sample_rows = self._prepare_inputs(so)
-        hidden = self.model(input_ids, positions, self.kv_caches, meta)
+        intermediate = None
+        if not self.pp.is_first:
+            shape = (so.total_num_scheduled_tokens, self.model.config.hidden_size)
+            intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
+        hidden = self.model(input_ids, positions, self.kv_caches, meta, intermediate)
         req_ids = list(self.batch.req_ids)
         sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
         logprobs = [None] * len(req_ids)
-        if len(sample_rows):
+        if not self.pp.is_last:
+            self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
+        elif len(sample_rows):
             logits = self.model.compute_logits(hidden[logits_indices])
             tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows))
             for row, token, lp in zip(sample_rows.tolist(), tokens.tolist(), row_logprobs):  # the step's one sync
@@ -193,22 +201,26 @@ class ModelRunner:
             max_query_len=num_tokens,
             max_seq_len=num_tokens,
         )
-        hidden = self.model(ids, positions, caches, meta)
-        self.model.compute_logits(hidden[-self.config.scheduler.max_num_seqs :])
+        intermediate = None
+        if not self.pp.is_first:
+            zeros = torch.zeros(num_tokens, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
+            intermediate = (zeros, zeros.clone())
+        out = self.model(ids, positions, caches, meta, intermediate)
+        if self.pp.is_last:
+            self.model.compute_logits(out[-self.config.scheduler.max_num_seqs :])
         del caches
 
     def allocate_kv_cache(self, num_blocks: int) -> list[torch.Tensor]:
-        """One ``[2, num_blocks, block_size, kv_heads, head_dim]`` tensor per layer, in the model's dtype."""
-        shape = kv_cache_shape(self.model.config, self.block_size, num_blocks)
-        dtype = self.model.embed_tokens.weight.dtype
-        return [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(self.model.config.num_hidden_layers)]
+        """One ``[2, num_blocks, block_size, kv_heads, head_dim]`` tensor per local layer, in the model's dtype."""
+        shape = kv_cache_shape(self.model, self.block_size, num_blocks)
+        return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.model.layers]
+
+    def kv_cache_bytes_per_block(self) -> int:
+        per_layer = int(np.prod(kv_cache_shape(self.model, self.block_size, 1))) * self.dtype.itemsize
+        return per_layer * len(self.model.layers)
 
 
-def kv_cache_shape(hf_config, block_size: int, num_blocks: int) -> tuple[int, ...]:
-    num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
-    return (2, num_blocks, block_size, num_kv_heads, head_dim_of(hf_config))
-
-
-def kv_cache_bytes_per_block(hf_config, block_size: int, dtype: torch.dtype) -> int:
-    per_layer = int(np.prod(kv_cache_shape(hf_config, block_size, 1))) * torch.tensor([], dtype=dtype).element_size()
-    return per_layer * hf_config.num_hidden_layers
+def kv_cache_shape(model: torch.nn.Module, block_size: int, num_blocks: int) -> tuple[int, ...]:
+    """KV cache shape of one layer on this rank (its share of the kv heads)."""
+    attn = model.layers[0].self_attn
+    return (2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)

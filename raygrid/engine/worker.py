@@ -7,9 +7,10 @@ import logging
 import torch
 
 from raygrid.config import EngineConfig
-from raygrid.engine.model_runner import ModelRunner, kv_cache_bytes_per_block
+from raygrid.engine.model_runner import ModelRunner
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.models.loader import load_hf_config, load_model, resolve_dtype
+from raygrid.parallel.groups import init_parallel_state
 
 logger = logging.getLogger(__name__)
 
@@ -23,23 +24,29 @@ def resolve_device(device: str) -> torch.device:
 
 
 class Worker:
-    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int]) -> None:
+    """``rank`` and ``init_method`` place the worker in its replica's world (RankGrid of the parallel
+    config); a single-device engine leaves them at their defaults."""
+
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], rank: int = 0, init_method: str | None = None,
+                 device: torch.device | None = None) -> None:
         self.config = config
-        self.device = resolve_device(config.device)
+        self.rank = rank
+        self.device = device or resolve_device(config.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device.index or 0)
             self.device = torch.device("cuda", torch.cuda.current_device())
+        self.parallel = init_parallel_state(config.parallel.replica_grid(), rank, init_method, self.device)
         self.hf_config = load_hf_config(config.model.model)
         self.dtype = resolve_dtype(config.model.dtype, self.hf_config, self.device)
         torch.manual_seed(config.model.seed)
         self.model = load_model(config.model.model, self.hf_config, self.dtype, self.device)
-        self.runner = ModelRunner(config, self.model, self.device, eos_token_ids)
+        self.runner = ModelRunner(config, self.model, self.device, self.dtype, eos_token_ids)
 
     def determine_num_kv_blocks(self) -> int:
         """How many KV blocks fit: on GPU what is left of ``gpu_memory_utilization`` after a profiling
         forward pass at the largest batch; on CPU ``cpu_kv_cache_space_gib``."""
         cache = self.config.cache
-        per_block = kv_cache_bytes_per_block(self.hf_config, cache.block_size, self.dtype)
+        per_block = self.runner.kv_cache_bytes_per_block()
         if self.device.type != "cuda":
             return max(int(cache.cpu_kv_cache_space_gib * 2**30 // per_block), 2)
         torch.cuda.empty_cache()

@@ -1,7 +1,8 @@
 """Llama-family decoder (Llama 2/3, and with per-head q/k RMSNorm, Qwen3) on packed tokens.
 
-Projections are merged (q/k/v into qkv_proj, gate/up into gate_up_proj) so each layer runs two
-matrix products fewer; ``load_weights`` splits Hugging Face's separate tensors into them.
+Projections are merged (q/k/v into qkv_proj, gate/up into gate_up_proj) and tensor-parallel; with
+pipeline parallelism a rank builds only its stage's layers (the embedding on the first stage, the
+final norm and LM head on the last) and reads only their tensors from the checkpoint.
 """
 
 from __future__ import annotations
@@ -15,23 +16,48 @@ from raygrid.models.layers.activation import silu_and_mul_ref
 from raygrid.models.layers.attention import Attention, AttentionMetadata
 from raygrid.models.layers.rms_norm import RMSNorm
 from raygrid.models.layers.rotary import RotaryEmbedding
+from raygrid.parallel.groups import get_pp_group
+from raygrid.parallel.layers import (
+    MergedColumnParallelLinear,
+    ParallelLMHead,
+    QKVParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+)
+
+# Hugging Face tensor name part -> (our parameter name part, shard id) for the merged projections.
+STACKED_PARAMS = {
+    "self_attn.q_proj": ("self_attn.qkv_proj", "q"),
+    "self_attn.k_proj": ("self_attn.qkv_proj", "k"),
+    "self_attn.v_proj": ("self_attn.qkv_proj", "v"),
+    "mlp.gate_proj": ("mlp.gate_up_proj", 0),
+    "mlp.up_proj": ("mlp.gate_up_proj", 1),
+}
 
 
 def head_dim_of(hf_config) -> int:
     return getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
 
 
+def stage_layers(num_layers: int, stage: int, num_stages: int) -> range:
+    """The layers of one pipeline stage: an even split, the first stages taking one more if needed."""
+    base, extra = divmod(num_layers, num_stages)
+    if base == 0:
+        raise ValueError(f"pipeline_parallel_size ({num_stages}) exceeds num_hidden_layers ({num_layers})")
+    start = stage * base + min(stage, extra)
+    return range(start, start + base + (1 if stage < extra else 0))
+
+
 class DecoderAttention(nn.Module):
     def __init__(self, hf_config, qk_norm: bool) -> None:
         super().__init__()
-        self.num_heads = hf_config.num_attention_heads
-        self.num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or self.num_heads
         self.head_dim = head_dim_of(hf_config)
-        self.q_size = self.num_heads * self.head_dim
-        self.kv_size = self.num_kv_heads * self.head_dim
+        num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
         bias = getattr(hf_config, "attention_bias", False)
-        self.qkv_proj = nn.Linear(hf_config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.q_size, hf_config.hidden_size, bias=bias)
+        self.qkv_proj = QKVParallelLinear(hf_config.hidden_size, self.head_dim, hf_config.num_attention_heads, num_kv_heads, bias)
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
+        self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
+        self.o_proj = RowParallelLinear(hf_config.num_attention_heads * self.head_dim, hf_config.hidden_size, bias)
         self.q_norm = RMSNorm(self.head_dim, hf_config.rms_norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, hf_config.rms_norm_eps) if qk_norm else None
         self.rotary = RotaryEmbedding(hf_config, self.head_dim, hf_config.max_position_embeddings)
@@ -54,8 +80,9 @@ class DecoderMLP(nn.Module):
         if getattr(hf_config, "hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {hf_config.hidden_act!r} is not supported (only 'silu')")
         bias = getattr(hf_config, "mlp_bias", False)
-        self.gate_up_proj = nn.Linear(hf_config.hidden_size, 2 * hf_config.intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(hf_config.intermediate_size, hf_config.hidden_size, bias=bias)
+        inter = hf_config.intermediate_size
+        self.gate_up_proj = MergedColumnParallelLinear(hf_config.hidden_size, [inter, inter], bias)
+        self.down_proj = RowParallelLinear(inter, hf_config.hidden_size, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(silu_and_mul_ref(self.gate_up_proj(x)))
@@ -86,14 +113,16 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, hf_config) -> None:
         super().__init__()
         self.config = hf_config
-        self.embed_tokens = nn.Embedding(hf_config.vocab_size, hf_config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(hf_config, self.qk_norm) for _ in range(hf_config.num_hidden_layers))
-        self.norm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps)
+        pp = get_pp_group()
+        self.is_first_stage, self.is_last_stage = pp.is_first, pp.is_last
+        self.layer_range = stage_layers(hf_config.num_hidden_layers, pp.rank_in_group, pp.world_size)
         self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
-        if self.tie_word_embeddings:
-            self.lm_head = None
-        else:
-            self.lm_head = nn.Linear(hf_config.hidden_size, hf_config.vocab_size, bias=False)
+        self.embed_tokens = VocabParallelEmbedding(hf_config.vocab_size, hf_config.hidden_size) if self.is_first_stage else None
+        self.layers = nn.ModuleList(DecoderLayer(hf_config, self.qk_norm) for _ in self.layer_range)
+        self.norm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps) if self.is_last_stage else None
+        self.lm_head = None
+        if self.is_last_stage and not (self.tie_word_embeddings and self.is_first_stage):
+            self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
 
     def forward(
         self,
@@ -101,62 +130,73 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,
         kv_caches: list[torch.Tensor],
         meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        """Final hidden states ``[T, hidden]`` of the packed tokens."""
-        hidden, residual = self.embed_tokens(input_ids), None
+        intermediate: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ):
+        """Final hidden states ``[T, hidden]`` on the last stage; elsewhere ``(hidden, residual)`` for the
+        next stage. Stages after the first start from the previous stage's ``intermediate``."""
+        if self.is_first_stage:
+            hidden, residual = self.embed_tokens(input_ids), None
+        else:
+            hidden, residual = intermediate
         for layer, kv_cache in zip(self.layers, kv_caches):
             hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
+        if not self.is_last_stage:
+            return hidden, residual
         hidden, _ = self.norm(hidden, residual)
         return hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return torch.nn.functional.linear(hidden, weight)
+        head = self.lm_head if self.lm_head is not None else self.embed_tokens
+        return head.compute_logits(hidden)
 
     # ------------------------------------------------------------------ checkpoint loading
 
-    def _merged_slices(self) -> dict[str, tuple[str, int, int]]:
-        """Hugging Face tensor suffix -> (merged parameter suffix, row offset, rows)."""
-        attn = self.layers[0].self_attn
-        inter = self.config.intermediate_size
-        q, kv = attn.q_size, attn.kv_size
-        return {
-            "self_attn.q_proj": ("self_attn.qkv_proj", 0, q),
-            "self_attn.k_proj": ("self_attn.qkv_proj", q, kv),
-            "self_attn.v_proj": ("self_attn.qkv_proj", q + kv, kv),
-            "mlp.gate_proj": ("mlp.gate_up_proj", 0, inter),
-            "mlp.up_proj": ("mlp.gate_up_proj", inter, inter),
-        }
+    def _our_name(self, hf_name: str) -> tuple[str | None, object]:
+        """Our parameter for a checkpoint tensor (None: not on this rank), and the shard id."""
+        name = hf_name.removeprefix("model.")
+        if "rotary_emb.inv_freq" in name:
+            return None, None
+        if name.startswith("layers."):
+            index = int(name.split(".")[1])
+            if index not in self.layer_range:
+                return None, None
+            name = f"layers.{index - self.layer_range.start}." + name.split(".", 2)[2]
+        if name == "lm_head.weight" and self.lm_head is None:
+            return None, None
+        if name == "embed_tokens.weight" and self.embed_tokens is None:
+            # A tied last stage that is not also the first takes its LM head from the embedding.
+            return ("lm_head.weight", None) if self.tie_word_embeddings and self.lm_head is not None else (None, None)
+        for hf_part, (ours, shard_id) in STACKED_PARAMS.items():
+            if f".{hf_part}." in name:
+                return name.replace(hf_part, ours), shard_id
+        return name, None
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """Copy checkpoint tensors into the parameters; returns the names of the parameters filled."""
+    def load_weights(self, weights: Iterable) -> set[str]:
+        """Copy (this rank's shard of) each checkpoint tensor into our parameters; returns what was filled."""
         params = dict(self.named_parameters())
-        merged = self._merged_slices()
         loaded: set[str] = set()
         for hf_name, tensor in weights:
-            name = hf_name.removeprefix("model.")
-            if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and self.lm_head is None):
+            name, shard_id = self._our_name(hf_name)
+            if name is None:
                 continue
-            offset, rows = None, None
-            for hf_part, (ours, start, size) in merged.items():
-                if f".{hf_part}." in name:
-                    name, offset, rows = name.replace(hf_part, ours), start, size
-                    break
             if name not in params:
                 raise ValueError(f"checkpoint tensor {hf_name!r} has no place in {type(self).__name__}")
             param = params[name]
-            target = param.data if offset is None else param.data.narrow(0, offset, rows)
-            if target.shape != tensor.shape:
-                raise ValueError(f"checkpoint tensor {hf_name!r} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}")
-            target.copy_(tensor)
-            loaded.add(name if offset is None else f"{name}[{offset}]")
+            loader = getattr(param, "weight_loader", None)
+            try:
+                if loader is not None:
+                    loader(param, tensor, shard_id) if shard_id is not None else loader(param, tensor)
+                else:
+                    param.data.copy_(tensor.narrow(0, 0, tensor.shape[0]))
+            except RuntimeError as error:
+                raise ValueError(f"checkpoint tensor {hf_name!r} of shape {tensor.shape} does not fit {name}: {error}") from None
+            loaded.add(name if shard_id is None else f"{name}[{shard_id}]")
         return loaded
 
     def expected_loads(self) -> set[str]:
-        """What ``load_weights`` must have filled for the model to be complete."""
-        merged = self._merged_slices()
+        """What ``load_weights`` must have filled for this rank's part of the model to be complete."""
         expected = set()
         for name, _ in self.named_parameters():
-            parts = [f"{name}[{start}]" for hf_part, (ours, start, _) in merged.items() if name.endswith(f"{ours}.weight") or name.endswith(f"{ours}.bias")]
-            expected.update(parts or [name])
+            shards = [f"{name}[{sid}]" for ours, sid in STACKED_PARAMS.values() if name.rsplit(".", 1)[0].endswith(ours)]
+            expected.update(shards or [name])
         return expected

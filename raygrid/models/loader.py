@@ -47,12 +47,26 @@ def safetensors_files(model_dir: str) -> list[Path]:
     return files
 
 
-def iterate_weights(model_dir: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """Tensors one at a time, so peak memory stays near one tensor beyond the model."""
+class CheckpointTensor:
+    """A tensor of a safetensors file, read lazily: ``narrow`` reads only the slice asked for, so a
+    tensor-parallel rank never holds the whole tensor in memory."""
+
+    def __init__(self, safe_slice) -> None:
+        self._slice = safe_slice
+        self.shape = tuple(safe_slice.get_shape())
+
+    def narrow(self, dim: int, start: int, size: int) -> torch.Tensor:
+        index = [slice(None)] * len(self.shape)
+        index[dim] = slice(start, start + size)
+        return self._slice[tuple(index)]
+
+
+def iterate_weights(model_dir: str) -> Iterator[tuple[str, CheckpointTensor]]:
+    """Checkpoint tensors one at a time (valid until the next one is asked for)."""
     for file in safetensors_files(model_dir):
         with safe_open(str(file), framework="pt") as f:
             for name in f.keys():
-                yield name, f.get_tensor(name)
+                yield name, CheckpointTensor(f.get_slice(name))
 
 
 def load_model(model_dir: str, hf_config, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:

@@ -1,0 +1,1 @@
+"""Parallelism: the rank grid, process groups, and tensor-parallel layers."""

@@ -1,0 +1,134 @@
+"""Process groups of one engine replica, built from its rank grid.
+
+Every group has a device group (NCCL on GPU, gloo on CPU) for tensors and a CPU gloo group for
+Python objects and barriers. All ranks create every group in the same order (torch.distributed
+requires it) and keep the ones they belong to. A group of one rank does no communication at all, so
+a single-device engine needs no torch.distributed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from raygrid.parallel.rank_grid import RankGrid
+
+
+class GroupCoordinator:
+    def __init__(self, ranks: list[int], rank: int, device_group=None, cpu_group=None) -> None:
+        self.ranks = ranks
+        self.rank = rank
+        self.rank_in_group = ranks.index(rank)
+        self.world_size = len(ranks)
+        self.device_group = device_group
+        self.cpu_group = cpu_group
+
+    @property
+    def is_first(self) -> bool:
+        return self.rank_in_group == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.rank_in_group == self.world_size - 1
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return tensor
+        dist.all_reduce(tensor, group=self.device_group)
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        """Concatenate every rank's ``tensor`` along ``dim`` (same shape on all ranks)."""
+        if self.world_size == 1:
+            return tensor
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor.contiguous(), group=self.device_group)
+        return torch.cat(parts, dim=dim)
+
+    def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=self.ranks[src], group=self.cpu_group)
+        return box[0]
+
+    def send(self, tensors: list[torch.Tensor], dst: int) -> None:
+        """Send tensors to the group's rank ``dst``; the receiver knows their shapes."""
+        for tensor in tensors:
+            dist.send(tensor.contiguous(), dst=self.ranks[dst], group=self.device_group)
+
+    def recv(self, shapes: list[tuple[int, ...]], dtype: torch.dtype, device: torch.device, src: int) -> list[torch.Tensor]:
+        out = []
+        for shape in shapes:
+            tensor = torch.empty(shape, dtype=dtype, device=device)
+            dist.recv(tensor, src=self.ranks[src], group=self.device_group)
+            out.append(tensor)
+        return out
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier(group=self.cpu_group)
+
+
+@dataclass
+class ParallelState:
+    grid: RankGrid
+    rank: int
+    tp: GroupCoordinator
+    pp: GroupCoordinator
+
+
+_STATE: ParallelState | None = None
+
+
+def init_parallel_state(grid: RankGrid, rank: int, init_method: str | None, device: torch.device, timeout_s: float = 600.0) -> ParallelState:
+    """Join the replica's world (if it has more than one rank) and build its TP and PP groups."""
+    global _STATE
+    if grid.world_size > 1:
+        if not dist.is_initialized():
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=grid.world_size,
+                                    timeout=timedelta(seconds=timeout_s))
+        tp = _make_group(grid.tp_groups(), rank, device)
+        pp = _make_group(grid.pp_groups(), rank, device)
+    else:
+        tp = GroupCoordinator([0], 0)
+        pp = GroupCoordinator([0], 0)
+    _STATE = ParallelState(grid, rank, tp, pp)
+    return _STATE
+
+
+def _make_group(all_groups: list[list[int]], rank: int, device: torch.device) -> GroupCoordinator:
+    mine = None
+    for ranks in all_groups:  # every rank creates every group, in the same order
+        device_group = dist.new_group(ranks, backend="nccl" if device.type == "cuda" else "gloo")
+        cpu_group = dist.new_group(ranks, backend="gloo")
+        if rank in ranks:
+            mine = GroupCoordinator(ranks, rank, device_group, cpu_group)
+    assert mine is not None
+    return mine
+
+
+def get_parallel_state() -> ParallelState:
+    if _STATE is None:  # a single-device engine never called init_parallel_state
+        return init_parallel_state(RankGrid(), 0, None, torch.device("cpu"))
+    return _STATE
+
+
+def get_tp_group() -> GroupCoordinator:
+    return get_parallel_state().tp
+
+
+def get_pp_group() -> GroupCoordinator:
+    return get_parallel_state().pp
+
+
+def destroy_parallel_state() -> None:
+    global _STATE
+    _STATE = None
+    if dist.is_initialized():
+        dist.destroy_process_group()
