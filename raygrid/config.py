@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from raygrid.parallel.rank_grid import RankGrid
+
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -68,15 +70,11 @@ class ParallelConfig(_Strict):
     def world_size(self) -> int:
         return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
-    def replica_grid(self):
+    def replica_grid(self) -> RankGrid:
         """The rank grid of one data-parallel replica: its PP x TP workers."""
-        from raygrid.parallel.rank_grid import RankGrid
-
         return RankGrid(tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size)
 
-    def grid(self):
-        from raygrid.parallel.rank_grid import RankGrid
-
+    def grid(self) -> RankGrid:
         return RankGrid(tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size, dp=self.data_parallel_size)
 
 

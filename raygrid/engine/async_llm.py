@@ -18,8 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from raygrid.engine.core import EngineCore
-from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config
+from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config, create_engine
 from raygrid.engine.metrics import EngineMetrics
 from raygrid.engine.output_processor import OutputProcessor
 from raygrid.engine.outputs import EngineCoreOutput, RequestOutput
@@ -57,7 +56,7 @@ class AsyncLLM:
         self.tokenizer = self.processor.tokenizer
         self.model_name = served_model_name or model
         self.max_queued_requests = max_queued_requests
-        self.engine = EngineCore(self.config, self.processor.eos_token_ids)
+        self.engine = create_engine(self.config, self.processor.eos_token_ids)
         self.output_processor = OutputProcessor(self.tokenizer)
         self.metrics = EngineMetrics(self.model_name)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
+from concurrent.futures import Future
 
 from raygrid.config import EngineConfig
 from raygrid.engine.executor import Executor, InProcessExecutor
-from raygrid.engine.outputs import EngineCoreOutput
+from raygrid.engine.outputs import EngineCoreOutput, SchedulerOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import Scheduler, SchedulerStats
 
@@ -27,7 +29,11 @@ class EngineCore:
                 f"gpu_memory_utilization, or lower max_model_len"
             )
         self.executor.collective_rpc("initialize_cache", (num_blocks,))
-        self.scheduler = Scheduler(config, num_blocks)
+        self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=self.executor.max_concurrent_batches)
+        self._in_flight: deque[tuple[SchedulerOutput, Future]] = deque()
+        self.num_steps = 0
+        self.max_batches_in_flight = 0
+        self.execute_seconds = 0.0  # worker-side time of those steps (output rank)
         logger.info("KV cache: %d blocks of %d tokens (%d tokens)", num_blocks, block_size, (num_blocks - 1) * block_size)
 
     def add_request(self, request: Request) -> None:
@@ -36,15 +42,29 @@ class EngineCore:
     def abort_requests(self, request_ids) -> None:
         self.scheduler.abort_requests(request_ids)
 
-    def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
-
     def step(self) -> list[EngineCoreOutput]:
-        scheduler_output = self.scheduler.schedule()
-        if scheduler_output.is_empty and not scheduler_output.finished_req_ids:
+        """Schedule and run one batch, and return what finished computing.
+
+        With pipeline stages several batches are kept in flight: while the queue has room and the
+        scheduler finds work (requests whose last step is still in flight have nothing to schedule),
+        another batch is started; then the oldest one is awaited."""
+        if len(self._in_flight) < self.executor.max_concurrent_batches:
+            scheduler_output = self.scheduler.schedule()
+            if not scheduler_output.is_empty or scheduler_output.finished_req_ids:
+                self._in_flight.append((scheduler_output, self.executor.execute_model_async(scheduler_output)))
+                self.max_batches_in_flight = max(self.max_batches_in_flight, len(self._in_flight))
+                if len(self._in_flight) < self.executor.max_concurrent_batches and not scheduler_output.is_empty:
+                    return []
+        if not self._in_flight:
             return []
-        runner_output = self.executor.execute_model(scheduler_output)
+        scheduler_output, future = self._in_flight.popleft()
+        runner_output = future.result()
+        self.num_steps += 1
+        self.execute_seconds += runner_output.execute_seconds
         return self.scheduler.update_from_output(scheduler_output, runner_output)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests() or bool(self._in_flight)
 
     def stats(self) -> SchedulerStats:
         return self.scheduler.stats()

@@ -15,9 +15,14 @@ _CONTEXT_TOKENS = 6
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    """``lazy``: nobody reads the text before the request ends (no stop strings, no stream), so tokens
+    are only collected and decoded once, in ``flush``; ``params.detokenize=False`` skips text entirely."""
+
+    def __init__(self, tokenizer, prompt_token_ids: list[int], params: SamplingParams, lazy: bool = False) -> None:
         self.tokenizer = tokenizer
         self.params = params
+        self.lazy = lazy and not params.stop
+        self.enabled = params.detokenize
         context = list(prompt_token_ids[-_CONTEXT_TOKENS:])
         self._ids = context
         self._prefix_offset = 0
@@ -46,6 +51,8 @@ class IncrementalDetokenizer:
     def flush(self) -> None:
         """At the end of a request, add the bytes still waiting for a character to complete (they decode
         to U+FFFD), so the text equals decoding all the output tokens at once."""
+        if not self.enabled:
+            return
         prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
         full_text = self._decode(self._ids[self._prefix_offset :])
         if len(full_text) > len(prefix_text):
@@ -54,6 +61,10 @@ class IncrementalDetokenizer:
 
     def update(self, new_token_ids: list[int]) -> str | None:
         """Add tokens; returns the stop string that matched (text is then cut there), else None."""
+        if self.lazy or not self.enabled:
+            self._ids.extend(new_token_ids)
+            self.token_ids.extend(new_token_ids)
+            return None
         for token_id in new_token_ids:
             delta = self.decode_token(token_id)
             self.output_text += delta

@@ -7,6 +7,7 @@ rank's ModelRunnerOutput back, so an in-process executor and a Ray one are inter
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from concurrent.futures import Future
 from typing import Any
 
 from raygrid.config import EngineConfig
@@ -21,6 +22,20 @@ class Executor(ABC):
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         return self.collective_rpc("execute_model", (scheduler_output,))[0]
+
+    def execute_model_async(self, scheduler_output: SchedulerOutput) -> Future:
+        """Start a step; the result comes through the Future. Here: run it now."""
+        future: Future = Future()
+        try:
+            future.set_result(self.execute_model(scheduler_output))
+        except BaseException as error:
+            future.set_exception(error)
+        return future
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        """Steps the engine may keep in flight at once (more than one with pipeline stages)."""
+        return 1
 
     def shutdown(self) -> None:
         pass

@@ -10,7 +10,7 @@ from typing import Any
 
 from transformers import AutoTokenizer, GenerationConfig
 
-from raygrid.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from raygrid.config import CacheConfig, EngineConfig, ModelConfig, ParallelConfig, SchedulerConfig
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
 from raygrid.models.default_model import resolve_model_path
@@ -36,6 +36,12 @@ def build_engine_config(
     max_logprobs: int = 20,
     seed: int = 0,
     device: str = "auto",
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    data_parallel_size: int = 1,
+    distributed_executor_backend: str | None = None,
+    ray_address: str | None = None,
+    ray_worker_cpus: float = 1.0,
 ) -> EngineConfig:
     """The engine's configuration from vLLM-style keyword arguments, resolved against the checkpoint."""
     model_path = resolve_model_path(model)
@@ -54,9 +60,28 @@ def build_engine_config(
             long_prefill_token_threshold=long_prefill_token_threshold,
             policy=scheduling_policy,
         ),
+        parallel=ParallelConfig(
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            data_parallel_size=data_parallel_size,
+            distributed_executor_backend=distributed_executor_backend,
+            ray_address=ray_address,
+            ray_worker_cpus=ray_worker_cpus,
+        ),
         device=device,
     )
     return config.resolve(load_hf_config(model_path).max_position_embeddings)
+
+
+def create_engine(config: EngineConfig, eos_token_ids: frozenset[int]):
+    """The engine core for this configuration: in this process for one device, on Ray otherwise."""
+    if config.parallel.distributed_executor_backend == "ray":
+        from raygrid.cluster.ray_engine import RayEngineClient
+
+        return RayEngineClient(config, eos_token_ids)
+    from raygrid.engine.core import EngineCore
+
+    return EngineCore(config, eos_token_ids)
 
 
 @dataclass

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 from tqdm.auto import tqdm
 
-from raygrid.engine.core import EngineCore
-from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config
+from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config, create_engine
 from raygrid.engine.output_processor import OutputProcessor
 from raygrid.engine.outputs import RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
@@ -34,7 +33,7 @@ class LLM:
         self.config = build_engine_config(model, **engine_kwargs)
         self.processor = InputProcessor(self.config)
         self.tokenizer = self.processor.tokenizer
-        self.engine = EngineCore(self.config, self.processor.eos_token_ids)
+        self.engine = create_engine(self.config, self.processor.eos_token_ids)
         self.output_processor = OutputProcessor(self.tokenizer)
         self._request_counter = itertools.count()
 
@@ -69,7 +68,7 @@ class LLM:
             try:
                 self._add(self.processor.process(request_id, prompt, params, priority=priority[i] if priority else 0))
                 order[request_id] = i
-            except ValueError as error:
+            except (ValueError, RuntimeError) as error:  # bad input, or no healthy engine replica
                 logger.warning("request %d rejected: %s", i, error)
                 results[i] = self._error_output(request_id, prompt, str(error))
         for output in self._run_engine(len(order), use_tqdm):
@@ -98,6 +97,10 @@ class LLM:
 
     def reset_prefix_cache(self) -> bool:
         return self.engine.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        """Release the engine's workers (Ray actors and their placement groups, if any)."""
+        self.engine.shutdown()
 
     # ------------------------------------------------------------------ the loop
 

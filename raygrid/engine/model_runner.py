@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -162,8 +164,14 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ the step
 
-    @torch.inference_mode()
     def execute_model(self, so: SchedulerOutput) -> ModelRunnerOutput:
+        start = time.perf_counter()
+        output = self._execute(so)
+        output.execute_seconds = time.perf_counter() - start
+        return output
+
+    @torch.inference_mode()
+    def _execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
         self._update_states(so)
         if so.is_empty:
             return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=[])

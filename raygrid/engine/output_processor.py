@@ -35,6 +35,7 @@ class ParentState:
     prompt_token_ids: list[int]
     children: dict[str, ChildState] = field(default_factory=dict)
     num_cached_tokens: int = 0
+    error: str | None = None
     # Delta mode (streaming): each output carries only what is new since the last one.
     delta: bool = False
 
@@ -56,7 +57,7 @@ class OutputProcessor:
             parent.children[child.request_id] = ChildState(
                 index=index,
                 params=params,
-                detokenizer=IncrementalDetokenizer(self.tokenizer, processed.prompt_token_ids, params),
+                detokenizer=IncrementalDetokenizer(self.tokenizer, processed.prompt_token_ids, params, lazy=not delta),
                 logprobs=[] if params.logprobs is not None else None,
             )
             self.parent_of[child.request_id] = processed.request_id
@@ -81,6 +82,8 @@ class OutputProcessor:
             parent = self.parents[parent_id]
             child = parent.children[out.req_id]
             parent.num_cached_tokens = max(parent.num_cached_tokens, out.num_cached_tokens)
+            if out.error:
+                parent.error = out.error
             stop = child.detokenizer.update(out.new_token_ids)
             self._add_logprobs(child, out.new_logprobs)
             if stop is not None:
@@ -117,9 +120,10 @@ class OutputProcessor:
         if child.logprobs is None:
             return
         for sample in new_logprobs:
-            entry = {sample.token_ids[0]: Logprob(sample.logprobs[0], sample.sampled_rank, self._token_text(sample.token_ids[0]))}
+            text = self._token_text if child.params.detokenize else (lambda _: None)
+            entry = {sample.token_ids[0]: Logprob(sample.logprobs[0], sample.sampled_rank, text(sample.token_ids[0]))}
             for rank, (token_id, logprob) in enumerate(zip(sample.token_ids[1:], sample.logprobs[1:]), start=1):
-                entry.setdefault(token_id, Logprob(logprob, rank, self._token_text(token_id)))
+                entry.setdefault(token_id, Logprob(logprob, rank, text(token_id)))
             child.logprobs.append(entry)
             child.cumulative_logprob += sample.logprobs[0]
 
@@ -157,4 +161,5 @@ class OutputProcessor:
             outputs=completions,
             finished=parent.finished,
             num_cached_tokens=parent.num_cached_tokens,
+            error=parent.error,
         )

@@ -62,6 +62,8 @@ class ModelRunnerOutput:
     # One list per request; empty when the request only computed part of its prompt this step.
     sampled_token_ids: list[list[int]]
     logprobs: list[SampleLogprobs | None]
+    # Seconds the worker spent on this step (inputs, forward, sampling), for overhead accounting.
+    execute_seconds: float = 0.0
 
 
 @dataclass
@@ -74,6 +76,8 @@ class EngineCoreOutput:
     num_cached_tokens: int = 0
     # Seconds between arrival and first being scheduled; set on a request's first output only.
     queue_time: float | None = None
+    # Set when the request failed in the engine (a worker died); finish_reason is then "abort".
+    error: str | None = None
 
     @property
     def finished(self) -> bool:

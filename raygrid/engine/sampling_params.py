@@ -30,6 +30,7 @@ class SamplingParams(BaseModel):
     logprobs: int | None = Field(default=None, ge=0, description="top logprobs returned per output token")
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    detokenize: bool = Field(default=True, description="False: return token ids only, no text")
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -44,6 +45,12 @@ class SamplingParams(BaseModel):
         if any(s == "" for s in value):
             raise ValueError("stop strings must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _stop_needs_text(self) -> "SamplingParams":
+        if self.stop and not self.detokenize:
+            raise ValueError("stop strings need detokenize=True")
+        return self
 
     @field_validator("stop_token_ids")
     @classmethod

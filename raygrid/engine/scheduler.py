@@ -74,13 +74,16 @@ class WaitingQueue:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, num_kv_blocks: int) -> None:
+    def __init__(self, config: EngineConfig, num_kv_blocks: int, num_batches_in_flight: int = 1) -> None:
         self.max_num_seqs = config.scheduler.max_num_seqs
         self.max_num_batched_tokens = config.scheduler.max_num_batched_tokens
         self.max_model_len = config.model.max_model_len
         self.chunked_prefill = config.scheduler.enable_chunked_prefill
         self.long_prefill_threshold = config.scheduler.long_prefill_token_threshold
         self.policy = config.scheduler.policy
+        # With pipeline stages several batches run at once; each takes a share of the requests so
+        # that every stage has work.
+        self.num_batches_in_flight = num_batches_in_flight
         self.kv = KVCacheManager(num_kv_blocks, config.cache.block_size, config.cache.enable_prefix_caching)
 
         self.requests: dict[str, Request] = {}
@@ -127,9 +130,10 @@ class Scheduler:
         scheduled: list[Request] = []
         resumed: set[str] = set()
         preempted_any = False
+        max_requests = -(-(len(self.running) + len(self.waiting)) // self.num_batches_in_flight)
 
         i = 0
-        while i < len(self.running) and budget > 0:
+        while i < len(self.running) and budget > 0 and len(scheduled) < max_requests:
             req = self.running[i]
             num_new = self._num_tokens_to_schedule(req, req.num_computed_tokens, budget)
             if num_new == 0:
@@ -159,7 +163,8 @@ class Scheduler:
             i += 1
 
         # No new admissions in a step that had to preempt: the pool is already short.
-        while not preempted_any and len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
+        while (not preempted_any and len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs
+               and len(scheduled) < max_requests):
             req = self.waiting.peek()
             hits: list[KVCacheBlock] = []
             num_hit_tokens = 0

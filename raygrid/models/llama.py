@@ -161,8 +161,8 @@ class LlamaForCausalLM(nn.Module):
             if index not in self.layer_range:
                 return None, None
             name = f"layers.{index - self.layer_range.start}." + name.split(".", 2)[2]
-        if name == "lm_head.weight" and self.lm_head is None:
-            return None, None
+        if (name == "lm_head.weight" and self.lm_head is None) or (name.startswith("norm.") and self.norm is None):
+            return None, None  # belongs to another pipeline stage (or is tied)
         if name == "embed_tokens.weight" and self.embed_tokens is None:
             # A tied last stage that is not also the first takes its LM head from the embedding.
             return ("lm_head.weight", None) if self.tie_word_embeddings and self.lm_head is not None else (None, None)

@@ -1,0 +1,106 @@
+"""RayExecutor: the workers of one replica as Ray actors, reached by collective RPC.
+
+Each step's SchedulerOutput is put into the object store once and every worker reads the same
+object. Only the output rank (first TP rank of the last pipeline stage) returns what the scheduler
+needs, but every worker's result is awaited: a dead or failing worker fails the step at once
+instead of leaving its peers waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from concurrent.futures import Future
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from raygrid.cluster.worker_actor import WorkerActor
+from raygrid.config import EngineConfig
+from raygrid.engine.executor import Executor
+from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
+from raygrid.placement.placement import check_cluster_fits, place_replica, release, uses_gpu
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerFailedError(RuntimeError):
+    """A worker of the replica died or raised; the replica cannot continue."""
+
+
+def gather(refs: list[ray.ObjectRef], what: str) -> list[Any]:
+    """ray.get of all refs, failing as soon as any one fails (a dead peer would otherwise leave the
+    others blocked in a collective forever)."""
+    results: dict[ray.ObjectRef, Any] = {}
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            try:
+                results[ref] = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.ObjectLostError) as error:
+                raise WorkerFailedError(f"{what} failed on a worker: {error}") from error
+    return [results[ref] for ref in refs]
+
+
+class RayExecutor(Executor):
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int = 0) -> None:
+        parallel = config.parallel
+        self.grid = parallel.replica_grid()
+        self.use_gpu = uses_gpu(config.device)
+        check_cluster_fits(self.grid, self.use_gpu, parallel.ray_worker_cpus)
+        self.slots = place_replica(self.grid, self.use_gpu, parallel.ray_worker_cpus)
+        self.names = [f"raygrid-{uuid.uuid4().hex[:8]}-replica{replica}-rank{slot.rank}" for slot in self.slots]
+        self.workers = [
+            WorkerActor.options(
+                name=name,
+                num_gpus=1 if self.use_gpu else 0,
+                num_cpus=parallel.ray_worker_cpus,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(slot.placement_group, placement_group_bundle_index=slot.bundle_index),
+            ).remote(config, eos_token_ids, slot.rank)
+            for slot, name in zip(self.slots, self.names)
+        ]
+        ip, port = ray.get(self.workers[0].address.remote())
+        gather([w.init_worker.remote(f"tcp://{ip}:{port}") for w in self.workers], "loading the model")
+        self.output_rank = self.grid.rank_of(pp=self.grid.pp - 1, tp=0)
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        # With pipeline stages, keep one batch in flight per stage so none of them idles.
+        return self.grid.pp
+
+    def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
+        refs = [w.execute_method.remote(method, *args, **(kwargs or {})) for w in self.workers]
+        return gather(refs, method)
+
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        return self.execute_model_async(scheduler_output).result()
+
+    def execute_model_async(self, scheduler_output: SchedulerOutput) -> Future:
+        shared = ray.put(scheduler_output)  # once, read by every worker
+        refs = [w.execute_model.remote(shared) for w in self.workers]
+        future: Future = Future()
+
+        def wait() -> None:
+            try:
+                future.set_result(gather(refs, "execute_model")[self.output_rank])
+            except BaseException as error:
+                future.set_exception(error)
+
+        threading.Thread(target=wait, daemon=True).start()
+        return future
+
+    def worker_names(self) -> list[str]:
+        """Ray actor names of the workers, in rank order (``ray.get_actor(name)`` finds them)."""
+        return list(self.names)
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            try:
+                ray.kill(worker)
+            except Exception:
+                pass
+        release(self.slots)
+

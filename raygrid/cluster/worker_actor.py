@@ -1,0 +1,49 @@
+"""WorkerActor: a Ray actor hosting one engine Worker (one GPU, or a CPU slot)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import ray
+import torch
+
+from raygrid.config import EngineConfig
+from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
+
+
+@ray.remote
+class WorkerActor:
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], rank: int) -> None:
+        self.config = config
+        self.eos_token_ids = eos_token_ids
+        self.rank = rank
+        self.worker = None
+        if config.device == "cpu" or not torch.cuda.is_available():
+            # Many workers may share a few cores: one thread each avoids oversubscription.
+            torch.set_num_threads(1)
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free port: rank 0's becomes the replica's rendezvous point."""
+        ip = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ip, s.getsockname()[1]
+
+    def init_worker(self, init_method: str) -> None:
+        """Join the replica's world and load this rank's shard of the model (all ranks at once)."""
+        from raygrid.engine.worker import Worker
+
+        device = None
+        if self.config.device != "cpu" and torch.cuda.is_available():
+            device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU
+        self.worker = Worker(self.config, self.eos_token_ids, rank=self.rank, init_method=init_method, device=device)
+
+    def execute_method(self, method: str, *args, **kwargs):
+        return getattr(self.worker, method)(*args, **kwargs)
+
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        return self.worker.execute_model(scheduler_output)
+
+    def pid(self) -> int:
+        return os.getpid()

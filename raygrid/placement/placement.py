@@ -1,0 +1,84 @@
+"""Where a replica's workers run: Ray placement groups with one bundle per worker.
+
+Each pipeline stage gets a STRICT_PACK placement group of its TP workers, so a tensor-parallel group
+always shares one node (its all-reduces stay on NVLink); stages are placed independently, so they
+spread over nodes when one node cannot hold them all. Before asking, the cluster's resources are
+checked, so an impossible grid fails at once with what was asked and what exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+from raygrid.parallel.rank_grid import RankGrid
+
+
+@dataclass
+class WorkerSlot:
+    rank: int
+    placement_group: PlacementGroup
+    bundle_index: int
+
+
+def uses_gpu(device: str) -> bool:
+    """Workers take a GPU each unless the engine runs on CPU (or the cluster has no GPU and none was asked)."""
+    return device != "cpu" and (device == "cuda" or ray.cluster_resources().get("GPU", 0) > 0)
+
+
+def worker_bundle(use_gpu: bool, worker_cpus: float) -> dict[str, float]:
+    return {"GPU": 1.0, "CPU": worker_cpus} if use_gpu else {"CPU": worker_cpus}
+
+
+def check_cluster_fits(grid: RankGrid, use_gpu: bool, worker_cpus: float, num_replicas: int = 1) -> None:
+    """Raise a ValueError naming the shortfall if the alive nodes cannot hold the replicas' workers."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    kind = "GPU" if use_gpu else "CPU"
+    per_worker = 1.0 if use_gpu else worker_cpus
+    per_node = sorted((n["Resources"].get(kind, 0.0) for n in nodes), reverse=True)
+    total = sum(per_node)
+    need_total = grid.world_size * num_replicas * per_worker
+    need_node = grid.tp * per_worker
+    summary = f"the cluster has {len(nodes)} node(s) with {total:g} {kind} in all, {per_node[0] if per_node else 0:g} on the largest"
+    if need_total > total:
+        raise ValueError(
+            f"{num_replicas} replica(s) of tensor_parallel_size={grid.tp} x pipeline_parallel_size={grid.pp} need "
+            f"{need_total:g} {kind}; {summary}"
+        )
+    if not per_node or need_node > per_node[0]:
+        raise ValueError(f"tensor_parallel_size={grid.tp} needs {need_node:g} {kind} on one node; {summary}")
+
+
+def place_replica(grid: RankGrid, use_gpu: bool, worker_cpus: float, timeout_s: float = 120.0) -> list[WorkerSlot]:
+    """One placement group per pipeline stage; returns each rank's slot, in rank order."""
+    bundle = worker_bundle(use_gpu, worker_cpus)
+    slots: list[WorkerSlot] = []
+    groups: list[PlacementGroup] = []
+    for stage_ranks in _stage_ranks(grid):
+        pg = placement_group([dict(bundle) for _ in stage_ranks], strategy="STRICT_PACK")
+        groups.append(pg)
+        slots.extend(WorkerSlot(rank, pg, i) for i, rank in enumerate(stage_ranks))
+    ready, _ = ray.wait([pg.ready() for pg in groups], num_returns=len(groups), timeout=timeout_s)
+    if len(ready) < len(groups):
+        for pg in groups:
+            remove_placement_group(pg)
+        raise TimeoutError(
+            f"placement groups for tensor_parallel_size={grid.tp} x pipeline_parallel_size={grid.pp} "
+            f"({bundle} per worker) were not placed within {timeout_s:g} s; available: {ray.available_resources()}"
+        )
+    return sorted(slots, key=lambda s: s.rank)
+
+
+def _stage_ranks(grid: RankGrid) -> list[list[int]]:
+    """The ranks of each pipeline stage of one replica (each stage is one TP group)."""
+    return grid.tp_groups()
+
+
+def release(slots: list[WorkerSlot]) -> None:
+    for pg in {id(s.placement_group): s.placement_group for s in slots}.values():
+        try:
+            remove_placement_group(pg)
+        except Exception:  # already gone with the cluster
+            pass

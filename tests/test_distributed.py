@@ -1,0 +1,98 @@
+"""Distributed execution on a real local Ray cluster with gloo process groups (CPU): tensor, pipeline
+and data parallelism give the same greedy tokens as one process; a killed worker fails fast."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import ray
+
+from raygrid import LLM, SamplingParams
+from tests.conftest import random_prompts
+
+GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster():
+    # Logical CPUs: the workers of a TP=2 x PP=2 replica need more slots than this machine has cores.
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def references(model_dirs, tokenizer):
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(8, len(tokenizer), seed=21)]
+    expected = {}
+    for name, path in model_dirs.items():
+        llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256)
+        expected[name] = [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)]
+    return prompts, expected
+
+
+def run_distributed(path, prompts, **parallel):
+    llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, **parallel)
+    try:
+        outputs = llm.generate(prompts, GREEDY, use_tqdm=False)
+        return llm, outputs, llm.engine.step_timing()
+    finally:
+        llm.shutdown()
+
+
+@pytest.mark.parametrize("model", ["qwen3", "llama"])
+@pytest.mark.parametrize(
+    "parallel",
+    [dict(tensor_parallel_size=2), dict(pipeline_parallel_size=2), dict(tensor_parallel_size=2, pipeline_parallel_size=2)],
+    ids=["tp2", "pp2", "tp2xpp2"],
+)
+def test_parallel_greedy_matches_single_process(model_dirs, references, model, parallel):
+    prompts, expected = references
+    _, outputs, timing = run_distributed(model_dirs[model], prompts, **parallel)
+    assert [o.outputs[0].token_ids for o in outputs] == expected[model]
+    assert all(o.error is None for o in outputs)
+    if parallel.get("pipeline_parallel_size", 1) > 1:
+        assert timing[0]["max_batches_in_flight"] == 2, "pipeline stages should each have a batch"
+
+
+def test_tp4_replicates_kv_heads(model_dirs, references):
+    # The llama checkpoint has 2 kv heads: with 4 ranks each kv head lives on two of them.
+    prompts, expected = references
+    _, outputs, _ = run_distributed(model_dirs["llama"], prompts[:4], tensor_parallel_size=4)
+    assert [o.outputs[0].token_ids for o in outputs] == expected["llama"][:4]
+
+
+def test_data_parallel_splits_the_batch(model_dirs, references):
+    prompts, expected = references
+    llm, outputs, timing = run_distributed(model_dirs["qwen3"], prompts, data_parallel_size=2)
+    assert [o.outputs[0].token_ids for o in outputs] == expected["qwen3"]
+    assert len(timing) == 2 and all(t["num_steps"] > 0 for t in timing), "both replicas should have served requests"
+
+
+def test_cluster_too_small_is_a_clear_error(model_dirs):
+    with pytest.raises(ValueError, match=r"need 32 CPU; the cluster has 1 node\(s\) with 16 CPU"):
+        LLM(model=model_dirs["qwen3"], device="cpu", tensor_parallel_size=32, max_model_len=256)
+
+
+def test_killed_worker_fails_requests_fast(model_dirs, tokenizer):
+    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, tensor_parallel_size=2)
+    try:
+        victim = ray.get_actor(llm.engine.worker_names()[1])
+        prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=3)]
+        killer = threading.Timer(1.5, lambda: ray.kill(victim))
+        killer.start()
+        start = time.monotonic()
+        outputs = llm.generate(prompts, SamplingParams(max_tokens=900, ignore_eos=True), use_tqdm=False)
+        elapsed = time.monotonic() - start
+        killer.join()
+        assert elapsed < 60, f"generate took {elapsed:.1f}s after the worker died"
+        assert all(o.error and "failed" in o.error for o in outputs)
+        assert all(len(o.outputs[0].token_ids) < 900 for o in outputs)
+        assert llm.engine.healthy == [False]
+        # Later requests are refused with an error rather than hanging.
+        (late,) = llm.generate("after the crash", SamplingParams(max_tokens=4), use_tqdm=False)
+        assert late.error and "no healthy engine replica" in late.error
+    finally:
+        llm.shutdown()
