@@ -2,13 +2,10 @@
 
 The front end talks to it once per step: ``step(new_requests, aborts)`` hands over what arrived,
 runs one engine step (which broadcasts the SchedulerOutput to the replica's workers) and returns
-the step's outputs. It also times itself, so the control overhead per step can be compared with
-the time the workers spend in the model.
+the step's outputs. ``step_timing`` compares the engine's time per step with the workers' own.
 """
 
 from __future__ import annotations
-
-import time
 
 import ray
 
@@ -25,7 +22,6 @@ class DriverActor:
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int) -> None:
         self.executor = RayExecutor(config, eos_token_ids, replica)
         self.core = EngineCore(config, eos_token_ids, executor=self.executor)
-        self.step_seconds = 0.0
 
     def ready(self) -> bool:
         return True
@@ -37,24 +33,13 @@ class DriverActor:
             self.core.abort_requests(aborts)
         if not self.core.has_unfinished_requests():
             return []
-        start = time.perf_counter()
-        outputs = self.core.step()
-        self.step_seconds += time.perf_counter() - start
-        return outputs
+        return self.core.step()
 
     def stats(self) -> SchedulerStats:
         return self.core.stats()
 
     def step_timing(self) -> dict[str, float]:
-        """Mean seconds per step as the driver sees it (scheduling, RPC, model) and as the output worker
-        spent it (inputs, forward, sampling): the difference is the control overhead."""
-        steps = max(self.core.num_steps, 1)
-        return {
-            "num_steps": self.core.num_steps,
-            "driver_step_s": self.step_seconds / steps,
-            "worker_execute_s": self.core.execute_seconds / steps,
-            "max_batches_in_flight": self.core.max_batches_in_flight,
-        }
+        return self.core.step_timing()[0]
 
     def worker_names(self) -> list[str]:
         return self.executor.worker_names()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from concurrent.futures import Future
 
@@ -32,6 +33,7 @@ class EngineCore:
         self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=self.executor.max_concurrent_batches)
         self._in_flight: deque[tuple[SchedulerOutput, Future]] = deque()
         self.num_steps = 0
+        self.step_seconds = 0.0  # wall time inside step(): scheduling, execution (or waiting for it), updates
         self.max_batches_in_flight = 0
         self.execute_seconds = 0.0  # worker-side time of those steps (output rank)
         logger.info("KV cache: %d blocks of %d tokens (%d tokens)", num_blocks, block_size, (num_blocks - 1) * block_size)
@@ -43,6 +45,12 @@ class EngineCore:
         self.scheduler.abort_requests(request_ids)
 
     def step(self) -> list[EngineCoreOutput]:
+        start = time.perf_counter()
+        outputs = self._step()
+        self.step_seconds += time.perf_counter() - start
+        return outputs
+
+    def _step(self) -> list[EngineCoreOutput]:
         """Schedule and run one batch, and return what finished computing.
 
         With pipeline stages several batches are kept in flight: while the queue has room and the
@@ -65,6 +73,17 @@ class EngineCore:
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._in_flight)
+
+    def step_timing(self) -> list[dict[str, float]]:
+        """Per replica (one here): mean seconds per step as the engine sees it and as the output
+        worker spent it (inputs, forward, sampling); the difference is the control overhead."""
+        steps = max(self.num_steps, 1)
+        return [{
+            "num_steps": self.num_steps,
+            "engine_step_s": self.step_seconds / steps,
+            "worker_execute_s": self.execute_seconds / steps,
+            "max_batches_in_flight": self.max_batches_in_flight,
+        }]
 
     def stats(self) -> SchedulerStats:
         return self.scheduler.stats()

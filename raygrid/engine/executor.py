@@ -6,9 +6,12 @@ rank's ModelRunnerOutput back, so an in-process executor and a Ray one are inter
 
 from __future__ import annotations
 
+import gc
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from typing import Any
+
+import torch
 
 from raygrid.config import EngineConfig
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
@@ -49,3 +52,10 @@ class InProcessExecutor(Executor):
 
     def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
         return [getattr(self.worker, method)(*args, **(kwargs or {}))]
+
+    def shutdown(self) -> None:
+        """Drop the model and KV cache now, so another engine in this process can have the device."""
+        self.worker = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -20,6 +20,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    parser.add_argument("--distributed-executor-backend", default=None, choices=["inprocess", "ray"])
+    parser.add_argument("--ray-address", default=None, help="Ray cluster to join ('auto'); default: start a local one")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -35,6 +40,11 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         gpu_memory_utilization=args.gpu_memory_utilization,
         enable_prefix_caching=args.enable_prefix_caching,
         seed=args.seed,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        data_parallel_size=args.data_parallel_size,
+        distributed_executor_backend=args.distributed_executor_backend,
+        ray_address=args.ray_address,
     )
 
 
@@ -88,6 +98,23 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_throughput(args: argparse.Namespace) -> int:
+    from raygrid.bench.throughput import run_throughput_benchmark
+
+    run_throughput_benchmark(args, engine_kwargs(args))
+    return 0
+
+
+def cmd_bench_parallel(args: argparse.Namespace) -> int:
+    from raygrid.bench.parallel_check import run_parallel_check
+
+    kwargs = engine_kwargs(args)
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend"):
+        kwargs.pop(key)
+    run_parallel_check(args, kwargs)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raygrid", description="raygrid LLM inference engine")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench_serve = bench.add_parser("serve", help="load an OpenAI-compatible endpoint and measure latency and throughput")
     add_serve_bench_args(bench_serve)
     bench_serve.set_defaults(func=cmd_bench_serve)
+
+    from raygrid.bench.parallel_check import add_parallel_args
+    from raygrid.bench.throughput import add_throughput_args
+
+    bench_tp = bench.add_parser("throughput", help="offline throughput of raygrid or transformers on the same prompts")
+    add_engine_args(bench_tp)
+    add_throughput_args(bench_tp)
+    bench_tp.set_defaults(func=cmd_bench_throughput)
+
+    bench_par = bench.add_parser("parallel", help="the same greedy requests under several TPxPP layouts: match and timing")
+    add_engine_args(bench_par)
+    add_parallel_args(bench_par)
+    bench_par.set_defaults(func=cmd_bench_parallel)
     return parser
 
 

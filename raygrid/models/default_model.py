@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 
 DEFAULT_MODEL_NAME = "tiny-random-qwen3"
+# Qwen3-0.6B's shape with random bf16 weights: the model of the speed benchmarks (no download needed).
+BENCH_MODEL_NAME = "random-qwen3-0.6b"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -29,12 +31,12 @@ def cache_dir() -> Path:
 
 
 def resolve_model_path(model: str) -> str:
-    """A checkpoint directory for ``model``: the built-in name is created on first use."""
-    if model == DEFAULT_MODEL_NAME:
-        path = cache_dir() / "models" / DEFAULT_MODEL_NAME
+    """A checkpoint directory for ``model``: a built-in name is created on first use."""
+    if model in BUILT_IN_MODELS:
+        path = cache_dir() / "models" / model
         if not (path / "config.json").is_file():
-            print(f"raygrid: creating the built-in model {DEFAULT_MODEL_NAME} (random weights, its text is noise) in {path}")
-            build_default_model(path)
+            print(f"raygrid: creating the built-in model {model} (random weights, its text is noise) in {path}", flush=True)
+            BUILT_IN_MODELS[model](path)
         return str(path)
     if not Path(model).is_dir():
         raise FileNotFoundError(
@@ -113,6 +115,35 @@ def tiny_qwen3_config(tokenizer, **overrides):
     return Qwen3Config(**fields)
 
 
+def qwen3_0_6b_config(tokenizer):
+    """Qwen3-0.6B's architecture (hidden 1024, 28 layers, 16 heads, 8 kv heads, head_dim 128,
+    intermediate 3072, vocabulary 151936, tied embeddings). The small tokenizer covers only the first
+    ids of the vocabulary, so benchmarks send token ids and skip detokenization."""
+    return tiny_qwen3_config(
+        tokenizer,
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        initializer_range=0.02,
+    )
+
+
 def build_default_model(path: Path) -> None:
     tokenizer = build_tokenizer()
     write_random_checkpoint(path, tiny_qwen3_config(tokenizer), tokenizer, seed=0)
+
+
+def build_bench_model(path: Path) -> None:
+    import torch
+
+    tokenizer = build_tokenizer()
+    write_random_checkpoint(path, qwen3_0_6b_config(tokenizer), tokenizer, seed=0, dtype=torch.bfloat16)
+
+
+BUILT_IN_MODELS = {DEFAULT_MODEL_NAME: build_default_model, BENCH_MODEL_NAME: build_bench_model}

@@ -1,0 +1,92 @@
+"""`raygrid bench parallel`: the same greedy requests under several TP x PP layouts; checks that each
+layout matches the first (tokens, and the logprobs of the first output position), and times them.
+
+    raygrid bench parallel --model random-qwen3-0.6b --layouts 1x1 2x1 1x2 --num-prompts 32 --max-tokens 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+
+from raygrid.bench.throughput import device_name, make_workload
+
+
+def add_parallel_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--layouts", nargs="+", default=["1x1", "2x1", "1x2"], help="TPxPP, e.g. 2x1 for TP=2")
+    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--logprobs", type=int, default=5)
+    parser.add_argument("--output-json", default=None)
+
+
+def run_layout(engine_kwargs: dict, tp: int, pp: int, prompts, max_tokens: int, logprobs: int) -> dict:
+    from raygrid import LLM, SamplingParams
+
+    backend = "ray" if tp * pp > 1 else "inprocess"
+    llm = LLM(**engine_kwargs, tensor_parallel_size=tp, pipeline_parallel_size=pp, distributed_executor_backend=backend)
+    try:
+        params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs, detokenize=False)
+        llm.generate([{"prompt_token_ids": p[:8]} for p in prompts[:2]], params, use_tqdm=False)  # warm up
+        start = time.perf_counter()
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        elapsed = time.perf_counter() - start
+        return {
+            "tokens": [o.outputs[0].token_ids for o in outputs],
+            "first_logprobs": [{t: lp.logprob for t, lp in o.outputs[0].logprobs[0].items()} for o in outputs],
+            "elapsed_s": elapsed,
+            "step_timing": llm.engine.step_timing(),
+        }
+    finally:
+        llm.shutdown()
+        del llm
+
+
+def compare(reference: dict, other: dict) -> dict:
+    prefixes = []
+    for a, b in zip(reference["tokens"], other["tokens"]):
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        prefixes.append(n)
+    diffs = [abs(lp - ref[t]) for ref, got in zip(reference["first_logprobs"], other["first_logprobs"]) for t, lp in got.items() if t in ref]
+    return {
+        "identical_requests": sum(a == b for a, b in zip(reference["tokens"], other["tokens"])),
+        "min_matching_prefix": min(prefixes),
+        "mean_matching_prefix": sum(prefixes) / len(prefixes),
+        "first_token_identical": sum(a[0] == b[0] for a, b in zip(reference["tokens"], other["tokens"])),
+        "max_first_logprob_diff": max(diffs) if diffs else None,
+    }
+
+
+def run_parallel_check(args: argparse.Namespace, engine_kwargs: dict) -> dict:
+    from raygrid.models.default_model import resolve_model_path
+    from raygrid.models.loader import load_hf_config
+
+    model_path = resolve_model_path(engine_kwargs["model"])
+    engine_kwargs = dict(engine_kwargs, model=model_path, max_model_len=engine_kwargs.get("max_model_len") or args.input_len + args.max_tokens + 16)
+    prompts, _ = make_workload(args.num_prompts, args.input_len, args.max_tokens, None, args.seed, load_hf_config(model_path).vocab_size)
+    results = {}
+    for layout in args.layouts:
+        tp, pp = (int(x) for x in layout.split("x"))
+        results[layout] = run_layout(engine_kwargs, tp, pp, prompts, args.max_tokens, args.logprobs)
+        timing = results[layout]["step_timing"][0]
+        print(f"{layout}: {results[layout]['elapsed_s']:.2f} s, {timing['num_steps']} steps, engine step {timing['engine_step_s'] * 1e3:.2f} ms, "
+              f"worker execute {timing['worker_execute_s'] * 1e3:.2f} ms", flush=True)
+    reference = args.layouts[0]
+    report = {
+        "model": engine_kwargs["model"],
+        "machine": device_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["raygrid"] + sys.argv[1:]),
+        "layouts": {k: {"elapsed_s": v["elapsed_s"], "step_timing": v["step_timing"]} for k, v in results.items()},
+        "against_" + reference: {k: compare(results[reference], v) for k, v in results.items() if k != reference},
+    }
+    for layout, comparison in report["against_" + reference].items():
+        print(f"{layout} vs {reference}: {comparison}")
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    return report

@@ -1,0 +1,150 @@
+"""`raygrid bench throughput`: offline throughput of raygrid or of Hugging Face transformers on the
+same prompts (random token ids), so a ratio comes from one run.
+
+The reference workload (nano-vLLM's): 256 requests, prompt and output lengths each uniform in
+[100, 1024] (seed 0), ignore_eos, on Qwen3-0.6B's shape in bf16:
+    raygrid bench throughput --model random-qwen3-0.6b --num-prompts 256 --random-range 100 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+import time
+
+import numpy as np
+
+
+def add_throughput_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="raygrid", choices=["raygrid", "hf"])
+    parser.add_argument("--num-prompts", type=int, default=256)
+    parser.add_argument("--input-len", type=int, default=None)
+    parser.add_argument("--output-len", type=int, default=None)
+    parser.add_argument("--random-range", type=int, nargs=2, metavar=("LO", "HI"), default=None,
+                        help="prompt and output lengths each drawn uniformly from [LO, HI]")
+    parser.add_argument("--temperature", type=float, default=0.6)
+    parser.add_argument("--hf-batch-size", type=int, default=128, help="hf backend: prompts per padded generate() call")
+    parser.add_argument("--output-json", default=None)
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def make_workload(num_prompts: int, input_len, output_len, random_range, seed: int, vocab_size: int):
+    """Prompt token ids and output lengths, reproducible from the seed."""
+    rng = np.random.default_rng(seed)
+    if random_range is not None:
+        lo, hi = random_range
+        prompt_lens = rng.integers(lo, hi + 1, size=num_prompts)
+        output_lens = rng.integers(lo, hi + 1, size=num_prompts)
+    else:
+        if input_len is None or output_len is None:
+            raise ValueError("give --input-len and --output-len, or --random-range LO HI")
+        prompt_lens = np.full(num_prompts, input_len)
+        output_lens = np.full(num_prompts, output_len)
+    high = min(vocab_size, 10000)
+    prompts = [rng.integers(0, high, size=int(n)).tolist() for n in prompt_lens]
+    return prompts, [int(n) for n in output_lens]
+
+
+def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
+    from raygrid import LLM, SamplingParams
+
+    llm = LLM(**engine_kwargs)
+    try:
+        warmup = [SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False)] * 4
+        llm.generate([{"prompt_token_ids": p[:16]} for p in prompts[:4]], warmup, use_tqdm=False)
+        params = [SamplingParams(temperature=args.temperature, max_tokens=n, ignore_eos=True, detokenize=False) for n in output_lens]
+        start = time.perf_counter()
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=not args.no_progress)
+        elapsed = time.perf_counter() - start
+        errors = [o.error for o in outputs if o.error]
+        if errors:
+            raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
+        generated = sum(len(o.outputs[0].token_ids) for o in outputs)
+        timing = llm.engine.step_timing() if hasattr(llm.engine, "step_timing") else None
+        return {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": timing}
+    finally:
+        llm.shutdown()
+
+
+def run_hf(args, model_path: str, dtype: str, prompts, output_lens) -> dict:
+    """transformers' own generate(): padded static batches (sorted by length), ignore_eos."""
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(device).eval()
+    model.generation_config.eos_token_id = None
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    batches = [order[i : i + args.hf_batch_size] for i in range(0, len(order), args.hf_batch_size)]
+    do_sample = args.temperature > 0
+    start = time.perf_counter()
+    for batch in tqdm(batches, desc="hf batches", disable=args.no_progress):
+        width = max(len(prompts[i]) for i in batch)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        for row, i in enumerate(batch):  # left padding
+            ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i])
+            mask[row, width - len(prompts[i]) :] = 1
+        new_tokens = max(output_lens[i] for i in batch)
+        with torch.no_grad():
+            model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                           do_sample=do_sample, temperature=args.temperature if do_sample else None, pad_token_id=0)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    # Only the tokens each request asked for count; the rest of a padded batch is transformers' overhead.
+    return {"elapsed_s": elapsed, "output_tokens": sum(output_lens), "step_timing": None}
+
+
+def device_name() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return f"CPU ({platform.processor() or platform.machine()})"
+
+
+def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict:
+    from raygrid.models.default_model import resolve_model_path
+    from raygrid.models.loader import load_hf_config
+
+    model_path = resolve_model_path(engine_kwargs["model"])
+    vocab = load_hf_config(model_path).vocab_size
+    prompts, output_lens = make_workload(args.num_prompts, args.input_len, args.output_len, args.random_range, args.seed, vocab)
+    if args.backend == "raygrid":
+        longest = max(len(p) + n for p, n in zip(prompts, output_lens))
+        engine_kwargs = dict(engine_kwargs, model=model_path, max_model_len=engine_kwargs.get("max_model_len") or max(longest, 2048))
+        result = run_raygrid(args, engine_kwargs, prompts, output_lens)
+    else:
+        result = run_hf(args, model_path, engine_kwargs.get("dtype", "auto"), prompts, output_lens)
+    prompt_tokens = sum(len(p) for p in prompts)
+    elapsed = result["elapsed_s"]
+    summary = {
+        "backend": args.backend,
+        "model": engine_kwargs["model"],
+        "num_prompts": len(prompts),
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": result["output_tokens"],
+        "elapsed_s": round(elapsed, 3),
+        "requests_per_s": round(len(prompts) / elapsed, 3),
+        "output_tokens_per_s": round(result["output_tokens"] / elapsed, 1),
+        "total_tokens_per_s": round((prompt_tokens + result["output_tokens"]) / elapsed, 1),
+        "step_timing": result["step_timing"],
+        "machine": device_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["raygrid"] + sys.argv[1:]),
+    }
+    print(f"{args.backend}: {summary['requests_per_s']:.2f} requests/s, {summary['output_tokens_per_s']:.1f} output tok/s, "
+          f"{summary['total_tokens_per_s']:.1f} total tok/s ({summary['output_tokens']} output tokens in {elapsed:.2f} s)")
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+    return summary
