@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Triton kernels run in its interpreter on CPU (must be set before triton is imported).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from raygrid.models.default_model import build_tokenizer, tiny_qwen3_config, write_random_checkpoint

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from raygrid.models.layers.activation import silu_and_mul_ref
+from raygrid.kernels import ops
 from raygrid.models.layers.attention import Attention, AttentionMetadata
 from raygrid.models.layers.rms_norm import RMSNorm
 from raygrid.models.layers.rotary import RotaryEmbedding
@@ -85,7 +85,7 @@ class DecoderMLP(nn.Module):
         self.down_proj = RowParallelLinear(inter, hf_config.hidden_size, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul_ref(self.gate_up_proj(x)))
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref
+from raygrid.kernels import ops
 
 
 @dataclass
@@ -20,6 +20,13 @@ class AttentionMetadata:
     query_start_loc: list[int]  # [B + 1] packed query rows of each request
     max_query_len: int
     max_seq_len: int
+    # The same on the device, for the kernels (and CUDA graphs, which cannot read Python lists).
+    seq_lens_tensor: torch.Tensor | None = None  # [B] int32
+    query_start_loc_tensor: torch.Tensor | None = None  # [B + 1] int32
+
+    @property
+    def decode_only(self) -> bool:
+        return self.max_query_len == 1
 
 
 class Attention(nn.Module):
@@ -36,6 +43,6 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         """q ``[T, heads, d]``, k/v ``[T, kv_heads, d]`` -> ``[T, heads * d]``."""
-        store_kv_ref(k, v, kv_cache, meta.slot_mapping)
-        out = paged_attention_ref(q, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, self.scale)
+        ops.store_kv(k, v, kv_cache, meta.slot_mapping)
+        out = ops.paged_attention(q, kv_cache, meta, self.scale)
         return out.reshape(q.shape[0], self.num_heads * self.head_dim)

@@ -1,9 +1,11 @@
-"""RMSNorm with an optional fused residual add, computed as Hugging Face does (float32 inside)."""
+"""RMSNorm with an optional fused residual add (float32 inside, as Hugging Face computes it)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from raygrid.kernels import ops
 
 
 class RMSNorm(nn.Module):
@@ -15,15 +17,4 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         """Without ``residual``: the normalized ``x``. With it: ``(norm(x + residual), x + residual)``,
         the second being the new residual stream."""
-        if residual is not None:
-            x = x + residual
-            residual = x
-        out = rms_norm_ref(x, self.weight, self.eps)
-        return out if residual is None else (out, residual)
-
-
-def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    dtype = x.dtype
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
+        return ops.rms_norm(x, self.weight, self.eps, residual)

@@ -7,6 +7,8 @@ import torch
 from torch import nn
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from raygrid.kernels import ops
+
 # Rope types whose frequencies depend on the running sequence length are not supported.
 _UNSUPPORTED = {"dynamic", "longrope"}
 
@@ -38,12 +40,5 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q ``[T, heads, d]`` and k ``[T, kv_heads, d]`` to their token positions ``[T]``."""
-        cos = self.cos_cache[positions].to(q.dtype).unsqueeze(1)
-        sin = self.sin_cache[positions].to(q.dtype).unsqueeze(1)
-        return apply_rotary_ref(q, cos, sin), apply_rotary_ref(k, cos, sin)
+        return ops.rotary(positions, q, k, self.cos_cache, self.sin_cache)
 
-
-def apply_rotary_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin

@@ -1,0 +1,69 @@
+"""The model's hot-path operations: Triton kernels for tensors on a GPU, torch references elsewhere.
+
+``RAYGRID_USE_TRITON=0`` forces the references on GPU too (for comparisons and debugging).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref
+from raygrid.kernels.elementwise_ref import apply_rotary_ref, rms_norm_ref, silu_and_mul_ref
+
+_TRITON_ALLOWED = os.environ.get("RAYGRID_USE_TRITON", "1") != "0"
+
+
+def use_triton(t: torch.Tensor) -> bool:
+    return t.is_cuda and _TRITON_ALLOWED
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
+    if use_triton(x):
+        from raygrid.kernels.triton_ops import rms_norm as triton_rms_norm
+
+        return triton_rms_norm(x, weight, eps, residual)
+    if residual is not None:
+        x = x + residual
+        return rms_norm_ref(x, weight, eps), x
+    return rms_norm_ref(x, weight, eps)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    if use_triton(x):
+        from raygrid.kernels.triton_ops import silu_and_mul as triton_silu_and_mul
+
+        return triton_silu_and_mul(x)
+    return silu_and_mul_ref(x)
+
+
+def rotary(positions, q, k, cos_cache, sin_cache):
+    if use_triton(q):
+        from raygrid.kernels.triton_ops import rotary_inplace
+
+        return rotary_inplace(positions, q, k, cos_cache, sin_cache)
+    cos = cos_cache[positions].to(q.dtype).unsqueeze(1)
+    sin = sin_cache[positions].to(q.dtype).unsqueeze(1)
+    return apply_rotary_ref(q, cos, sin), apply_rotary_ref(k, cos, sin)
+
+
+def store_kv(key, value, kv_cache, slot_mapping) -> None:
+    if use_triton(key):
+        from raygrid.kernels.triton_attention import store_kv as triton_store_kv
+
+        triton_store_kv(key, value, kv_cache, slot_mapping)
+    else:
+        store_kv_ref(key, value, kv_cache, slot_mapping)
+
+
+def paged_attention(query, kv_cache, meta, scale: float) -> torch.Tensor:
+    """Attention of the step's packed queries over the paged cache (see AttentionMetadata)."""
+    if use_triton(query):
+        from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill
+
+        if meta.decode_only:
+            return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale)
+        return paged_attention_prefill(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
+                                       meta.max_query_len, scale)
+    return paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)

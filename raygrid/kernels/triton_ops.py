@@ -1,0 +1,104 @@
+"""Triton kernels of the elementwise hot paths: RMSNorm with fused residual add, rotary embedding,
+SiLU-and-mul. Their definitions are the references in ``elementwise_ref.py``."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, stride_x0, stride_x1, stride_r, stride_o, n_cols, rows_per_group, eps,
+                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    # Rows are (group, index) pairs so that per-head norms can read q/k straight out of the qkv output.
+    x_offset = (row // rows_per_group) * stride_x0 + (row % rows_per_group) * stride_x1
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + x_offset + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        x = (x + tl.load(res_ptr + row * stride_r + cols, mask=mask, other=0.0)).to(x_ptr.dtype.element_ty)
+        tl.store(res_out_ptr + row * stride_r + cols, x, mask=mask)
+    x32 = x.to(tl.float32)
+    var = tl.sum(x32 * x32, axis=0) / n_cols
+    y = (x32 * tl.rsqrt(var + eps)).to(x_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    tl.store(out_ptr + row * stride_o + cols, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
+    """``x`` is ``[T, d]`` or ``[T, heads, d]`` (rows may be strided); returns like the reference:
+    ``norm(x)`` or ``(norm(x + residual), x + residual)``."""
+    n = x.shape[-1]
+    if x.dim() == 3:
+        rows, per_group, s0, s1 = x.shape[0] * x.shape[1], x.shape[1], x.stride(0), x.stride(1)
+    else:
+        rows, per_group, s0, s1 = x.shape[0], 1, x.stride(0), 0
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    res_out = torch.empty_like(out) if residual is not None else out
+    res_in = residual.contiguous() if residual is not None else out
+    if rows:
+        _rms_norm_kernel[(rows,)](
+            x, res_in, weight, out, res_out, s0, s1, n, n, n, per_group, eps,
+            HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n),
+        )
+    return out if residual is None else (out, res_out)
+
+
+@triton.jit
+def _rotate_heads(ptr, t, stride_t, stride_h, num, cos, sin, dims, dmask, HALF: tl.constexpr, BLOCK_H: tl.constexpr):
+    heads = tl.arange(0, BLOCK_H)
+    mask = (heads[:, None] < num) & dmask[None, :]
+    base = ptr + t * stride_t + heads[:, None] * stride_h + dims[None, :]
+    x1 = tl.load(base, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(base + HALF, mask=mask, other=0.0).to(tl.float32)
+    tl.store(base, (x1 * cos - x2 * sin).to(ptr.dtype.element_ty), mask=mask)
+    tl.store(base + HALF, (x2 * cos + x1 * sin).to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rotary_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, stride_qt, stride_qh, stride_kt, stride_kh, stride_c,
+                   NUM_Q: tl.constexpr, NUM_K: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    t = tl.program_id(0)
+    pos = tl.load(pos_ptr + t)
+    dims = tl.arange(0, BLOCK_HALF)
+    dmask = dims < HALF
+    cos = tl.load(cos_ptr + pos * stride_c + dims, mask=dmask, other=0.0)[None, :]
+    sin = tl.load(sin_ptr + pos * stride_c + dims, mask=dmask, other=0.0)[None, :]
+    _rotate_heads(q_ptr, t, stride_qt, stride_qh, NUM_Q, cos, sin, dims, dmask, HALF, BLOCK_H)
+    _rotate_heads(k_ptr, t, stride_kt, stride_kh, NUM_K, cos, sin, dims, dmask, HALF, BLOCK_H)
+
+
+def rotary_inplace(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_cache: torch.Tensor, sin_cache: torch.Tensor):
+    """Rotate q ``[T, heads, d]`` and k ``[T, kv_heads, d]`` in place (NeoX halves); caches ``[max_pos, d]`` float32."""
+    num_tokens, num_q, head_dim = q.shape
+    if num_tokens:
+        _rotary_kernel[(num_tokens,)](
+            q, k, cos_cache, sin_cache, positions, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_cache.stride(0),
+            NUM_Q=num_q, NUM_K=k.shape[1], HALF=head_dim // 2, BLOCK_H=triton.next_power_of_2(max(num_q, k.shape[1])),
+            BLOCK_HALF=triton.next_power_of_2(head_dim // 2),
+        )
+    return q, k
+
+
+@triton.jit
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, n, BLOCK: tl.constexpr):
+    t = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n
+    gate = tl.load(x_ptr + t * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + t * stride_x + n + cols, mask=mask, other=0.0)
+    silu = (gate / (1.0 + tl.exp(-gate))).to(up.dtype)
+    tl.store(out_ptr + t * stride_o + cols, (silu * up).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``[T, 2n]`` (gate then up) -> ``[T, n]``."""
+    num_tokens, two_n = x.shape
+    n = two_n // 2
+    out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
+    block = min(1024, triton.next_power_of_2(n))
+    if num_tokens:
+        _silu_and_mul_kernel[(num_tokens, triton.cdiv(n, block))](x, out, x.stride(0), out.stride(0), n, BLOCK=block)
+    return out

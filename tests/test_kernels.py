@@ -1,0 +1,160 @@
+"""Every Triton kernel against its torch reference on random inputs. On CPU they run under
+TRITON_INTERPRET=1 at tiny sizes (conftest sets it); on a GPU at real sizes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
+
+from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
+from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill, store_kv  # noqa: E402
+from raygrid.kernels.triton_ops import rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
+from raygrid.kernels.elementwise_ref import apply_rotary_ref, rms_norm_ref, silu_and_mul_ref  # noqa: E402
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+# CPU (interpreted): tiny shapes in float32; GPU: real shapes in bfloat16 too.
+DTYPES = [torch.float32, torch.bfloat16] if ON_GPU else [torch.float32]
+
+
+def tol(dtype):
+    return dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=2e-5, rtol=1e-4)
+
+
+def make_cache(num_blocks, block_size, kv_heads, head_dim, dtype):
+    return torch.randn(2, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=DEVICE)
+
+
+def random_block_tables(seq_lens, block_size, num_blocks):
+    """Disjoint random blocks per sequence (block 0 is the null block), padded with 0."""
+    free = list(range(1, num_blocks))
+    random.Random(0).shuffle(free)
+    width = max(-(-n // block_size) for n in seq_lens)
+    table = torch.zeros(len(seq_lens), width, dtype=torch.int32)
+    for i, n in enumerate(seq_lens):
+        for j in range(-(-n // block_size)):
+            table[i, j] = free.pop()
+    return table.to(DEVICE)
+
+
+SHAPES = [
+    # heads, kv_heads, head_dim, block_size
+    (4, 2, 16, 4) if not ON_GPU else (16, 8, 128, 16),
+    (4, 4, 32, 8) if not ON_GPU else (32, 8, 64, 16),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", SHAPES)
+def test_store_kv(dtype, heads, kv_heads, head_dim, block_size):
+    num_blocks, tokens = 12, 20
+    cache_a = make_cache(num_blocks, block_size, kv_heads, head_dim, dtype)
+    cache_b = cache_a.clone()
+    key = torch.randn(tokens, kv_heads, head_dim, dtype=dtype, device=DEVICE)
+    value = torch.randn(tokens, kv_heads, head_dim, dtype=dtype, device=DEVICE)
+    slots = torch.randperm(num_blocks * block_size, device=DEVICE)[:tokens]
+    slots[3] = -1  # padding
+    store_kv_ref(key, value, cache_a, slots)
+    store_kv(key, value, cache_b, slots)
+    assert torch.equal(cache_a, cache_b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", SHAPES)
+def test_decode_attention(dtype, heads, kv_heads, head_dim, block_size):
+    seq_lens = [1, 7, 33, 64, 5] if not ON_GPU else [1, 17, 300, 1024, 2000, 77]
+    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
+    cache = make_cache(num_blocks, block_size, kv_heads, head_dim, dtype)
+    tables = random_block_tables(seq_lens, block_size, num_blocks)
+    query = torch.randn(len(seq_lens), heads, head_dim, dtype=dtype, device=DEVICE)
+    scale = head_dim**-0.5
+    expected = paged_attention_ref(query, cache, tables, seq_lens, list(range(len(seq_lens) + 1)), scale)
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    got = paged_attention_decode(query, cache, tables, lens, scale, block_n=16)
+    torch.testing.assert_close(got, expected, **tol(dtype))
+
+
+def test_decode_padding_rows_are_zero():
+    heads, kv_heads, head_dim, block_size = SHAPES[0]
+    cache = make_cache(8, block_size, kv_heads, head_dim, torch.float32)
+    tables = torch.zeros(2, 2, dtype=torch.int32, device=DEVICE)
+    tables[0, 0] = 1
+    query = torch.randn(2, heads, head_dim, device=DEVICE)
+    lens = torch.tensor([3, 0], dtype=torch.int32, device=DEVICE)
+    out = paged_attention_decode(query, cache, tables, lens, 0.1, block_n=16)
+    assert torch.count_nonzero(out[1]) == 0 and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", SHAPES)
+def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, block_size):
+    # (context already cached, new query tokens): fresh prompts, chunks after a prefix, and decodes, mixed.
+    cases = [(0, 9), (12, 5), (0, 1), (20, 1), (3, 30)] if not ON_GPU else [(0, 500), (1000, 300), (0, 1), (77, 1), (16, 129)]
+    seq_lens = [c + q for c, q in cases]
+    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
+    cache = make_cache(num_blocks, block_size, kv_heads, head_dim, dtype)
+    tables = random_block_tables(seq_lens, block_size, num_blocks)
+    starts = [0]
+    for _, q in cases:
+        starts.append(starts[-1] + q)
+    query = torch.randn(starts[-1], heads, head_dim, dtype=dtype, device=DEVICE)
+    scale = head_dim**-0.5
+    expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
+    got = paged_attention_prefill(
+        query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+        torch.tensor(starts, dtype=torch.int32, device=DEVICE), max(q for _, q in cases), scale, block_m=16, block_n=16,
+    )
+    torch.testing.assert_close(got, expected, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rms_norm(dtype, with_residual):
+    hidden = 64 if not ON_GPU else 1024
+    x = torch.randn(13, hidden, dtype=dtype, device=DEVICE)
+    w = torch.randn(hidden, dtype=dtype, device=DEVICE)
+    if with_residual:
+        r = torch.randn_like(x)
+        out, res = rms_norm(x, w, 1e-6, r)
+        torch.testing.assert_close(res, x + r)
+        torch.testing.assert_close(out, rms_norm_ref(x + r, w, 1e-6), **tol(dtype))
+    else:
+        torch.testing.assert_close(rms_norm(x, w, 1e-6), rms_norm_ref(x, w, 1e-6), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_per_head_on_a_strided_view(dtype):
+    heads, head_dim = (4, 16) if not ON_GPU else (16, 128)
+    qkv = torch.randn(9, heads * head_dim * 2, dtype=dtype, device=DEVICE)
+    q = qkv[:, : heads * head_dim].view(9, heads, head_dim)  # rows strided by the qkv width
+    w = torch.randn(head_dim, dtype=dtype, device=DEVICE)
+    torch.testing.assert_close(rms_norm(q, w, 1e-6), rms_norm_ref(q, w, 1e-6), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rotary(dtype):
+    heads, kv_heads, head_dim = (4, 2, 16) if not ON_GPU else (16, 8, 128)
+    positions = torch.randint(0, 500, (11,), device=DEVICE)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=DEVICE) / head_dim))
+    freqs = torch.arange(512, dtype=torch.float32, device=DEVICE)[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    qkv = torch.randn(11, (heads + 2 * kv_heads) * head_dim, dtype=dtype, device=DEVICE)
+    q = qkv[:, : heads * head_dim].view(11, heads, head_dim)
+    k = qkv[:, heads * head_dim : (heads + kv_heads) * head_dim].view(11, kv_heads, head_dim)
+    c, s = cos[positions].to(dtype).unsqueeze(1), sin[positions].to(dtype).unsqueeze(1)
+    expected_q, expected_k = apply_rotary_ref(q, c, s), apply_rotary_ref(k, c, s)
+    rotary_inplace(positions, q, k, cos, sin)
+    torch.testing.assert_close(q, expected_q, **tol(dtype))
+    torch.testing.assert_close(k, expected_k, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul(dtype):
+    n = 48 if not ON_GPU else 3072
+    x = torch.randn(7, 2 * n, dtype=dtype, device=DEVICE)
+    torch.testing.assert_close(silu_and_mul(x), silu_and_mul_ref(x), **tol(dtype))
