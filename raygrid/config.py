@@ -27,6 +27,7 @@ class ModelConfig(_Strict):
     max_model_len: int | None = Field(default=None, ge=2, description="context length; defaults to the checkpoint's")
     max_logprobs: int = Field(default=20, ge=0, description="the most top logprobs a request may ask for")
     seed: int = 0
+    enforce_eager: bool = Field(default=False, description="no CUDA graphs: every step runs eagerly")
 
 
 class CacheConfig(_Strict):

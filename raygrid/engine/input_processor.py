@@ -35,6 +35,7 @@ def build_engine_config(
     gpu_memory_utilization: float = 0.9,
     max_logprobs: int = 20,
     seed: int = 0,
+    enforce_eager: bool = False,
     device: str = "auto",
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
@@ -46,7 +47,7 @@ def build_engine_config(
     """The engine's configuration from vLLM-style keyword arguments, resolved against the checkpoint."""
     model_path = resolve_model_path(model)
     config = EngineConfig(
-        model=ModelConfig(model=model_path, tokenizer=tokenizer, dtype=dtype, max_model_len=max_model_len, max_logprobs=max_logprobs, seed=seed),
+        model=ModelConfig(model=model_path, tokenizer=tokenizer, dtype=dtype, max_model_len=max_model_len, max_logprobs=max_logprobs, seed=seed, enforce_eager=enforce_eager),
         cache=CacheConfig(
             block_size=block_size,
             num_kv_blocks=num_kv_blocks,

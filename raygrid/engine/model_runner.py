@@ -8,11 +8,39 @@ import numpy as np
 import torch
 
 from raygrid.config import EngineConfig
+from raygrid.engine.cuda_graphs import DecodeGraphs
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.engine.sampler import Sampler, SamplingMetadata
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.groups import get_pp_group
+
+
+class StagingBuffers:
+    """Host-to-device transfer of each step's inputs through pinned buffers and their device twins,
+    allocated once. On CPU the numpy arrays are used in place."""
+
+    def __init__(self, device: torch.device, specs: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
+        self.on_gpu = device.type == "cuda"
+        self.dtypes = {name: dtype for name, (_, dtype) in specs.items()}
+        self.host: dict[str, torch.Tensor] = {}
+        self.device: dict[str, torch.Tensor] = {}
+        if self.on_gpu:
+            for name, (shape, dtype) in specs.items():
+                self.host[name] = torch.empty(shape, dtype=dtype, pin_memory=True)
+                self.device[name] = torch.empty(shape, dtype=dtype, device=device)
+
+    def put(self, name: str, array: np.ndarray) -> torch.Tensor:
+        """The array on the device (asynchronous copy; the step's one sync comes later)."""
+        dtype = self.dtypes[name]
+        if not self.on_gpu:
+            return torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
+        rows = array.shape[0]
+        host = self.host[name][:rows]
+        host.numpy()[(slice(None),) + tuple(slice(0, s) for s in array.shape[1:])] = array
+        device = self.device[name][:rows]
+        device.copy_(host, non_blocking=True)
+        return device
 
 
 class ModelRunner:
@@ -30,10 +58,26 @@ class ModelRunner:
         self.requests: dict[str, CachedRequestState] = {}
         self.sampler = Sampler()
         self.kv_caches: list[torch.Tensor] = []
-        self._seed_generator = torch.Generator(device=device).manual_seed(config.model.seed)
+        self.graphs: DecodeGraphs | None = None
+        max_tokens = config.scheduler.max_num_batched_tokens
+        max_reqs = config.scheduler.max_num_seqs
+        self.staging = StagingBuffers(device, {
+            "input_ids": ((max_tokens,), torch.int64),
+            "positions": ((max_tokens,), torch.int64),
+            "slot_mapping": ((max_tokens,), torch.int64),
+            "logits_indices": ((max_reqs,), torch.int64),
+            "seq_lens": ((max_reqs,), torch.int32),
+            "query_start_loc": ((max_reqs + 1,), torch.int32),
+            "block_tables": ((max_reqs, self.max_blocks_per_req), torch.int32),
+        })
 
     def initialize_kv_cache(self, kv_caches: list[torch.Tensor]) -> None:
         self.kv_caches = kv_caches
+        use_graphs = self.device.type == "cuda" and not self.config.model.enforce_eager and self.pp.world_size == 1
+        if use_graphs:
+            max_batch = min(self.config.scheduler.max_num_seqs, 512)
+            with torch.inference_mode():
+                self.graphs = DecodeGraphs(self.model, kv_caches, max_batch, self.max_blocks_per_req, self.device)
 
     # ------------------------------------------------------------------ state
 
@@ -78,34 +122,35 @@ class ModelRunner:
     # ------------------------------------------------------------------ inputs
 
     def _prepare_inputs(self, so: SchedulerOutput):
+        """Vectorized over the batch's rows: no Python loop over tokens."""
         batch = self.batch
         n = batch.num_reqs
-        num_sched = np.array([so.num_scheduled_tokens[r] for r in batch.req_ids], dtype=np.int64)
+        num_sched = np.fromiter((so.num_scheduled_tokens[r] for r in batch.req_ids), dtype=np.int64, count=n)
         cu = np.cumsum(num_sched)
         total = int(cu[-1])
         row_of_token = np.repeat(np.arange(n), num_sched)
-        offset_in_req = np.arange(total) - np.repeat(cu - num_sched, num_sched)
         num_computed = batch.num_computed_tokens[:n]
-        positions = num_computed[row_of_token] + offset_in_req
+        positions = num_computed[row_of_token] + (np.arange(total) - np.repeat(cu - num_sched, num_sched))
         input_ids = batch.token_ids[row_of_token, positions]
-        block_ids = batch.block_table[row_of_token, positions // self.block_size]
-        slot_mapping = block_ids * self.block_size + positions % self.block_size
+        slot_mapping = batch.block_table[row_of_token, positions // self.block_size] * self.block_size + positions % self.block_size
         seq_lens = num_computed + num_sched
-        max_blocks = int(-(-seq_lens.max() // self.block_size))
+        query_start_loc = np.concatenate(([0], cu))
         # A request samples only once its whole known sequence is computed (not mid-prompt).
         sample_rows = np.nonzero(seq_lens >= batch.num_tokens[:n])[0]
 
-        to_dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, non_blocking=True)
+        put = self.staging.put
         meta = AttentionMetadata(
-            slot_mapping=to_dev(slot_mapping),
-            block_tables=to_dev(batch.block_table[:n, :max_blocks]),
+            slot_mapping=put("slot_mapping", slot_mapping),
+            block_tables=put("block_tables", batch.block_table[:n]),
             seq_lens=seq_lens.tolist(),
-            query_start_loc=[0] + cu.tolist(),
+            query_start_loc=query_start_loc.tolist(),
             max_query_len=int(num_sched.max()),
             max_seq_len=int(seq_lens.max()),
+            seq_lens_tensor=put("seq_lens", seq_lens),
+            query_start_loc_tensor=put("query_start_loc", query_start_loc),
         )
-        logits_indices = to_dev(cu[sample_rows] - 1)
-        return to_dev(input_ids), to_dev(positions), meta, logits_indices, sample_rows
+        logits_indices = put("logits_indices", cu[sample_rows] - 1)
+        return put("input_ids", input_ids), put("positions", positions), meta, logits_indices, sample_rows
 
     def _sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
         b = self.batch
@@ -180,7 +225,12 @@ class ModelRunner:
         if not self.pp.is_first:
             shape = (so.total_num_scheduled_tokens, self.model.config.hidden_size)
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
-        hidden = self.model(input_ids, positions, self.kv_caches, meta, intermediate)
+        num_reqs = self.batch.num_reqs
+        graph_size = self.graphs.padded_size(num_reqs) if self.graphs is not None and meta.decode_only else None
+        if graph_size is not None:
+            hidden = self.graphs.run(graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
+        else:
+            hidden = self.model(input_ids, positions, self.kv_caches, meta, intermediate)
         req_ids = list(self.batch.req_ids)
         sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
         logprobs = [None] * len(req_ids)
