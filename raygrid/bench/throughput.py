@@ -29,6 +29,7 @@ def add_throughput_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hf-batch-size", type=int, default=128, help="hf backend: prompts per padded generate() call")
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--profile-dir", default=None, help="raygrid on GPU: also profile decode steps into this folder")
 
 
 def make_workload(num_prompts: int, input_len, output_len, random_range, seed: int, vocab_size: int):
@@ -63,8 +64,12 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
         if errors:
             raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
         generated = sum(len(o.outputs[0].token_ids) for o in outputs)
-        timing = llm.engine.step_timing() if hasattr(llm.engine, "step_timing") else None
-        return {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": timing}
+        result = {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": llm.engine.step_timing()}
+        if args.profile_dir:
+            from raygrid.bench.profile_decode import profile_decode
+
+            result["decode_profile"] = profile_decode(llm, args.profile_dir, num_reqs=min(256, len(prompts)))
+        return result
     finally:
         llm.shutdown()
 
@@ -138,6 +143,7 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "output_tokens_per_s": round(result["output_tokens"] / elapsed, 1),
         "total_tokens_per_s": round((prompt_tokens + result["output_tokens"]) / elapsed, 1),
         "step_timing": result["step_timing"],
+        "decode_profile": result.get("decode_profile"),
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["raygrid"] + sys.argv[1:]),

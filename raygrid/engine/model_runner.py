@@ -258,6 +258,8 @@ class ModelRunner:
             query_start_loc=[0, num_tokens],
             max_query_len=num_tokens,
             max_seq_len=num_tokens,
+            seq_lens_tensor=torch.tensor([num_tokens], dtype=torch.int32, device=self.device),
+            query_start_loc_tensor=torch.tensor([0, num_tokens], dtype=torch.int32, device=self.device),
         )
         intermediate = None
         if not self.pp.is_first:
