@@ -50,7 +50,7 @@ def test_penalties_follow_their_definitions():
     counts = torch.tensor([[2.0, 0.0, 1.0, 0.0]])
     prompt_mask = torch.tensor([[False, True, False, False]])
     meta = SamplingMetadata(
-        temperature=torch.ones(1), greedy=torch.zeros(1, dtype=torch.bool), all_greedy=False, top_k=None, top_p=None,
+        temperature=torch.ones(1), greedy=torch.zeros(1, dtype=torch.bool), all_greedy=False, any_greedy=False, top_k=None, top_p=None,
         min_p=None, repetition_penalty=torch.tensor([2.0]), frequency_penalty=torch.tensor([0.1]),
         presence_penalty=torch.tensor([0.5]), output_token_counts=counts, prompt_token_mask=prompt_mask,
         banned_rows=None, banned_tokens=None, generators={}, num_logprobs=[None],

@@ -220,6 +220,14 @@ class KVCacheManager:
         """Make room for ``num_new_tokens`` more tokens after the computed ones (plus any prefix-cache
         hits in ``new_computed_blocks``). Returns the newly allocated blocks, or None when the pool
         cannot supply them; then nothing changes."""
+        blocks = self.req_blocks.get(request.request_id)
+        if blocks is not None and not new_computed_blocks:
+            # The common decode case: the tokens fit in the blocks the request already has.
+            total_tokens = request.num_computed_tokens + num_new_tokens
+            if total_tokens <= len(blocks) * self.block_size:
+                if self.enable_caching and total_tokens // self.block_size > self.num_cached_blocks[request.request_id]:
+                    self._cache_full_blocks(request, total_tokens)
+                return []
         computed_hits = new_computed_blocks or []
         blocks = self.req_blocks.setdefault(request.request_id, [])
         num_hit_tokens = len(computed_hits) * self.block_size

@@ -125,7 +125,7 @@ class LLM:
         while self.engine.has_unfinished_requests():
             core_outputs = self.engine.step()
             num_output_tokens += sum(len(o.new_token_ids) for o in core_outputs)
-            outputs, to_abort = self.output_processor.process(core_outputs)
+            outputs, to_abort = self.output_processor.process(core_outputs, emit_unfinished=False)
             if to_abort:
                 self.engine.abort_requests(to_abort)
             for output in outputs:

@@ -105,19 +105,29 @@ class ModelRunner:
             self.requests[new.req_id] = state
             self.batch.add(state)
         cached = so.scheduled_cached_reqs
+        batch = self.batch
+        rows, num_computed = [], []
         for i, req_id in enumerate(cached.req_ids):
             state = self.requests[req_id]
             new_tokens, new_blocks = cached.new_token_ids[i], cached.new_block_ids[i]
             resumed = cached.resumed_from_preemption[i]
             state.token_ids.extend(new_tokens)
-            state.block_ids = list(new_blocks) if resumed else state.block_ids + list(new_blocks)
-            state.num_computed_tokens = cached.num_computed_tokens[i]
-            if req_id in self.batch:
-                self.batch.append_tokens(req_id, new_tokens)
-                self.batch.set_blocks(req_id, new_blocks, replace=resumed)
-                self.batch.set_num_computed(req_id, state.num_computed_tokens)
+            if resumed:
+                state.block_ids = list(new_blocks)
             else:
-                self.batch.add(state)
+                state.block_ids.extend(new_blocks)
+            state.num_computed_tokens = cached.num_computed_tokens[i]
+            row = batch.index_of.get(req_id)
+            if row is None:
+                batch.add(state)
+                continue
+            if new_tokens:
+                batch.append_tokens(req_id, new_tokens)
+            if new_blocks or resumed:
+                batch.set_blocks(req_id, new_blocks, replace=resumed)
+            rows.append(row)
+            num_computed.append(state.num_computed_tokens)
+        batch.num_computed_tokens[rows] = num_computed
 
     # ------------------------------------------------------------------ inputs
 
@@ -177,6 +187,7 @@ class ModelRunner:
             temperature=torch.as_tensor(temperature, device=dev),
             greedy=torch.as_tensor(greedy, device=dev),
             all_greedy=bool(greedy.all()),
+            any_greedy=bool(greedy.any()),
             top_k=torch.as_tensor(np.where(top_k > 0, top_k, self.vocab_size), device=dev) if (top_k > 0).any() else None,
             top_p=torch.as_tensor(top_p, device=dev) if (top_p < 1).any() else None,
             min_p=torch.as_tensor(min_p, device=dev) if (min_p > 0).any() else None,

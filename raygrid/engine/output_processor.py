@@ -39,9 +39,11 @@ class ParentState:
     # Delta mode (streaming): each output carries only what is new since the last one.
     delta: bool = False
 
+    num_unfinished: int = 0  # children still running
+
     @property
     def finished(self) -> bool:
-        return all(c.finish_reason is not None for c in self.children.values())
+        return self.num_unfinished == 0
 
 
 class OutputProcessor:
@@ -61,6 +63,7 @@ class OutputProcessor:
                 logprobs=[] if params.logprobs is not None else None,
             )
             self.parent_of[child.request_id] = processed.request_id
+        parent.num_unfinished = len(parent.children)
         self.parents[processed.request_id] = parent
 
     def child_ids(self, request_id: str) -> list[str]:
@@ -70,8 +73,9 @@ class OutputProcessor:
     def has_unfinished(self) -> bool:
         return bool(self.parents)
 
-    def process(self, outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
-        """Apply a step's outputs. Returns the RequestOutputs of the parents that changed, and the
+    def process(self, outputs: list[EngineCoreOutput], emit_unfinished: bool = True) -> tuple[list[RequestOutput], list[str]]:
+        """Apply a step's outputs. Returns the RequestOutputs of the parents that changed (only the
+        finished ones unless ``emit_unfinished``: an offline batch needs no partial results), and the
         child ids the engine core must abort because a stop string ended them."""
         changed: dict[str, ParentState] = {}
         to_abort: list[str] = []
@@ -88,12 +92,15 @@ class OutputProcessor:
             self._add_logprobs(child, out.new_logprobs)
             if stop is not None:
                 child.finish_reason, child.stop_reason = "stop", stop
+                parent.num_unfinished -= 1
                 if out.finish_reason is None:
                     to_abort.append(out.req_id)
             elif out.finish_reason is not None:
                 child.finish_reason, child.stop_reason = out.finish_reason, out.stop_reason
+                parent.num_unfinished -= 1
                 child.detokenizer.flush()
-            changed[parent_id] = parent
+            if emit_unfinished or parent.finished:
+                changed[parent_id] = parent
         results = [self._make_output(parent) for parent in changed.values()]
         for parent in changed.values():
             if parent.finished:
@@ -108,6 +115,7 @@ class OutputProcessor:
         for child in parent.children.values():
             if child.finish_reason is None:
                 child.finish_reason = "abort"
+        parent.num_unfinished = 0
         self._forget(parent)
         return self._make_output(parent)
 

@@ -23,6 +23,7 @@ class SamplingMetadata:
     temperature: torch.Tensor  # [B] float32
     greedy: torch.Tensor  # [B] bool
     all_greedy: bool
+    any_greedy: bool
     top_k: torch.Tensor | None  # [B] int64, vocab size where disabled; None when no row uses it
     top_p: torch.Tensor | None  # [B] float32; None when no row uses it
     min_p: torch.Tensor | None  # [B] float32; None when no row uses it
@@ -50,11 +51,12 @@ class Sampler:
         if meta.repetition_penalty is not None:
             logits = apply_penalties(logits, meta)
 
-        greedy_tokens = logits.argmax(dim=-1)
         if meta.all_greedy:
-            sampled = greedy_tokens
+            sampled = logits.argmax(dim=-1)
+        elif not meta.any_greedy:
+            sampled = self._sample(logits, meta)
         else:
-            sampled = torch.where(meta.greedy, greedy_tokens, self._sample(logits, meta))
+            sampled = torch.where(meta.greedy, logits.argmax(dim=-1), self._sample(logits, meta))
 
         logprobs = gather_logprobs(raw_logprobs, sampled, meta.num_logprobs) if want_logprobs else [None] * len(meta.num_logprobs)
         return sampled, logprobs
@@ -67,11 +69,11 @@ class Sampler:
             logits = apply_min_p(logits, meta.min_p)
         if meta.top_k is not None or meta.top_p is not None:
             logits = apply_top_k_top_p(logits, meta.top_k, meta.top_p)
-        probs = torch.softmax(logits, dim=-1)
-        q = torch.empty_like(probs).exponential_()
+        q = torch.empty_like(logits).exponential_()
         for row, generator in meta.generators.items():
             q[row].exponential_(generator=generator)
-        return probs.div(q).argmax(dim=-1)
+        # argmax(p / q) = argmax(log p - log q), and log p is logits less a per-row constant: no softmax needed.
+        return (logits - q.log_()).argmax(dim=-1)
 
 
 def apply_penalties(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:

@@ -31,12 +31,14 @@ def rope_frequencies(hf_config, head_dim: int) -> tuple[torch.Tensor, float]:
 class RotaryEmbedding(nn.Module):
     def __init__(self, hf_config, head_dim: int, max_position: int) -> None:
         super().__init__()
-        inv_freq, scaling = rope_frequencies(hf_config, head_dim)
-        positions = torch.arange(max_position, dtype=torch.float32)
-        freqs = positions[:, None] * inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos_cache", emb.cos() * scaling, persistent=False)
-        self.register_buffer("sin_cache", emb.sin() * scaling, persistent=False)
+        device = torch.get_default_device()  # the model may be built under a device context
+        with torch.device("cpu"):  # transformers' rope functions compute on the CPU
+            inv_freq, scaling = rope_frequencies(hf_config, head_dim)
+            positions = torch.arange(max_position, dtype=torch.float32)
+            freqs = positions[:, None] * inv_freq[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_cache", (emb.cos() * scaling).to(device), persistent=False)
+        self.register_buffer("sin_cache", (emb.sin() * scaling).to(device), persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q ``[T, heads, d]`` and k ``[T, kv_heads, d]`` to their token positions ``[T]``."""

@@ -1,0 +1,63 @@
+"""Profile of decode steps: which kernels run, how long the GPU is busy, and how much of a step is
+CPU time around the GPU work. Used by ``raygrid bench throughput --profile-dir``."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+
+def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512, steps: int = 10) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from raygrid import SamplingParams
+
+    core = llm.engine
+    rng = np.random.default_rng(1)
+    params = SamplingParams(temperature=0.6, max_tokens=4 * steps + 64, ignore_eos=True, detokenize=False)
+    ids = []
+    for i in range(num_reqs):
+        processed = llm.processor.process(f"profile-{i}", {"prompt_token_ids": rng.integers(0, 10000, prompt_len).tolist()}, params)
+        for child in processed.children:
+            core.add_request(child)
+            ids.append(child.request_id)
+    while core.stats().num_waiting or core.stats().num_running < num_reqs:  # finish every prefill
+        core.step()
+    for _ in range(3):
+        core.step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        core.step()
+    wall_per_step = (time.perf_counter() - start) / steps
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            core.step()
+        torch.cuda.synchronize()
+    core.abort_requests(ids)
+    kernels = []
+    for event in prof.key_averages():
+        device_us = getattr(event, "self_device_time_total", None)
+        if device_us is None:
+            device_us = getattr(event, "self_cuda_time_total", 0)
+        if device_us > 0 and event.device_type.name == "CUDA":
+            kernels.append({"name": event.key[:120], "calls_per_step": event.count / steps, "us_per_step": device_us / steps})
+    kernels.sort(key=lambda k: -k["us_per_step"])
+    gpu_us = sum(k["us_per_step"] for k in kernels)
+    summary = {
+        "num_running": num_reqs,
+        "context_len_start": prompt_len,
+        "wall_ms_per_step": wall_per_step * 1e3,
+        "gpu_busy_ms_per_step": gpu_us / 1e3,
+        "cpu_only_ms_per_step": wall_per_step * 1e3 - gpu_us / 1e3,
+        "top_kernels": kernels[:25],
+    }
+    with open(f"{out_dir}/profile_decode.json", "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    with open(f"{out_dir}/profile_decode.txt", "w", encoding="utf-8") as f:
+        f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
+    print(f"decode step with {num_reqs} running: wall {summary['wall_ms_per_step']:.2f} ms, GPU busy {summary['gpu_busy_ms_per_step']:.2f} ms")
+    return summary
