@@ -44,6 +44,9 @@ class SchedulerConfig(_Strict):
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = Field(default=0, ge=0, description="cap on one prefill chunk; 0 is no cap")
     policy: Literal["fcfs", "priority"] = "fcfs"
+    # Schedule step N+1 while step N runs on the device; its inputs then include tokens the host has
+    # not seen yet (placeholders). Default: on for one GPU, off otherwise.
+    async_scheduling: bool | None = None
 
 
 class ParallelConfig(_Strict):
@@ -109,10 +112,18 @@ class EngineConfig(_Strict):
         budget = self.scheduler.max_num_batched_tokens
         if budget is None:
             budget = 8192 if self.scheduler.enable_chunked_prefill else max(8192, max_len)
+        async_scheduling = self.scheduler.async_scheduling
+        if async_scheduling is None:
+            import torch
+
+            on_gpu = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
+            async_scheduling = on_gpu and self.parallel.distributed_executor_backend == "inprocess"
+        elif async_scheduling and self.parallel.distributed_executor_backend != "inprocess":
+            raise ValueError("async_scheduling needs the in-process executor (one device)")
         return EngineConfig(
             model=self.model.model_copy(update={"max_model_len": max_len}),
             cache=self.cache,
-            scheduler=self.scheduler.model_copy(update={"max_num_batched_tokens": budget}),
+            scheduler=self.scheduler.model_copy(update={"max_num_batched_tokens": budget, "async_scheduling": async_scheduling}),
             parallel=self.parallel,
             device=self.device,
         )

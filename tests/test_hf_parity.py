@@ -16,6 +16,8 @@ ENGINE_VARIANTS = {
     "chunked_prefill_32": dict(max_num_batched_tokens=32),
     "no_prefix_caching": dict(enable_prefix_caching=False, max_num_batched_tokens=48),
     "block_size_8_long_prefill_cap": dict(block_size=8, long_prefill_token_threshold=20),
+    # Step N+1 scheduled while step N runs, its inputs partly tokens the host has not seen yet.
+    "async_scheduling_chunked": dict(async_scheduling=True, max_num_batched_tokens=40),
 }
 
 
@@ -37,14 +39,17 @@ def test_greedy_matches_transformers(case, variant):
     _, model_dir, prompts, expected = case
     llm, got = run(model_dir, prompts, **ENGINE_VARIANTS[variant])
     assert got == expected
+    if ENGINE_VARIANTS[variant].get("async_scheduling"):
+        assert llm.engine.step_timing()[0]["max_batches_in_flight"] == 2
     stats = llm.get_stats()
     assert stats.num_free_blocks == stats.num_total_blocks, "KV blocks leaked"
 
 
-def test_greedy_matches_transformers_under_preemption(case):
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_greedy_matches_transformers_under_preemption(case, async_scheduling):
     _, model_dir, prompts, expected = case
     # 24 usable blocks of 16 tokens: far less than 10 requests of up to 94 tokens need at once.
-    llm, got = run(model_dir, prompts, num_kv_blocks=25)
+    llm, got = run(model_dir, prompts, num_kv_blocks=25, async_scheduling=async_scheduling)
     assert llm.get_stats().num_preemptions > 0, "the pool was meant to be too small to avoid preemption"
     assert got == expected
     stats = llm.get_stats()

@@ -30,7 +30,9 @@ class EngineCore:
                 f"gpu_memory_utilization, or lower max_model_len"
             )
         self.executor.collective_rpc("initialize_cache", (num_blocks,))
-        self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=self.executor.max_concurrent_batches)
+        # Pipeline stages split the requests over their batches; async scheduling (one device) does not.
+        split = 1 if config.scheduler.async_scheduling else self.executor.max_concurrent_batches
+        self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=split)
         self._in_flight: deque[tuple[SchedulerOutput, Future]] = deque()
         self.num_steps = 0
         self.step_seconds = 0.0  # wall time inside step(): scheduling, execution (or waiting for it), updates

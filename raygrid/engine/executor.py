@@ -49,6 +49,15 @@ class InProcessExecutor(Executor):
 
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int]) -> None:
         self.worker = Worker(config, eos_token_ids)
+        self.async_scheduling = config.scheduler.async_scheduling
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        # Async scheduling: the next step is scheduled and launched while this one runs on the GPU.
+        return 2 if self.async_scheduling else 1
+
+    def execute_model_async(self, scheduler_output: SchedulerOutput):
+        return self.worker.execute_model(scheduler_output, non_blocking=True)
 
     def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
         return [getattr(self.worker, method)(*args, **(kwargs or {}))]

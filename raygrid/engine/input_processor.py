@@ -32,6 +32,7 @@ def build_engine_config(
     enable_chunked_prefill: bool = True,
     long_prefill_token_threshold: int = 0,
     scheduling_policy: str = "fcfs",
+    async_scheduling: bool | None = None,
     gpu_memory_utilization: float = 0.9,
     max_logprobs: int = 20,
     seed: int = 0,
@@ -60,6 +61,7 @@ def build_engine_config(
             enable_chunked_prefill=enable_chunked_prefill,
             long_prefill_token_threshold=long_prefill_token_threshold,
             policy=scheduling_policy,
+            async_scheduling=async_scheduling,
         ),
         parallel=ParallelConfig(
             tensor_parallel_size=tensor_parallel_size,

@@ -43,6 +43,38 @@ class StagingBuffers:
         return device
 
 
+class PendingRunnerOutput:
+    """A step whose sampled tokens are still being copied to the host. ``result()`` waits for them
+    (the step's one host-device sync) and builds the ModelRunnerOutput."""
+
+    def __init__(self, req_ids: list[str], sample_rows: np.ndarray, tokens: torch.Tensor | None, logprobs: list) -> None:
+        self.req_ids = req_ids
+        self.sample_rows = sample_rows
+        self.logprobs = logprobs
+        self.execute_seconds = 0.0
+        self._host_tokens = None
+        self._event = None
+        if tokens is not None:
+            if tokens.is_cuda:
+                self._host_tokens = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+                self._host_tokens.copy_(tokens, non_blocking=True)
+                self._event = torch.cuda.Event()
+                self._event.record()
+            else:
+                self._host_tokens = tokens
+
+    def result(self) -> ModelRunnerOutput:
+        sampled: list[list[int]] = [[] for _ in self.req_ids]
+        logprobs = [None] * len(self.req_ids)
+        if self._host_tokens is not None:
+            if self._event is not None:
+                self._event.synchronize()
+            for row, token, lp in zip(self.sample_rows.tolist(), self._host_tokens.tolist(), self.logprobs):
+                sampled[row] = [token]
+                logprobs[row] = lp
+        return ModelRunnerOutput(self.req_ids, sampled, logprobs, execute_seconds=self.execute_seconds)
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, model: torch.nn.Module, device: torch.device, dtype: torch.dtype, eos_token_ids: frozenset[int]) -> None:
         self.config = config
@@ -59,6 +91,8 @@ class ModelRunner:
         self.sampler = Sampler()
         self.kv_caches: list[torch.Tensor] = []
         self.graphs: DecodeGraphs | None = None
+        self.prev_sampled: torch.Tensor | None = None
+        self.prev_sampled_index: dict[str, int] = {}
         max_tokens = config.scheduler.max_num_batched_tokens
         max_reqs = config.scheduler.max_num_seqs
         self.staging = StagingBuffers(device, {
@@ -145,10 +179,18 @@ class ModelRunner:
         slot_mapping = batch.block_table[row_of_token, positions // self.block_size] * self.block_size + positions % self.block_size
         seq_lens = num_computed + num_sched
         query_start_loc = np.concatenate(([0], cu))
-        # A request samples only once its whole known sequence is computed (not mid-prompt).
+        # A request samples once its sequence is computed to the end (not mid-prompt).
         sample_rows = np.nonzero(seq_lens >= batch.num_tokens[:n])[0]
 
         put = self.staging.put
+        input_ids_dev = put("input_ids", input_ids)
+        # Async scheduling: a position past the tokens this worker knows is the token the previous
+        # step sampled for that request, still on the device.
+        unknown = np.nonzero(positions >= batch.num_tokens[row_of_token])[0]
+        if len(unknown):
+            sources = [self.prev_sampled_index[batch.req_ids[row]] for row in row_of_token[unknown].tolist()]
+            index = torch.as_tensor(unknown, device=self.device)
+            input_ids_dev[index] = self.prev_sampled[torch.as_tensor(sources, device=self.device)].to(input_ids_dev.dtype)
         meta = AttentionMetadata(
             slot_mapping=put("slot_mapping", slot_mapping),
             block_tables=put("block_tables", batch.block_table[:n]),
@@ -160,7 +202,7 @@ class ModelRunner:
             query_start_loc_tensor=put("query_start_loc", query_start_loc),
         )
         logits_indices = put("logits_indices", cu[sample_rows] - 1)
-        return put("input_ids", input_ids), put("positions", positions), meta, logits_indices, sample_rows
+        return input_ids_dev, put("positions", positions), meta, logits_indices, sample_rows
 
     def _sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
         b = self.batch
@@ -220,17 +262,20 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ the step
 
-    def execute_model(self, so: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(self, so: SchedulerOutput, non_blocking: bool = False):
+        """Run one step. With ``non_blocking`` the GPU work is only launched: the returned
+        PendingRunnerOutput waits for it in ``result()``, so the engine can schedule the next step
+        meanwhile (async scheduling)."""
         start = time.perf_counter()
-        output = self._execute(so)
-        output.execute_seconds = time.perf_counter() - start
-        return output
+        pending = self._execute(so)
+        pending.execute_seconds = time.perf_counter() - start
+        return pending if non_blocking else pending.result()
 
     @torch.inference_mode()
-    def _execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
+    def _execute(self, so: SchedulerOutput) -> "PendingRunnerOutput":
         self._update_states(so)
         if so.is_empty:
-            return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=[])
+            return PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None, [])
         input_ids, positions, meta, logits_indices, sample_rows = self._prepare_inputs(so)
         intermediate = None
         if not self.pp.is_first:
@@ -243,17 +288,17 @@ class ModelRunner:
         else:
             hidden = self.model(input_ids, positions, self.kv_caches, meta, intermediate)
         req_ids = list(self.batch.req_ids)
-        sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
-        logprobs = [None] * len(req_ids)
         if not self.pp.is_last:
             self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
-        elif len(sample_rows):
-            logits = self.model.compute_logits(hidden[logits_indices])
-            tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows))
-            for row, token, lp in zip(sample_rows.tolist(), tokens.tolist(), row_logprobs):  # the step's one sync
-                sampled_token_ids[row] = [token]
-                logprobs[row] = lp
-        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled_token_ids, logprobs=logprobs)
+            return PendingRunnerOutput(req_ids, np.zeros(0, dtype=np.int64), None, [])
+        if not len(sample_rows):
+            return PendingRunnerOutput(req_ids, sample_rows, None, [])
+        logits = self.model.compute_logits(hidden[logits_indices])
+        tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows))
+        # The next step may need these tokens as inputs before the host has seen them.
+        self.prev_sampled = tokens
+        self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}
+        return PendingRunnerOutput(req_ids, sample_rows, tokens, row_logprobs)
 
     @torch.inference_mode()
     def profile_forward(self, num_tokens: int) -> None:

@@ -67,6 +67,8 @@ class Request:
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_computed_tokens = 0
+        # Async scheduling: output tokens being sampled right now, already counted as scheduled.
+        self.num_output_placeholders = 0
         # Prompt tokens found in the prefix cache the first time the request was scheduled (-1: not yet).
         self.num_cached_tokens = -1
         self.first_scheduled_time: float | None = None

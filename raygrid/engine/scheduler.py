@@ -84,6 +84,7 @@ class Scheduler:
         # With pipeline stages several batches run at once; each takes a share of the requests so
         # that every stage has work.
         self.num_batches_in_flight = num_batches_in_flight
+        self.async_scheduling = bool(config.scheduler.async_scheduling)
         self.kv = KVCacheManager(num_kv_blocks, config.cache.block_size, config.cache.enable_prefix_caching)
 
         self.requests: dict[str, Request] = {}
@@ -195,7 +196,10 @@ class Scheduler:
         return self._build_output(scheduled, num_scheduled, new_block_ids, resumed)
 
     def _num_tokens_to_schedule(self, req: Request, num_computed: int, budget: int) -> int:
-        num_new = req.num_tokens - num_computed
+        pending = req.num_output_placeholders
+        if pending and (req.num_output_tokens + pending >= req.max_tokens or req.num_tokens + pending >= self.max_model_len):
+            return 0  # the token in flight is its last one
+        num_new = req.num_tokens + pending - num_computed
         if self.long_prefill_threshold:
             num_new = min(num_new, self.long_prefill_threshold)
         if num_new > budget and not self.chunked_prefill and req.num_computed_tokens == 0:
@@ -249,6 +253,8 @@ class Scheduler:
         total = sum(num_scheduled.values())
         for req in scheduled:  # the plan is fixed: count its tokens as computed
             req.num_computed_tokens += num_scheduled[req.request_id]
+            if self.async_scheduling and req.num_computed_tokens == req.num_tokens + req.num_output_placeholders:
+                req.num_output_placeholders += 1  # it samples this step
         self._num_scheduled_tokens += total
         finished, self._finished_for_workers = self._finished_for_workers, set()
         return SchedulerOutput(
@@ -269,6 +275,7 @@ class Scheduler:
                 continue  # aborted meanwhile, or only part of the prompt was computed
             new_tokens: list[int] = []
             status = None
+            req.num_output_placeholders = max(req.num_output_placeholders - len(token_ids), 0)
             for token_id in token_ids:
                 req.append_output_token(token_id)
                 new_tokens.append(token_id)

@@ -64,5 +64,5 @@ class Worker:
     def initialize_cache(self, num_blocks: int) -> None:
         self.runner.initialize_kv_cache(self.runner.allocate_kv_cache(num_blocks))
 
-    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
-        return self.runner.execute_model(scheduler_output)
+    def execute_model(self, scheduler_output: SchedulerOutput, non_blocking: bool = False):
+        return self.runner.execute_model(scheduler_output, non_blocking)
