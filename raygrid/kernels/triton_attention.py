@@ -41,7 +41,7 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slo
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_H=triton.next_power_of_2(num_kv_heads),
-        BLOCK_D=triton.next_power_of_2(head_dim), PAGE=k_cache.shape[1],
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PAGE=k_cache.shape[1],
     )
 
 
@@ -152,7 +152,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
-        BLOCK_D=triton.next_power_of_2(head_dim), PAGE=k_cache.shape[1], BLOCK_N=block_n,
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PAGE=k_cache.shape[1], BLOCK_N=block_n,
         DOT_PRECISION=_dot_precision(query),
         num_warps=4, num_stages=2,
     )
@@ -172,7 +172,7 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        QUERIES_PER_KV=num_heads // num_kv_heads, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
+        QUERIES_PER_KV=num_heads // num_kv_heads, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=_dot_precision(query),
         num_warps=4, num_stages=2,
     )
