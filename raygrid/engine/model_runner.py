@@ -18,17 +18,23 @@ from raygrid.parallel.groups import get_pp_group
 
 class StagingBuffers:
     """Host-to-device transfer of each step's inputs through pinned buffers and their device twins,
-    allocated once. On CPU the numpy arrays are used in place."""
+    allocated once. Two sets of host buffers alternate by step: with async scheduling a step fills
+    its inputs while the previous step's copies may still be queued. On CPU the arrays are used in place."""
 
     def __init__(self, device: torch.device, specs: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
         self.on_gpu = device.type == "cuda"
         self.dtypes = {name: dtype for name, (_, dtype) in specs.items()}
-        self.host: dict[str, torch.Tensor] = {}
+        self.hosts: list[dict[str, torch.Tensor]] = [{}, {}]
         self.device: dict[str, torch.Tensor] = {}
+        self.current = 0
         if self.on_gpu:
             for name, (shape, dtype) in specs.items():
-                self.host[name] = torch.empty(shape, dtype=dtype, pin_memory=True)
+                for host in self.hosts:
+                    host[name] = torch.empty(shape, dtype=dtype, pin_memory=True)
                 self.device[name] = torch.empty(shape, dtype=dtype, device=device)
+
+    def next_step(self) -> None:
+        self.current ^= 1
 
     def put(self, name: str, array: np.ndarray) -> torch.Tensor:
         """The array on the device (asynchronous copy; the step's one sync comes later)."""
@@ -36,7 +42,7 @@ class StagingBuffers:
         if not self.on_gpu:
             return torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
         rows = array.shape[0]
-        host = self.host[name][:rows]
+        host = self.hosts[self.current][name][:rows]
         host.numpy()[(slice(None),) + tuple(slice(0, s) for s in array.shape[1:])] = array
         device = self.device[name][:rows]
         device.copy_(host, non_blocking=True)
@@ -103,6 +109,16 @@ class ModelRunner:
             "seq_lens": ((max_reqs,), torch.int32),
             "query_start_loc": ((max_reqs + 1,), torch.int32),
             "block_tables": ((max_reqs, self.max_blocks_per_req), torch.int32),
+            "placeholder_index": ((max_tokens,), torch.int64),
+            "placeholder_source": ((max_tokens,), torch.int64),
+            "temperature": ((max_reqs,), torch.float32),
+            "greedy": ((max_reqs,), torch.bool),
+            "top_k": ((max_reqs,), torch.int64),
+            "top_p": ((max_reqs,), torch.float32),
+            "min_p": ((max_reqs,), torch.float32),
+            "repetition_penalty": ((max_reqs,), torch.float32),
+            "frequency_penalty": ((max_reqs,), torch.float32),
+            "presence_penalty": ((max_reqs,), torch.float32),
         })
 
     def initialize_kv_cache(self, kv_caches: list[torch.Tensor]) -> None:
@@ -167,6 +183,7 @@ class ModelRunner:
 
     def _prepare_inputs(self, so: SchedulerOutput):
         """Vectorized over the batch's rows: no Python loop over tokens."""
+        self.staging.next_step()
         batch = self.batch
         n = batch.num_reqs
         num_sched = np.fromiter((so.num_scheduled_tokens[r] for r in batch.req_ids), dtype=np.int64, count=n)
@@ -188,9 +205,9 @@ class ModelRunner:
         # step sampled for that request, still on the device.
         unknown = np.nonzero(positions >= batch.num_tokens[row_of_token])[0]
         if len(unknown):
-            sources = [self.prev_sampled_index[batch.req_ids[row]] for row in row_of_token[unknown].tolist()]
-            index = torch.as_tensor(unknown, device=self.device)
-            input_ids_dev[index] = self.prev_sampled[torch.as_tensor(sources, device=self.device)].to(input_ids_dev.dtype)
+            sources = np.fromiter((self.prev_sampled_index[batch.req_ids[row]] for row in row_of_token[unknown].tolist()), dtype=np.int64)
+            index = put("placeholder_index", unknown)
+            input_ids_dev[index] = self.prev_sampled[put("placeholder_source", sources)].to(input_ids_dev.dtype)
         meta = AttentionMetadata(
             slot_mapping=put("slot_mapping", slot_mapping),
             block_tables=put("block_tables", batch.block_table[:n]),
@@ -207,7 +224,7 @@ class ModelRunner:
     def _sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
         b = self.batch
         dev = self.device
-        t = lambda a, dtype=None: torch.as_tensor(a[rows], device=dev, dtype=dtype)
+        put = self.staging.put  # pinned and asynchronous: a pageable copy would wait for the running step
         temperature = b.temperature[rows]
         greedy = temperature < 1e-5
         top_k = b.top_k[rows]
@@ -226,16 +243,16 @@ class ModelRunner:
             banned_tokens = torch.tensor([tok for _, tok in banned], device=dev).clamp_(0, self.vocab_size - 1)
         generators = {i: b.states[row].generator for i, row in enumerate(rows) if b.states[row].generator is not None}
         return SamplingMetadata(
-            temperature=torch.as_tensor(temperature, device=dev),
-            greedy=torch.as_tensor(greedy, device=dev),
+            temperature=put("temperature", temperature),
+            greedy=put("greedy", greedy),
             all_greedy=bool(greedy.all()),
             any_greedy=bool(greedy.any()),
-            top_k=torch.as_tensor(np.where(top_k > 0, top_k, self.vocab_size), device=dev) if (top_k > 0).any() else None,
-            top_p=torch.as_tensor(top_p, device=dev) if (top_p < 1).any() else None,
-            min_p=torch.as_tensor(min_p, device=dev) if (min_p > 0).any() else None,
-            repetition_penalty=t(b.repetition_penalty) if use_penalties else None,
-            frequency_penalty=t(b.frequency_penalty) if use_penalties else None,
-            presence_penalty=t(b.presence_penalty) if use_penalties else None,
+            top_k=put("top_k", np.where(top_k > 0, top_k, self.vocab_size)) if (top_k > 0).any() else None,
+            top_p=put("top_p", top_p) if (top_p < 1).any() else None,
+            min_p=put("min_p", min_p) if (min_p > 0).any() else None,
+            repetition_penalty=put("repetition_penalty", b.repetition_penalty[rows]) if use_penalties else None,
+            frequency_penalty=put("frequency_penalty", b.frequency_penalty[rows]) if use_penalties else None,
+            presence_penalty=put("presence_penalty", b.presence_penalty[rows]) if use_penalties else None,
             output_token_counts=counts,
             prompt_token_mask=prompt_mask,
             banned_rows=banned_rows,
