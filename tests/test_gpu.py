@@ -29,21 +29,26 @@ def run(model_dir, prompts, **kwargs):
 
 @pytest.mark.parametrize("model", ["qwen3", "llama"])
 def test_bf16_first_tokens_and_logits_match_transformers(model_dirs, tokenizer, model):
+    """bf16 tolerance, measured rather than guessed: raygrid's bf16 logprobs may stray from the float32
+    truth no more than twice as far as transformers' own bf16 logprobs do (plus 0.02)."""
     prompts = random_prompts(8, len(tokenizer), seed=31)
     outputs = run(model_dirs[model], prompts, device="cuda", dtype="bfloat16")
-    hf = AutoModelForCausalLM.from_pretrained(model_dirs[model], dtype=torch.bfloat16).cuda().eval()
-    worst = 0.0
+    hf16 = AutoModelForCausalLM.from_pretrained(model_dirs[model], dtype=torch.bfloat16).cuda().eval()
+    hf32 = AutoModelForCausalLM.from_pretrained(model_dirs[model], dtype=torch.float32).cuda().eval()
+    ours_err = hf_err = 0.0
     with torch.no_grad():
         for prompt, out in zip(prompts, outputs):
-            logits = hf(torch.tensor([prompt], device="cuda")).logits[0, -1].float()
-            reference = torch.log_softmax(logits, dim=-1)
+            ids = torch.tensor([prompt], device="cuda")
+            truth = torch.log_softmax(hf32(ids).logits[0, -1].float(), dim=-1)
+            theirs = torch.log_softmax(hf16(ids).logits[0, -1].float(), dim=-1)
             first = out.outputs[0].logprobs[0]
-            assert out.outputs[0].token_ids[0] == int(reference.argmax()) or reference.topk(2).values.diff().abs().item() < 0.05
+            top2 = truth.topk(2).values
+            if (top2[0] - top2[1]).item() > 0.1:  # a clear winner must be the first token
+                assert out.outputs[0].token_ids[0] == int(truth.argmax())
             for token_id, lp in first.items():
-                ref = reference[token_id].item()
-                # bf16 keeps about 3 significant digits: allow 2% of the value (at least 0.02).
-                worst = max(worst, abs(lp.logprob - ref) / max(abs(ref), 1.0))
-    assert worst < 0.02, f"logprobs differ by {worst:.2%} (relative) from transformers (bf16)"
+                ours_err = max(ours_err, abs(lp.logprob - truth[token_id].item()))
+                hf_err = max(hf_err, abs(theirs[token_id].item() - truth[token_id].item()))
+    assert ours_err <= 2 * hf_err + 0.02, f"raygrid bf16 off by {ours_err:.4f}, transformers bf16 by {hf_err:.4f}"
 
 
 @pytest.mark.parametrize("model", ["qwen3", "llama"])
