@@ -32,6 +32,7 @@ def run_layout(engine_kwargs: dict, tp: int, pp: int, prompts, max_tokens: int, 
     try:
         params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs, detokenize=False)
         llm.generate([{"prompt_token_ids": p[:8]} for p in prompts[:2]], params, use_tqdm=False)  # warm up
+        before = llm.engine.step_timing()[0]
         start = time.perf_counter()
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         elapsed = time.perf_counter() - start
@@ -39,11 +40,23 @@ def run_layout(engine_kwargs: dict, tp: int, pp: int, prompts, max_tokens: int, 
             "tokens": [o.outputs[0].token_ids for o in outputs],
             "first_logprobs": [{t: lp.logprob for t, lp in o.outputs[0].logprobs[0].items()} for o in outputs],
             "elapsed_s": elapsed,
-            "step_timing": llm.engine.step_timing(),
+            "step_timing": [timing_since(before, llm.engine.step_timing()[0])],
         }
     finally:
         llm.shutdown()
         del llm
+
+
+def timing_since(before: dict, after: dict) -> dict:
+    """Mean step times of the steps between two step_timing readings (the warm-up left out)."""
+    steps = after["num_steps"] - before["num_steps"]
+    total = lambda t, key: t[key] * t["num_steps"]
+    return {
+        "num_steps": steps,
+        "engine_step_s": (total(after, "engine_step_s") - total(before, "engine_step_s")) / max(steps, 1),
+        "worker_execute_s": (total(after, "worker_execute_s") - total(before, "worker_execute_s")) / max(steps, 1),
+        "max_batches_in_flight": after["max_batches_in_flight"],
+    }
 
 
 def compare(reference: dict, other: dict) -> dict:
