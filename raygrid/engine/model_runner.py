@@ -13,7 +13,7 @@ from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.engine.sampler import Sampler, SamplingMetadata
 from raygrid.models.layers.attention import AttentionMetadata
-from raygrid.parallel.groups import get_pp_group
+from raygrid.parallel.groups import get_pp_group, get_tp_group
 
 
 class StagingBuffers:
@@ -123,7 +123,9 @@ class ModelRunner:
 
     def initialize_kv_cache(self, kv_caches: list[torch.Tensor]) -> None:
         self.kv_caches = kv_caches
-        use_graphs = self.device.type == "cuda" and not self.config.model.enforce_eager and self.pp.world_size == 1
+        # Not yet with tensor or pipeline parallelism: graphs holding NCCL collectives are unverified.
+        use_graphs = (self.device.type == "cuda" and not self.config.model.enforce_eager
+                      and self.pp.world_size == 1 and get_tp_group().world_size == 1)
         if use_graphs:
             max_batch = min(self.config.scheduler.max_num_seqs, 512)
             with torch.inference_mode():
