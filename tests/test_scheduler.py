@@ -152,3 +152,22 @@ def test_abort_frees_blocks_of_running_and_waiting_requests():
     assert not sched.has_unfinished_requests()
     assert sched.kv.num_free_blocks == 63
     assert sched.schedule().finished_req_ids == {"a", "b"}
+
+
+def test_a_result_for_a_request_preempted_while_in_flight():
+    # With batches in flight (pipeline stages, async scheduling) a request can be preempted after its
+    # step was launched; the step's token still counts, and may end the request.
+    sched = make_scheduler(num_blocks=16)
+    sched.add_request(make_request("r", 5, max_tokens=4))
+    out = sched.schedule()
+    req = sched.requests["r"]
+    sched._preempt(req)
+    assert req.status == RequestStatus.PREEMPTED and sched.kv.num_free_blocks == 15
+    (core_out,) = sample_all_for(sched, out, {"r": 0})  # EOS
+    assert core_out.finish_reason == "stop"
+    assert not sched.has_unfinished_requests() and sched.kv.num_free_blocks == 15
+
+
+def sample_all_for(sched, out, tokens):
+    ids = list(out.num_scheduled_tokens)
+    return sched.update_from_output(out, ModelRunnerOutput(ids, [[tokens[i]] for i in ids], [None] * len(ids)))

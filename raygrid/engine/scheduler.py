@@ -291,7 +291,11 @@ class Scheduler:
             if req.num_output_tokens == len(new_tokens) and req.first_scheduled_time is not None:
                 out.queue_time = req.first_scheduled_time - req.arrival_time
             if status is not None:
-                self.running.remove(req)
+                # With batches in flight the request may have been preempted since this one was scheduled.
+                if req.status == RequestStatus.RUNNING:
+                    self.running.remove(req)
+                else:
+                    self.waiting.remove(req)
                 self._finish(req, status)
                 out.finish_reason, out.stop_reason = status.finish_reason, req.stop_reason
             outputs.append(out)
