@@ -42,6 +42,30 @@ def test_stream_deltas_add_up_to_the_offline_result(engine, qwen3_dir):
     assert last.finished and last.outputs[0].finish_reason == "length"
 
 
+def test_async_scheduling_streams_match(qwen3_dir):
+    """Async scheduling (step N+1 launched before step N's tokens reach the host) behind AsyncLLM."""
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    (want,) = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=512).generate("Async please", params, use_tqdm=False)
+    engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=512, async_scheduling=True)
+    try:
+        async def run():
+            results = await asyncio.gather(*(collect(engine, "Async please", params) for _ in range(3)))
+            return results
+
+        for ids in asyncio.run(run()):
+            assert ids == want.outputs[0].token_ids
+        assert engine.engine.step_timing()[0]["max_batches_in_flight"] == 2
+    finally:
+        engine.shutdown()
+
+
+async def collect(engine, prompt, params):
+    ids = []
+    async for out in engine.generate(prompt, params, delta=True):
+        ids += out.outputs[0].token_ids
+    return ids
+
+
 def test_cancelled_request_is_aborted_and_frees_blocks(engine):
     total = engine.engine.stats().num_total_blocks
 

@@ -96,3 +96,27 @@ def test_killed_worker_fails_requests_fast(model_dirs, tokenizer):
         assert late.error and "no healthy engine replica" in late.error
     finally:
         llm.shutdown()
+
+
+def test_async_front_end_on_ray(model_dirs, references):
+    """The serving front end (AsyncLLM) over a tensor-parallel replica on Ray."""
+    import asyncio
+
+    from raygrid.engine.async_llm import AsyncLLM
+
+    prompts, expected = references
+    engine = AsyncLLM(model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, tensor_parallel_size=2)
+    try:
+        async def run():
+            async def one(prompt):
+                ids = []
+                async for out in engine.generate(prompt, GREEDY, delta=True):
+                    ids += out.outputs[0].token_ids
+                return ids
+
+            return await asyncio.gather(*(one(p) for p in prompts[:4]))
+
+        assert asyncio.run(run()) == expected["qwen3"][:4]
+        assert b"raygrid:generation_tokens_total" in engine.render_metrics()
+    finally:
+        engine.shutdown()

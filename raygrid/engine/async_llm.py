@@ -64,6 +64,8 @@ class AsyncLLM:
         self._streams_lock = threading.Lock()
         self._ids = itertools.count()
         self._dead: BaseException | None = None
+        self._last_observed = 0.0
+        self._load_changed = False
         self._stopping = False
         self._thread = threading.Thread(target=self._engine_loop, name="raygrid-engine", daemon=True)
         self._thread.start()
@@ -135,6 +137,8 @@ class AsyncLLM:
         try:
             while not self._stopping:
                 idle = not self.engine.has_unfinished_requests()
+                if idle:
+                    self._observe_scheduler(force=True)  # the gauges settle at their idle values
                 self._apply_commands(block=idle)
                 if self._stopping:
                     break
@@ -182,6 +186,7 @@ class AsyncLLM:
         self.output_processor.add_request(processed, delta=delta)
         for child in processed.children:
             self.engine.add_request(child)
+        self._load_changed = True
 
     def _abort(self, request_id: str) -> None:
         with self._streams_lock:
@@ -191,7 +196,7 @@ class AsyncLLM:
         self.engine.abort_requests(stream.child_ids)
         if self.output_processor.abort(request_id) is not None:
             self.metrics.observe_finished("abort")
-        self.metrics.observe_scheduler(self.engine.stats())
+        self._observe_scheduler(force=True)
 
     def _step(self) -> None:
         core_outputs = self.engine.step()
@@ -214,7 +219,17 @@ class AsyncLLM:
                         self.metrics.observe_finished(completion.finish_reason)
             if not self._deliver(stream, output) and not output.finished:
                 self._commands.put(("abort", output.request_id))
-        self.metrics.observe_scheduler(self.engine.stats())
+        self._load_changed |= any(output.finished for output in outputs)
+        self._observe_scheduler(force=self._load_changed)
+
+    def _observe_scheduler(self, force: bool = False) -> None:
+        """Refresh the scheduler gauges and counters: when requests came or went, otherwise at most
+        every 0.25 s (on Ray, reading the stats is a round trip to every replica)."""
+        now = time.monotonic()
+        if force or now - self._last_observed >= 0.25:
+            self._last_observed = now
+            self._load_changed = False
+            self.metrics.observe_scheduler(self.engine.stats())
 
     def _observe_tokens(self, core_outputs: list[EngineCoreOutput], now: float) -> None:
         for out in core_outputs:
