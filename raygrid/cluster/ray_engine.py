@@ -100,7 +100,7 @@ class RayEngineClient:
 
     def stats(self) -> SchedulerStats:
         total = SchedulerStats()
-        for i, stats in self._live_calls(lambda d: d.stats.remote()):
+        for _, stats in self._live_calls(lambda d: d.stats.remote()):
             for field in vars(total):
                 setattr(total, field, getattr(total, field) + getattr(stats, field))
         live = sum(self.healthy) or 1

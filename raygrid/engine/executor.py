@@ -40,8 +40,8 @@ class Executor(ABC):
         """Steps the engine may keep in flight at once (more than one with pipeline stages)."""
         return 1
 
-    def shutdown(self) -> None:
-        pass
+    def shutdown(self) -> None:  # noqa: B027 - most executors hold nothing to release
+        """Release the workers; by default there is nothing to release."""
 
 
 class InProcessExecutor(Executor):

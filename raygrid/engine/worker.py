@@ -8,7 +8,7 @@ import torch
 
 from raygrid.config import EngineConfig
 from raygrid.engine.model_runner import ModelRunner
-from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
+from raygrid.engine.outputs import SchedulerOutput
 from raygrid.models.loader import load_hf_config, load_model, resolve_dtype
 from raygrid.parallel.groups import init_parallel_state
 
