@@ -9,9 +9,8 @@ instead of leaving its peers waiting in a collective.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import ray
@@ -65,6 +64,8 @@ class RayExecutor(Executor):
         ip, port = ray.get(self.workers[0].address.remote())
         gather([w.init_worker.remote(f"tcp://{ip}:{port}") for w in self.workers], "loading the model")
         self.output_rank = self.grid.rank_of(pp=self.grid.pp - 1, tp=0)
+        # Threads that wait for the batches in flight (one per pipeline stage).
+        self._waiters = ThreadPoolExecutor(max_workers=self.grid.pp, thread_name_prefix="raygrid-step")
 
     @property
     def max_concurrent_batches(self) -> int:
@@ -81,22 +82,14 @@ class RayExecutor(Executor):
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> Future:
         shared = ray.put(scheduler_output)  # once, read by every worker
         refs = [w.execute_model.remote(shared) for w in self.workers]
-        future: Future = Future()
-
-        def wait() -> None:
-            try:
-                future.set_result(gather(refs, "execute_model")[self.output_rank])
-            except BaseException as error:
-                future.set_exception(error)
-
-        threading.Thread(target=wait, daemon=True).start()
-        return future
+        return self._waiters.submit(lambda: gather(refs, "execute_model")[self.output_rank])
 
     def worker_names(self) -> list[str]:
         """Ray actor names of the workers, in rank order (``ray.get_actor(name)`` finds them)."""
         return list(self.names)
 
     def shutdown(self) -> None:
+        self._waiters.shutdown(wait=False, cancel_futures=True)
         for worker in self.workers:
             try:
                 ray.kill(worker)
