@@ -74,7 +74,9 @@ class AsyncLLM:
 
     @property
     def is_healthy(self) -> bool:
-        return self._dead is None and self._thread.is_alive()
+        """The engine loop runs and (on Ray) at least one replica is in service."""
+        replicas_ok = any(getattr(self.engine, "healthy", [True]))
+        return self._dead is None and self._thread.is_alive() and replicas_ok
 
     @property
     def num_unfinished_requests(self) -> int:
