@@ -78,9 +78,6 @@ class ParallelConfig(_Strict):
         """The rank grid of one data-parallel replica: its PP x TP workers."""
         return RankGrid(tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size)
 
-    def grid(self) -> RankGrid:
-        return RankGrid(tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size, dp=self.data_parallel_size)
-
 
 class EngineConfig(_Strict):
     model: ModelConfig

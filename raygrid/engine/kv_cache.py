@@ -153,16 +153,6 @@ class BlockPool:
         return True
 
 
-@dataclass
-class PrefixCacheStats:
-    queries: int = 0  # prompt tokens looked up
-    hits: int = 0  # of those, found in the cache
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.queries if self.queries else 0.0
-
-
 class KVCacheManager:
     """Gives requests KV blocks, shares cached prefixes, and takes the blocks back."""
 
@@ -173,7 +163,6 @@ class KVCacheManager:
         self.req_blocks: dict[str, list[KVCacheBlock]] = {}
         # How many leading blocks of each request have been entered into the prefix cache.
         self.num_cached_blocks: dict[str, int] = {}
-        self.stats = PrefixCacheStats()
 
     @property
     def usage(self) -> float:

@@ -66,13 +66,6 @@ class OutputProcessor:
         parent.num_unfinished = len(parent.children)
         self.parents[processed.request_id] = parent
 
-    def child_ids(self, request_id: str) -> list[str]:
-        parent = self.parents.get(request_id)
-        return list(parent.children) if parent else []
-
-    def has_unfinished(self) -> bool:
-        return bool(self.parents)
-
     def process(self, outputs: list[EngineCoreOutput], emit_unfinished: bool = True) -> tuple[list[RequestOutput], list[str]]:
         """Apply a step's outputs. Returns the RequestOutputs of the parents that changed (only the
         finished ones unless ``emit_unfinished``: an offline batch needs no partial results), and the

@@ -98,14 +98,6 @@ class Request:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)
 
-    def __lt__(self, other: "Request") -> bool:
-        # Order used by the priority queue: lower priority value first, then earlier arrival.
-        return (self.priority, self.arrival_time, self.request_id) < (
-            other.priority,
-            other.arrival_time,
-            other.request_id,
-        )
-
     def __repr__(self) -> str:
         return (
             f"Request({self.request_id!r}, status={self.status.name}, tokens={self.num_tokens}, "
