@@ -72,13 +72,13 @@ def test_min_tokens_holds_off_stop_tokens(llm, baseline):
 def test_eos_stops_unless_ignored(llm, baseline):
     prompts, outputs = baseline
     ids = outputs[2].outputs[0].token_ids
-    original = llm.eos_token_ids
-    llm.eos_token_ids = frozenset({ids[3]})  # the model's own 4th greedy token plays EOS
+    original = llm.processor.eos_token_ids
+    llm.processor.eos_token_ids = frozenset({ids[3]})  # the model's own 4th greedy token plays EOS
     try:
         ignored = llm.generate(prompts[2], greedy(), use_tqdm=False)[0].outputs[0]
         stopped = llm.generate(prompts[2], SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)[0].outputs[0]
     finally:
-        llm.eos_token_ids = original
+        llm.processor.eos_token_ids = original
     assert ignored.finish_reason == "length" and ignored.token_ids == ids
     assert stopped.finish_reason == "stop" and stopped.stop_reason is None
     assert stopped.token_ids == ids[: ids.index(ids[3]) + 1]

@@ -20,7 +20,7 @@ from raygrid.cluster.worker_actor import WorkerActor
 from raygrid.config import EngineConfig
 from raygrid.engine.executor import Executor
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
-from raygrid.placement.placement import check_cluster_fits, place_replica, release, uses_gpu
+from raygrid.placement.placement import place_replica, release, uses_gpu
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,6 @@ class RayExecutor(Executor):
         parallel = config.parallel
         self.grid = parallel.replica_grid()
         self.use_gpu = uses_gpu(config.device)
-        check_cluster_fits(self.grid, self.use_gpu, parallel.ray_worker_cpus)
         self.slots = place_replica(self.grid, self.use_gpu, parallel.ray_worker_cpus)
         self.names = [f"raygrid-{uuid.uuid4().hex[:8]}-replica{replica}-rank{slot.rank}" for slot in self.slots]
         self.workers = [

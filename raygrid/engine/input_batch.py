@@ -113,9 +113,6 @@ class InputBatch:
         self.block_table[row, start : start + len(block_ids)] = block_ids
         self.num_blocks[row] = start + len(block_ids)
 
-    def set_num_computed(self, req_id: str, num_computed: int) -> None:
-        self.num_computed_tokens[self.index_of[req_id]] = num_computed
-
     def banned_tokens(self, rows: np.ndarray) -> list[tuple[int, int]]:
         """(position in ``rows``, token) pairs that may not be sampled: stop tokens before min_tokens."""
         pairs = []

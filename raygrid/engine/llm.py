@@ -37,14 +37,6 @@ class LLM:
         self.output_processor = OutputProcessor(self.tokenizer)
         self._request_counter = itertools.count()
 
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self.processor.eos_token_ids
-
-    @eos_token_ids.setter
-    def eos_token_ids(self, ids: frozenset[int]) -> None:
-        self.processor.eos_token_ids = ids
-
     # ------------------------------------------------------------------ public API
 
     def generate(

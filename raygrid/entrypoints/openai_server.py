@@ -133,8 +133,6 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
 
     def check_context(prompt_ids: list[int], params: SamplingParams, what: str) -> None:
         requested = len(prompt_ids) + (params.max_tokens or 0)
-        if not prompt_ids:
-            raise APIError(400, f"{what} is empty: at least one token is needed", param=what)
         if len(prompt_ids) >= max_len or requested > max_len:
             raise APIError(
                 400,
@@ -144,7 +142,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                 param=what,
                 code="context_length_exceeded",
             )
-        try:
+        try:  # the engine's own limits: empty prompt, token ids, logprobs
             engine.processor.validate(prompt_ids, params)
         except ValueError as error:
             raise APIError(400, str(error), param=what) from None
