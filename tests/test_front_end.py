@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from raygrid import LLM, SamplingParams
+from raygrid.bench.throughput import make_workload
 from raygrid.models.default_model import DEFAULT_MODEL_NAME
 
 
@@ -60,3 +65,29 @@ def test_cli_reports_bad_arguments(tmp_path):
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert result.returncode == 2 and "temperature" in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["raygrid", "hf"])
+def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3_dir, backend):
+    """`raygrid bench throughput` on CPU: every requested token is generated and counted, and for raygrid
+    the per-kind step times add up to the elapsed time."""
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "raygrid.entrypoints.cli", "bench", "throughput", "--backend", backend, "--model", qwen3_dir,
+         "--device", "cpu", "--dtype", "float32", "--num-prompts", "12", "--random-range", "5", "30", "--no-progress",
+         "--output-json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    expected_lens = make_workload(12, None, None, (5, 30), seed=0, vocab_size=summary_vocab(qwen3_dir))[1]
+    assert summary["output_tokens"] == sum(expected_lens)
+    assert summary["output_tokens_per_s"] > 0 and "output tok/s" in result.stdout
+    if backend == "raygrid":
+        buckets = summary["where_the_time_goes"]
+        assert sum(b["steps"] for b in buckets) >= max(expected_lens)  # one token per request a step
+        assert sum(b["seconds"] for b in buckets) == pytest.approx(summary["elapsed_s"], rel=0.05)
+
+
+def summary_vocab(model_dir: str) -> int:
+    return json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]

@@ -64,3 +64,21 @@ def test_cuda_graphs_match_eager(model_dirs, tokenizer):
     graphs = run(model_dirs["qwen3"], prompts, device="cuda", dtype="bfloat16")
     eager = run(model_dirs["qwen3"], prompts, device="cuda", dtype="bfloat16", enforce_eager=True)
     assert [o.outputs[0].token_ids for o in graphs] == [o.outputs[0].token_ids for o in eager]
+
+
+def test_seeded_sampling_on_gpu_does_not_depend_on_the_batch(model_dirs, tokenizer):
+    """The Triton sampling kernel keys each row's noise by seed and position: a seeded request draws
+    the same tokens alone and inside a batch of other sampled, greedy and top-p requests."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(6, len(tokenizer), seed=34)]
+    llm = LLM(model=model_dirs["qwen3"], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="bfloat16")
+    try:
+        for seeded in (SamplingParams(temperature=0.9, seed=5, max_tokens=MAX_NEW, ignore_eos=True),
+                       SamplingParams(temperature=0.9, top_p=0.9, seed=5, max_tokens=MAX_NEW, ignore_eos=True)):
+            alone = llm.generate(prompts[0], seeded, use_tqdm=False)[0].outputs[0].token_ids
+            others = [SamplingParams(temperature=1.2, max_tokens=MAX_NEW, ignore_eos=True), greedy(),
+                      SamplingParams(temperature=0.7, top_k=20, max_tokens=MAX_NEW, ignore_eos=True)] * 2
+            batch = llm.generate(prompts, [seeded] + others[:5], use_tqdm=False)
+            assert batch[0].outputs[0].token_ids == alone
+            assert len(set(alone)) > 1
+    finally:
+        llm.shutdown()

@@ -62,3 +62,17 @@ def test_priority_policy_preempts_and_matches(case):
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], GREEDY, use_tqdm=False, priority=list(range(len(prompts)))[::-1])
     assert llm.get_stats().num_preemptions > 0
     assert [o.outputs[0].token_ids for o in outputs] == expected
+
+
+def test_seeded_sampling_survives_preemption(case):
+    """A seeded request's noise depends on the position sampled, so recomputing after a preemption
+    draws the same tokens as an engine with room for everything."""
+    _, model_dir, prompts, _ = case
+    params = [SamplingParams(temperature=1.0, top_p=0.95, seed=100 + i, max_tokens=MAX_NEW_TOKENS, ignore_eos=True) for i in range(len(prompts))]
+    inputs = [{"prompt_token_ids": p} for p in prompts]
+    roomy = LLM(model=model_dir, dtype="float32", device="cpu", max_model_len=256)
+    tight = LLM(model=model_dir, dtype="float32", device="cpu", max_model_len=256, num_kv_blocks=25)
+    expected = [o.outputs[0].token_ids for o in roomy.generate(inputs, params, use_tqdm=False)]
+    got = [o.outputs[0].token_ids for o in tight.generate(inputs, params, use_tqdm=False)]
+    assert tight.get_stats().num_preemptions > 0
+    assert got == expected

@@ -10,10 +10,20 @@ import torch
 
 triton = pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
+from raygrid.kernels.elementwise_ref import (  # noqa: E402
+    apply_rotary_ref,
+    rms_norm_ref,
+    silu_and_mul_ref,
+)
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
-from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill, store_kv  # noqa: E402
+from raygrid.kernels.sampling_ref import gumbel_scores  # noqa: E402
+from raygrid.kernels.triton_attention import (  # noqa: E402
+    paged_attention_decode,
+    paged_attention_prefill,
+    store_kv,
+)
 from raygrid.kernels.triton_ops import rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
-from raygrid.kernels.elementwise_ref import apply_rotary_ref, rms_norm_ref, silu_and_mul_ref  # noqa: E402
+from raygrid.kernels.triton_sampling import gumbel_argmax, philox_uniform  # noqa: E402
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -63,9 +73,14 @@ def test_store_kv(dtype, heads, kv_heads, head_dim, block_size):
     assert torch.equal(cache_a, cache_b)
 
 
+# None: as many context splits as the GPU wants for this batch (16 for six sequences on an H200).
+SPLITS = [1, 3, None] if ON_GPU else [1, 3]
+
+
+@pytest.mark.parametrize("num_splits", SPLITS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", SHAPES)
-def test_decode_attention(dtype, heads, kv_heads, head_dim, block_size):
+def test_decode_attention(dtype, heads, kv_heads, head_dim, block_size, num_splits):
     seq_lens = [1, 7, 33, 64, 5] if not ON_GPU else [1, 17, 300, 1024, 2000, 77]
     num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
     cache = make_cache(num_blocks, block_size, kv_heads, head_dim, dtype)
@@ -74,18 +89,20 @@ def test_decode_attention(dtype, heads, kv_heads, head_dim, block_size):
     scale = head_dim**-0.5
     expected = paged_attention_ref(query, cache, tables, seq_lens, list(range(len(seq_lens) + 1)), scale)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    got = paged_attention_decode(query, cache, tables, lens, scale, block_n=16)
+    # Slices of at least 16 tokens: on CPU's short sequences too, several slices hold keys.
+    got = paged_attention_decode(query, cache, tables, lens, scale, block_n=16, num_splits=num_splits, min_split_tokens=16)
     torch.testing.assert_close(got, expected, **tol(dtype))
 
 
-def test_decode_padding_rows_are_zero():
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_decode_padding_rows_are_zero(num_splits):
     heads, kv_heads, head_dim, block_size = SHAPES[0]
     cache = make_cache(8, block_size, kv_heads, head_dim, torch.float32)
     tables = torch.zeros(2, 2, dtype=torch.int32, device=DEVICE)
     tables[0, 0] = 1
     query = torch.randn(2, heads, head_dim, device=DEVICE)
     lens = torch.tensor([3, 0], dtype=torch.int32, device=DEVICE)
-    out = paged_attention_decode(query, cache, tables, lens, 0.1, block_n=16)
+    out = paged_attention_decode(query, cache, tables, lens, 0.1, block_n=16, num_splits=num_splits, min_split_tokens=16)
     assert torch.count_nonzero(out[1]) == 0 and torch.isfinite(out).all()
 
 
@@ -158,3 +175,35 @@ def test_silu_and_mul(dtype):
     n = 48 if not ON_GPU else 3072
     x = torch.randn(7, 2 * n, dtype=dtype, device=DEVICE)
     torch.testing.assert_close(silu_and_mul(x), silu_and_mul_ref(x), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gumbel_argmax(dtype):
+    # GPU: a decode batch over Qwen3's vocabulary; CPU: small, with blocks small enough for several chunks.
+    torch.manual_seed(0)
+    rows, vocab, sizes = (256, 151936, {}) if ON_GPU else (6, 3000, dict(block=256, chunk=1024))
+    logits = (torch.randn(rows, vocab, device=DEVICE) * 4).to(dtype)
+    temperature = torch.rand(rows, device=DEVICE) * 1.5 + 0.1
+    temperature[::3] = 0.0  # greedy rows
+    seeds = torch.randint(0, 2**62, (rows,), device=DEVICE)
+    got = gumbel_argmax(logits, temperature, seeds, **sizes)
+    uniform = philox_uniform(seeds, vocab, **({"block": 256} if sizes else {}))
+    # float32 in the kernel against float64 here: a token other than the reference's must be a near tie.
+    scores = gumbel_scores(logits, temperature, uniform)
+    best = scores.max(dim=1).values
+    shortfall = best - scores.gather(1, got.unsqueeze(1)).squeeze(1)
+    assert (shortfall <= 1e-4 * (1 + best.abs())).all(), shortfall.max()
+    assert (got == scores.argmax(dim=1)).sum() >= rows - 2
+    # The noise itself: uniform in [0, 1), and the four columns one Philox call fills are not alike.
+    assert 0 <= uniform.min() and uniform.max() < 1 and abs(uniform.mean().item() - 0.5) < 0.01
+    assert torch.unique(uniform[0]).numel() > 0.99 * vocab
+    assert torch.equal(got[::3], logits[::3].float().argmax(dim=-1))
+    # The noise does something: 32 seeds over one near-flat row draw many different tokens.
+    flat_row = torch.randn(1, vocab, device=DEVICE).to(dtype).expand(32, -1).contiguous()
+    draws = gumbel_argmax(flat_row, torch.ones(32, device=DEVICE), seeds[:1] + torch.arange(32, device=DEVICE), **sizes)
+    assert torch.unique(draws).numel() > 16
+    # Same seeds, same tokens; ties go to the lowest id, as torch.argmax.
+    assert torch.equal(gumbel_argmax(logits, temperature, seeds, **sizes), got)
+    flat = torch.zeros(2, vocab, dtype=dtype, device=DEVICE)
+    flat[:, [7, vocab - 5]] = 1.0
+    assert gumbel_argmax(flat, torch.zeros(2, device=DEVICE), seeds[:2], **sizes).tolist() == [7, 7]

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from raygrid import LLM, SamplingParams
-from raygrid.engine.sampler import apply_min_p, apply_penalties, apply_top_k_top_p
+from raygrid.engine.sampler import (
+    apply_min_p,
+    apply_penalties,
+    apply_top_k_top_p,
+    row_seeds,
+)
+from raygrid.kernels.ops import gumbel_argmax
 from tests.conftest import random_prompts
 
 NEG_INF = float("-inf")
@@ -53,11 +60,34 @@ def test_penalties_follow_their_definitions():
         temperature=torch.ones(1), greedy=torch.zeros(1, dtype=torch.bool), all_greedy=False, any_greedy=False, top_k=None, top_p=None,
         min_p=None, repetition_penalty=torch.tensor([2.0]), frequency_penalty=torch.tensor([0.1]),
         presence_penalty=torch.tensor([0.5]), output_token_counts=counts, prompt_token_mask=prompt_mask,
-        banned_rows=None, banned_tokens=None, generators={}, num_logprobs=[None],
+        banned_rows=None, banned_tokens=None, seeds=torch.zeros(1, dtype=torch.long), host_seeds=[0], num_logprobs=[None],
     )
     out = apply_penalties(logits, meta)
     expected = [2.0 / 2 - 0.1 * 2 - 0.5, -1.0 * 2, 0.5 / 2 - 0.1 - 0.5, 1.0]
     assert out[0].tolist() == pytest.approx(expected)
+
+
+def test_row_seeds_depend_on_request_seed_and_position_only():
+    fresh = np.array([11, 22, 33, 44], dtype=np.int64)
+    seeds = row_seeds(np.array([5, -1, 5, 6]), np.array([100, 100, 101, 100]), fresh)
+    assert seeds[1] == 22  # no request seed: the fresh one
+    assert len({int(seeds[0]), int(seeds[2]), int(seeds[3])}) == 3 and (seeds >= 0).all()
+    again = row_seeds(np.array([-1, 5]), np.array([7, 100]), np.array([1, 2], dtype=np.int64))
+    assert again[1] == seeds[0]  # same seed and position, other row and batch: same noise
+
+
+def test_gumbel_draws_follow_the_softmax():
+    """20,000 draws over 5 tokens at temperature 0.7: each frequency within 4 standard errors of softmax."""
+    logits = torch.tensor([1.0, 0.2, -0.5, 0.8, -2.0])
+    n = 20_000
+    seeds = list(range(n))
+    temperature = torch.full((n,), 0.7)
+    tokens = gumbel_argmax(logits.expand(n, -1), temperature, torch.tensor(seeds), seeds)
+    freq = torch.bincount(tokens, minlength=5).double() / n
+    p = torch.softmax(logits.double() / 0.7, dim=0)
+    assert ((freq - p).abs() <= 4 * (p * (1 - p) / n).sqrt()).all(), (freq, p)
+    greedy = gumbel_argmax(logits.expand(3, -1), torch.zeros(3), torch.tensor([1, 2, 3]), [1, 2, 3])
+    assert greedy.tolist() == [0, 0, 0]
 
 
 def test_seeded_requests_do_not_depend_on_the_batch(llm, prompts):

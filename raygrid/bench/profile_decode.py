@@ -1,5 +1,6 @@
 """Profile of decode steps: which kernels run, how long the GPU is busy, and how much of a step is
-CPU time around the GPU work. Used by ``raygrid bench throughput --profile-dir``."""
+CPU time around the GPU work. Used by ``raygrid bench throughput --profile-dir``, for a full batch
+and for the small batch of long sequences that the end of a run leaves."""
 
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
         "cpu_only_ms_per_step": wall_per_step * 1e3 - gpu_us / 1e3,
         "top_kernels": kernels[:25],
     }
-    with open(f"{out_dir}/profile_decode.json", "w", encoding="utf-8") as f:
+    name = f"{out_dir}/profile_decode_{num_reqs}x{prompt_len}"
+    with open(f"{name}.json", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
-    with open(f"{out_dir}/profile_decode.txt", "w", encoding="utf-8") as f:
+    with open(f"{name}.txt", "w", encoding="utf-8") as f:
         f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
-    print(f"decode step with {num_reqs} running: wall {summary['wall_ms_per_step']:.2f} ms, GPU busy {summary['gpu_busy_ms_per_step']:.2f} ms")
+    print(f"decode step with {num_reqs} running from context {prompt_len}: wall {summary['wall_ms_per_step']:.2f} ms, GPU busy {summary['gpu_busy_ms_per_step']:.2f} ms")
     return summary

@@ -51,12 +51,16 @@ def make_workload(num_prompts: int, input_len, output_len, random_range, seed: i
 
 def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
     from raygrid import LLM, SamplingParams
+    from raygrid.engine.core import EngineCore
 
     llm = LLM(**engine_kwargs)
     try:
         warmup = [SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False)] * 4
         llm.generate([{"prompt_token_ids": p[:16]} for p in prompts[:4]], warmup, use_tqdm=False)
         params = [SamplingParams(temperature=args.temperature, max_tokens=n, ignore_eos=True, detokenize=False) for n in output_lens]
+        traced = isinstance(llm.engine, EngineCore)  # an in-process engine (a Ray replica keeps its steps to itself)
+        if traced:
+            llm.engine.step_trace = []
         start = time.perf_counter()
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=not args.no_progress)
         elapsed = time.perf_counter() - start
@@ -65,13 +69,40 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
             raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
         generated = sum(len(o.outputs[0].token_ids) for o in outputs)
         result = {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": llm.engine.step_timing()}
+        if traced:
+            result["where_the_time_goes"] = summarize_steps(start, llm.engine.step_trace)
+            llm.engine.step_trace = None
         if args.profile_dir:
             from raygrid.bench.profile_decode import profile_decode
 
-            result["decode_profile"] = profile_decode(llm, args.profile_dir, num_reqs=min(256, len(prompts)))
+            result["decode_profiles"] = [
+                profile_decode(llm, args.profile_dir, num_reqs=min(256, len(prompts)), prompt_len=512),
+                profile_decode(llm, args.profile_dir, num_reqs=min(32, len(prompts)), prompt_len=1536),
+            ]
         return result
     finally:
         llm.shutdown()
+
+
+def summarize_steps(start: float, trace: list[tuple[float, int, int]]) -> list[dict]:
+    """Seconds spent in steps that carry prompt tokens and in decode-only steps by batch size; a step's
+    time is the interval since the previous step finished."""
+    buckets = {"with prompt tokens": [0, 0.0]}
+    edges = [(1, 15), (16, 63), (64, 127), (128, 255), (256, 10**9)]
+    for lo, hi in edges:
+        buckets[f"decode, {lo}-{hi} requests" if hi < 10**9 else f"decode, {lo}+ requests"] = [0, 0.0]
+    previous = start
+    for finished, num_tokens, num_reqs in trace:
+        if num_tokens > num_reqs:
+            key = "with prompt tokens"
+        else:
+            lo, hi = next(e for e in edges if e[0] <= num_reqs <= e[1])
+            key = f"decode, {lo}-{hi} requests" if hi < 10**9 else f"decode, {lo}+ requests"
+        buckets[key][0] += 1
+        buckets[key][1] += finished - previous
+        previous = finished
+    return [{"steps": n, "seconds": round(sec, 3), "ms_per_step": round(1e3 * sec / n, 2) if n else None, "kind": kind}
+            for kind, (n, sec) in buckets.items()]
 
 
 def run_hf(args, model_path: str, dtype: str, prompts, output_lens) -> dict:
@@ -143,11 +174,14 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "output_tokens_per_s": round(result["output_tokens"] / elapsed, 1),
         "total_tokens_per_s": round((prompt_tokens + result["output_tokens"]) / elapsed, 1),
         "step_timing": result["step_timing"],
-        "decode_profile": result.get("decode_profile"),
+        "where_the_time_goes": result.get("where_the_time_goes"),
+        "decode_profiles": result.get("decode_profiles"),
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["raygrid"] + sys.argv[1:]),
     }
+    for bucket in result.get("where_the_time_goes") or []:
+        print(f"  {bucket['kind']:>26}: {bucket['steps']:5d} steps, {bucket['seconds']:7.3f} s")
     print(f"{args.backend}: {summary['requests_per_s']:.2f} requests/s, {summary['output_tokens_per_s']:.1f} output tok/s, "
           f"{summary['total_tokens_per_s']:.1f} total tok/s ({summary['output_tokens']} output tokens in {elapsed:.2f} s)")
     if args.output_json:

@@ -38,6 +38,8 @@ class EngineCore:
         self.step_seconds = 0.0  # wall time inside step(): scheduling, execution (or waiting for it), updates
         self.max_batches_in_flight = 0
         self.execute_seconds = 0.0  # worker-side time of those steps (output rank)
+        # Benchmarks set this to a list to get (finish time, scheduled tokens, scheduled requests) per step.
+        self.step_trace: list[tuple[float, int, int]] | None = None
         logger.info("KV cache: %d blocks of %d tokens (%d tokens)", num_blocks, block_size, (num_blocks - 1) * block_size)
 
     def add_request(self, request: Request) -> None:
@@ -69,6 +71,8 @@ class EngineCore:
             return []
         scheduler_output, future = self._in_flight.popleft()
         runner_output = future.result()
+        if self.step_trace is not None:
+            self.step_trace.append((time.perf_counter(), scheduler_output.total_num_scheduled_tokens, len(scheduler_output.num_scheduled_tokens)))
         self.num_steps += 1
         self.execute_seconds += runner_output.execute_seconds
         return self.scheduler.update_from_output(scheduler_output, runner_output)

@@ -7,10 +7,9 @@ Rows are kept dense: removing a request moves the last row into its place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from raygrid.engine.sampling_params import SamplingParams
 
@@ -25,7 +24,6 @@ class CachedRequestState:
     sampling_params: SamplingParams
     block_ids: list[int]
     num_computed_tokens: int
-    generator: torch.Generator | None = field(default=None, repr=False)
 
 
 class InputBatch:
@@ -49,6 +47,7 @@ class InputBatch:
         self.repetition_penalty = np.ones(max_num_reqs, dtype=np.float32)
         self.frequency_penalty = np.zeros(max_num_reqs, dtype=np.float32)
         self.presence_penalty = np.zeros(max_num_reqs, dtype=np.float32)
+        self.seed = np.full(max_num_reqs, -1, dtype=np.int64)  # -1: the request has no seed
 
     @property
     def num_reqs(self) -> int:
@@ -79,6 +78,7 @@ class InputBatch:
         self.repetition_penalty[row] = p.repetition_penalty
         self.frequency_penalty[row] = p.frequency_penalty
         self.presence_penalty[row] = p.presence_penalty
+        self.seed[row] = -1 if p.seed is None else p.seed
 
     def remove(self, req_id: str) -> None:
         row = self.index_of.pop(req_id, None)
@@ -94,7 +94,7 @@ class InputBatch:
         for array in (
             self.token_ids, self.num_tokens, self.num_prompt_tokens, self.num_computed_tokens, self.block_table,
             self.num_blocks, self.temperature, self.top_p, self.top_k, self.min_p, self.repetition_penalty,
-            self.frequency_penalty, self.presence_penalty,
+            self.frequency_penalty, self.presence_penalty, self.seed,
         ):
             array[dst] = array[src]
         self.req_ids[dst] = self.req_ids[src]

@@ -11,7 +11,7 @@ from raygrid.config import EngineConfig
 from raygrid.engine.cuda_graphs import DecodeGraphs
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
-from raygrid.engine.sampler import Sampler, SamplingMetadata
+from raygrid.engine.sampler import Sampler, SamplingMetadata, row_seeds
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.groups import get_pp_group, get_tp_group
 
@@ -119,7 +119,11 @@ class ModelRunner:
             "repetition_penalty": ((max_reqs,), torch.float32),
             "frequency_penalty": ((max_reqs,), torch.float32),
             "presence_penalty": ((max_reqs,), torch.float32),
+            "seeds": ((max_reqs,), torch.int64),
         })
+        # Noise seeds of requests without a seed of their own. Every tensor-parallel rank draws the same
+        # ones (same engine seed, one draw per step), so all ranks sample the same tokens.
+        self.seed_rng = np.random.default_rng(config.model.seed)
 
     def initialize_kv_cache(self, kv_caches: list[torch.Tensor]) -> None:
         self.kv_caches = kv_caches
@@ -141,18 +145,13 @@ class ModelRunner:
         for req_id in [r for r in self.batch.req_ids if r not in so.num_scheduled_tokens]:
             self.batch.remove(req_id)
         for new in so.scheduled_new_reqs:
-            params = new.sampling_params
-            generator = None
-            if params.seed is not None:
-                generator = torch.Generator(device=self.device).manual_seed(params.seed)
             state = CachedRequestState(
                 req_id=new.req_id,
                 token_ids=list(new.token_ids),
                 num_prompt_tokens=new.num_prompt_tokens,
-                sampling_params=params,
+                sampling_params=new.sampling_params,
                 block_ids=list(new.block_ids),
                 num_computed_tokens=new.num_computed_tokens,
-                generator=generator,
             )
             self.requests[new.req_id] = state
             self.batch.add(state)
@@ -221,9 +220,10 @@ class ModelRunner:
             query_start_loc_tensor=put("query_start_loc", query_start_loc),
         )
         logits_indices = put("logits_indices", cu[sample_rows] - 1)
-        return input_ids_dev, put("positions", positions), meta, logits_indices, sample_rows
+        return input_ids_dev, put("positions", positions), meta, logits_indices, sample_rows, seq_lens[sample_rows]
 
-    def _sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
+    def _sampling_metadata(self, rows: np.ndarray, positions: np.ndarray) -> SamplingMetadata:
+        """Sampling parameters of ``rows``, whose next tokens go to ``positions``."""
         b = self.batch
         dev = self.device
         put = self.staging.put  # pinned and asynchronous: a pageable copy would wait for the running step
@@ -243,7 +243,7 @@ class ModelRunner:
         if banned:
             banned_rows = torch.tensor([r for r, _ in banned], device=dev)
             banned_tokens = torch.tensor([tok for _, tok in banned], device=dev).clamp_(0, self.vocab_size - 1)
-        generators = {i: b.states[row].generator for i, row in enumerate(rows) if b.states[row].generator is not None}
+        seeds = row_seeds(b.seed[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
         return SamplingMetadata(
             temperature=put("temperature", temperature),
             greedy=put("greedy", greedy),
@@ -259,7 +259,8 @@ class ModelRunner:
             prompt_token_mask=prompt_mask,
             banned_rows=banned_rows,
             banned_tokens=banned_tokens,
-            generators=generators,
+            seeds=put("seeds", seeds),
+            host_seeds=seeds.tolist(),
             num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
         )
 
@@ -295,7 +296,7 @@ class ModelRunner:
         self._update_states(so)
         if so.is_empty:
             return PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None, [])
-        input_ids, positions, meta, logits_indices, sample_rows = self._prepare_inputs(so)
+        input_ids, positions, meta, logits_indices, sample_rows, sample_positions = self._prepare_inputs(so)
         intermediate = None
         if not self.pp.is_first:
             shape = (so.total_num_scheduled_tokens, self.model.config.hidden_size)
@@ -313,7 +314,7 @@ class ModelRunner:
         if not len(sample_rows):
             return PendingRunnerOutput(req_ids, sample_rows, None, [])
         logits = self.model.compute_logits(hidden[logits_indices])
-        tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows))
+        tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows, sample_positions))
         # The next step may need these tokens as inputs before the host has seen them.
         self.prev_sampled = tokens
         self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}

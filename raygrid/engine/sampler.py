@@ -1,19 +1,22 @@
 """Turns the last-position logits of each request into its next token.
 
-Order (vLLM's): snapshot raw logprobs, float32, min-tokens mask, penalties (repetition, frequency,
-presence), greedy argmax where temperature < 1e-5, temperature, min_p, top_k, top_p, then sample.
-Sampling uses the exponential race (argmax of p / q with q ~ Exp(1)), which draws from p exactly;
-seeded requests draw their q from a generator of their own, so their tokens do not depend on what
-else is in the batch.
+Order (vLLM's): snapshot raw logprobs, min-tokens mask, penalties (repetition, frequency, presence),
+greedy argmax where temperature < 1e-5, temperature, min_p, top_k, top_p, then sample.
+The draw is Gumbel-max (``kernels/sampling_ref.py``): argmax of logits / T plus Gumbel noise, which
+samples from softmax(logits / T) exactly with no softmax. Each row's noise comes from a seed of its
+own for this step (see ``row_seeds``), so a seeded request's tokens do not depend on what else is in
+the batch. On a GPU one Triton kernel does the whole draw on the logits as they are (bf16).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from raygrid.engine.outputs import SampleLogprobs
+from raygrid.kernels.ops import gumbel_argmax
 
 
 @dataclass
@@ -36,44 +39,52 @@ class SamplingMetadata:
     # Tokens forbidden this step (EOS and stop tokens before min_tokens): (row, token) pairs.
     banned_rows: torch.Tensor | None
     banned_tokens: torch.Tensor | None
-    generators: dict[int, torch.Generator]  # row -> generator of a seeded request
+    seeds: torch.Tensor  # [B] int64: this step's noise seed of each row
+    host_seeds: list[int]  # the same, on the host (the torch path seeds a generator per row)
     num_logprobs: list[int | None]  # per row
 
 
 class Sampler:
     def __call__(self, logits: torch.Tensor, meta: SamplingMetadata) -> tuple[torch.Tensor, list[SampleLogprobs | None]]:
-        logits = logits.float()
         want_logprobs = any(n is not None for n in meta.num_logprobs)
-        raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
+        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if want_logprobs else None
 
         if meta.banned_rows is not None:
-            logits = logits.index_put((meta.banned_rows, meta.banned_tokens), torch.tensor(float("-inf"), device=logits.device))
+            logits = logits.float().index_put((meta.banned_rows, meta.banned_tokens), torch.tensor(float("-inf"), device=logits.device))
         if meta.repetition_penalty is not None:
-            logits = apply_penalties(logits, meta)
+            logits = apply_penalties(logits.float(), meta)
 
         if meta.all_greedy:
             sampled = logits.argmax(dim=-1)
-        elif not meta.any_greedy:
-            sampled = self._sample(logits, meta)
         else:
-            sampled = torch.where(meta.greedy, logits.argmax(dim=-1), self._sample(logits, meta))
+            temperature = meta.temperature
+            if meta.min_p is not None or meta.top_k is not None or meta.top_p is not None:
+                # Truncation acts on the tempered distribution, so temper first and draw at temperature 1
+                # (greedy rows: temperature 0, an argmax, which truncation never changes).
+                logits = logits.float() / torch.where(meta.greedy, 1.0, temperature).unsqueeze(1)
+                if meta.min_p is not None:
+                    logits = apply_min_p(logits, meta.min_p)
+                if meta.top_k is not None or meta.top_p is not None:
+                    logits = apply_top_k_top_p(logits, meta.top_k, meta.top_p)
+                temperature = torch.where(meta.greedy, 0.0, 1.0)
+            sampled = gumbel_argmax(logits, temperature, meta.seeds, meta.host_seeds)
 
         logprobs = gather_logprobs(raw_logprobs, sampled, meta.num_logprobs) if want_logprobs else [None] * len(meta.num_logprobs)
         return sampled, logprobs
 
-    def _sample(self, logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
-        # Greedy rows get temperature 1 so the division is harmless; their result is discarded.
-        temperature = torch.where(meta.greedy, torch.ones_like(meta.temperature), meta.temperature)
-        logits = logits / temperature.unsqueeze(1)
-        if meta.min_p is not None:
-            logits = apply_min_p(logits, meta.min_p)
-        if meta.top_k is not None or meta.top_p is not None:
-            logits = apply_top_k_top_p(logits, meta.top_k, meta.top_p)
-        q = torch.empty_like(logits).exponential_()
-        for row, generator in meta.generators.items():
-            q[row].exponential_(generator=generator)
-        # argmax(p / q) = argmax(log p - log q), and log p is logits less a per-row constant: no softmax needed.
-        return (logits - q.log_()).argmax(dim=-1)
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def row_seeds(request_seeds: np.ndarray, positions: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+    """This step's noise seed of each row. A request with a seed gets a hash (SplitMix64) of its seed and
+    the position of the token being sampled, so its k-th token is drawn from the same noise whatever the
+    batch, and again after a preemption; ``request_seeds`` is -1 for the other rows, which take ``fresh``."""
+    z = request_seeds.astype(np.uint64) + positions.astype(np.uint64) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return np.where(request_seeds >= 0, (z >> np.uint64(1)).astype(np.int64), fresh)
 
 
 def apply_penalties(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:

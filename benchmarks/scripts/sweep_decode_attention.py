@@ -1,0 +1,70 @@
+"""Times the paged decode attention kernel over launch configurations on the GPU, at the shapes of the
+throughput benchmark (Qwen3-0.6B: 16 heads, 8 kv heads, head_dim 128, bf16, 16-token pages):
+a full batch early in the run and smaller batches of longer sequences later in it, and a few long
+sequences alone (interactive serving), where splitting the context matters.
+
+    python benchmarks/scripts/sweep_decode_attention.py --output-json sweep.json
+    python benchmarks/scripts/sweep_decode_attention.py --default-config-only   # splits on and off only
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import torch
+from triton.testing import do_bench
+
+from raygrid.kernels.triton_attention import decode_splits, paged_attention_decode
+
+HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
+CASES = [(256, 530), (128, 1200), (32, 1536), (8, 1800), (4, 8192), (1, 16384)]  # (sequences, context length)
+
+
+def make_case(num_seqs: int, context: int):
+    blocks_per_seq = -(-context // PAGE)
+    cache = torch.randn(2, num_seqs * blocks_per_seq + 1, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    tables = (1 + torch.randperm(num_seqs * blocks_per_seq, device="cuda")).view(num_seqs, blocks_per_seq).int()
+    query = torch.randn(num_seqs, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    lens = torch.full((num_seqs,), context, dtype=torch.int32, device="cuda")
+    return query, cache, tables, lens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output-json", default=None)
+    parser.add_argument("--default-config-only", action="store_true", help="block_n 64, 4 warps, 2 stages")
+    args = parser.parse_args()
+    grid = ((64,), (4,), (2,)) if args.default_config_only else ((32, 64, 128), (4, 8), (2, 3, 4))
+    results = []
+    for num_seqs, context in CASES:
+        query, cache, tables, lens = make_case(num_seqs, context)
+        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        auto = decode_splits(num_seqs, KV_HEADS, query.device)
+        for block_n, warps, stages, splits in itertools.product(*grid, sorted({1, auto})):
+            def run():
+                paged_attention_decode(query, cache, tables, lens, HEAD_DIM**-0.5, block_n=block_n, num_splits=splits,
+                                       num_warps=warps, num_stages=stages)
+            try:
+                ms = do_bench(run, warmup=10, rep=50)
+            except Exception as error:  # noqa: BLE001 - a configuration that does not fit is recorded, not fatal
+                results.append({"seqs": num_seqs, "context": context, "block_n": block_n, "warps": warps, "stages": stages,
+                                "splits": splits, "error": type(error).__name__})
+                continue
+            results.append({"seqs": num_seqs, "context": context, "block_n": block_n, "warps": warps, "stages": stages,
+                            "splits": splits, "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+        best = min((r for r in results if r["seqs"] == num_seqs and "us" in r), key=lambda r: r["us"])
+        default = next(r for r in results if r["seqs"] == num_seqs and r.get("block_n") == 64 and r["warps"] == 4
+                       and r["stages"] == 2 and r["splits"] == auto)
+        unsplit = next(r for r in results if r["seqs"] == num_seqs and r.get("block_n") == 64 and r["warps"] == 4
+                       and r["stages"] == 2 and r["splits"] == 1)
+        print(f"{num_seqs} x {context}: default {default['us']} us ({default['tb_per_s']} TB/s, {auto} splits), "
+              f"unsplit {unsplit['us']} us; best {best}")
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump({"machine": torch.cuda.get_device_name(0), "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Torch reference of the last step of sampling: the Gumbel-max draw.
+
+``argmax(logits / T + G)`` with ``G = -log(-log(U))``, ``U`` uniform, draws a token from
+``softmax(logits / T)`` exactly, without computing the softmax. Rows with temperature below 1e-5 are
+greedy (plain argmax). The Triton kernel in ``triton_sampling.py`` computes the same thing with ``U``
+from a per-row Philox stream; given the same ``U`` both give the same token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+GREEDY_TEMPERATURE = 1e-5
+
+
+def gumbel_scores(logits: torch.Tensor, temperature: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """``[B, V]`` float64 scores whose row argmax is the draw: logits / T - log(-log U), or the plain logits
+    on greedy rows. logits ``[B, V]`` (any float dtype), temperature ``[B]``, uniform ``[B, V]`` in [0, 1)."""
+    logits = logits.double()
+    greedy = (temperature < GREEDY_TEMPERATURE).unsqueeze(1)
+    safe_temperature = torch.where(greedy, 1.0, temperature.double().unsqueeze(1))
+    noisy = logits / safe_temperature - torch.log(-torch.log(uniform.double()))
+    return torch.where(greedy, logits, noisy)
+
+
+def gumbel_argmax_ref(logits: torch.Tensor, temperature: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The drawn token of each row: ``[B]`` int64."""
+    return gumbel_scores(logits, temperature, uniform).argmax(dim=-1)
+
+
+def seeded_uniform(seeds: list[int], vocab_size: int, device: torch.device) -> torch.Tensor:
+    """``[len(seeds), vocab]`` uniforms, row i from a torch generator seeded with ``seeds[i]``: the
+    CPU path's noise (the GPU kernel draws its own from Philox with the same seeds)."""
+    rows = []
+    for seed in seeds:
+        generator = torch.Generator(device=device).manual_seed(seed)
+        rows.append(torch.rand(vocab_size, generator=generator, device=device))
+    return torch.stack(rows) if rows else torch.empty(0, vocab_size, device=device)

@@ -1,0 +1,104 @@
+"""Triton kernel of the Gumbel-max draw (definition: ``sampling_ref.gumbel_argmax_ref``).
+
+One pass over the logits in their own dtype: temperature, noise from a Philox stream keyed by the
+row's seed, and a running argmax, with no float32 copy of the ``[B, V]`` logits and no softmax.
+Each program takes one chunk of one row; a small torch reduction picks the best chunk.
+Ties go to the lowest token id, as ``torch.argmax`` does.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from raygrid.kernels.sampling_ref import GREEDY_TEMPERATURE
+
+
+@triton.jit
+def _tile_columns(start, QUARTER: tl.constexpr):
+    """Columns of a ``[QUARTER, 4]`` tile: ``start + 4 * i + k``, contiguous in memory."""
+    return start + tl.arange(0, QUARTER)[:, None] * 4 + tl.arange(0, 4)[None, :]
+
+
+@triton.jit
+def _tile_uniform(seed, start, QUARTER: tl.constexpr):
+    """Uniforms in [0, 1) for ``_tile_columns(start)``: one Philox call per tile row gives all four of its
+    columns (Philox is the kernel's main cost, so this is four times cheaper than one call a column)."""
+    u0, u1, u2, u3 = tl.rand4x(seed, start // 4 + tl.arange(0, QUARTER))
+    k = tl.arange(0, 4)[None, :]
+    return tl.where(k == 0, u0[:, None], tl.where(k == 1, u1[:, None], tl.where(k == 2, u2[:, None], u3[:, None])))
+
+
+@triton.jit
+def _exponential(u):
+    """-log(u), an Exp(1) variate, for u in [0, 1). Near u = 1 it is smallest and decides the draw
+    (the noise is -log of it); there a series keeps its relative precision, which a fast hardware
+    log would lose."""
+    v = 1.0 - u
+    series = v * (1.0 + v * (0.5 + v * (0.33333334 + v * 0.25)))
+    return tl.where(v < 0.0078125, series, -tl.log(u))
+
+
+@triton.jit
+def _gumbel_argmax_kernel(
+    logits_ptr, temperature_ptr, seeds_ptr, best_value_ptr, best_index_ptr, stride_row, vocab_size,
+    NUM_CHUNKS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, GREEDY_BELOW: tl.constexpr,
+):
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    temperature = tl.load(temperature_ptr + row)
+    seed = tl.load(seeds_ptr + row)
+    best_value = tl.full([BLOCK // 4, 4], float("-inf"), dtype=tl.float32)
+    best_index = tl.zeros([BLOCK // 4, 4], dtype=tl.int32)
+    for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK):
+        cols = _tile_columns(start, BLOCK // 4)
+        valid = cols < vocab_size
+        x = tl.load(logits_ptr + row * stride_row + cols, mask=valid, other=float("-inf")).to(tl.float32)
+        if temperature >= GREEDY_BELOW:
+            x = x / temperature - tl.log(_exponential(_tile_uniform(seed, start, BLOCK // 4)))
+        x = tl.where(valid, x, float("-inf"))
+        better = x > best_value  # strict: each lane keeps its earliest maximum
+        best_value = tl.where(better, x, best_value)
+        best_index = tl.where(better, cols, best_index)
+    best_value = tl.reshape(best_value, [BLOCK])
+    best_index = tl.reshape(best_index, [BLOCK])
+    top = tl.max(best_value, 0)
+    index = tl.min(tl.where(best_value == top, best_index, vocab_size), 0)
+    tl.store(best_value_ptr + row * NUM_CHUNKS + chunk, top)
+    tl.store(best_index_ptr + row * NUM_CHUNKS + chunk, tl.minimum(index, vocab_size - 1))
+
+
+def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor, block: int = 1024, chunk: int = 8192) -> torch.Tensor:
+    """logits ``[B, V]`` (rows contiguous), temperature ``[B]`` float32, seeds ``[B]`` int64 -> tokens ``[B]`` int64."""
+    num_rows, vocab_size = logits.shape
+    assert logits.stride(1) == 1, "logits rows must be contiguous"
+    block = max(16, min(block, triton.next_power_of_2(vocab_size)))
+    chunk = max(block, min(chunk, triton.cdiv(vocab_size, block) * block))
+    num_chunks = triton.cdiv(vocab_size, chunk)
+    best_value = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=logits.device)
+    best_index = torch.empty(num_rows, num_chunks, dtype=torch.int32, device=logits.device)
+    if num_rows:
+        _gumbel_argmax_kernel[(num_rows, num_chunks)](
+            logits, temperature, seeds, best_value, best_index, logits.stride(0), vocab_size,
+            NUM_CHUNKS=num_chunks, CHUNK=chunk, BLOCK=block, GREEDY_BELOW=GREEDY_TEMPERATURE, num_warps=4,
+        )
+    best_chunk = best_value.argmax(dim=1, keepdim=True)  # the first best chunk holds the lowest tied id
+    return best_index.gather(1, best_chunk).squeeze(1).long()
+
+
+@triton.jit
+def _philox_uniform_kernel(seeds_ptr, out_ptr, vocab_size, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    start = tl.program_id(1) * BLOCK
+    cols = _tile_columns(start, BLOCK // 4)
+    seed = tl.load(seeds_ptr + row)
+    tl.store(out_ptr + row * vocab_size + cols, _tile_uniform(seed, start, BLOCK // 4), mask=cols < vocab_size)
+
+
+def philox_uniform(seeds: torch.Tensor, vocab_size: int, block: int = 1024) -> torch.Tensor:
+    """The uniforms ``gumbel_argmax`` draws for each row's seed, as a ``[B, V]`` tensor (for its tests)."""
+    out = torch.empty(seeds.shape[0], vocab_size, dtype=torch.float32, device=seeds.device)
+    block = max(16, min(block, triton.next_power_of_2(vocab_size)))
+    _philox_uniform_kernel[(seeds.shape[0], triton.cdiv(vocab_size, block))](seeds, out, vocab_size, BLOCK=block)
+    return out
