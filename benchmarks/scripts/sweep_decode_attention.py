@@ -10,8 +10,10 @@ sequences alone (interactive serving), where splitting the context matters.
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import json
+import sys
 
 import torch
 from triton.testing import do_bench
@@ -63,7 +65,9 @@ def main() -> None:
               f"unsplit {unsplit['us']} us; best {best}")
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0), "results": results}, f, indent=1)
+            json.dump({"machine": torch.cuda.get_device_name(0),
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
