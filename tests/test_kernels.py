@@ -22,7 +22,7 @@ from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_prefill,
     store_kv,
 )
-from raygrid.kernels.triton_ops import rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
+from raygrid.kernels.triton_ops import qk_norm_rotary, rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
 from raygrid.kernels.triton_sampling import gumbel_argmax, philox_uniform  # noqa: E402
 
 ON_GPU = torch.cuda.is_available()
@@ -168,6 +168,31 @@ def test_rotary(dtype):
     rotary_inplace(positions, q, k, cos, sin)
     torch.testing.assert_close(q, expected_q, **tol(dtype))
     torch.testing.assert_close(k, expected_k, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qk_norm_rotary(dtype):
+    """The fused kernel equals the two references one after the other, on views of a qkv output."""
+    heads, kv_heads, head_dim = (4, 2, 16) if not ON_GPU else (16, 8, 128)
+    tokens = 11 if not ON_GPU else 256
+    positions = torch.randint(0, 500, (tokens,), device=DEVICE)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=DEVICE) / head_dim))
+    freqs = torch.arange(512, dtype=torch.float32, device=DEVICE)[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, dtype=dtype, device=DEVICE) * 3
+    q = qkv[:, : heads * head_dim].view(tokens, heads, head_dim)
+    k = qkv[:, heads * head_dim : (heads + kv_heads) * head_dim].view(tokens, kv_heads, head_dim)
+    q_weight = torch.rand(head_dim, dtype=dtype, device=DEVICE) + 0.5
+    k_weight = torch.rand(head_dim, dtype=dtype, device=DEVICE) + 0.5
+    c, s = cos[positions].to(dtype).unsqueeze(1), sin[positions].to(dtype).unsqueeze(1)
+    expected_q = apply_rotary_ref(rms_norm_ref(q, q_weight, 1e-6), c, s)
+    expected_k = apply_rotary_ref(rms_norm_ref(k, k_weight, 1e-6), c, s)
+    before = qkv.clone()
+    got_q, got_k = qk_norm_rotary(positions, q, k, q_weight, k_weight, 1e-6, cos, sin)
+    torch.testing.assert_close(got_q, expected_q, **tol(dtype))
+    torch.testing.assert_close(got_k, expected_k, **tol(dtype))
+    assert torch.equal(qkv, before)  # the inputs are left as they were
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

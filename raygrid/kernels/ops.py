@@ -53,6 +53,15 @@ def rotary(positions, q, k, cos_cache, sin_cache):
     return apply_rotary_ref(q, cos, sin), apply_rotary_ref(k, cos, sin)
 
 
+def qk_norm_rotary(positions, q, k, q_weight, k_weight, eps: float, cos_cache, sin_cache):
+    """Per-head RMSNorm of q and k (Qwen3), then rotary: new q ``[T, heads, d]`` and k ``[T, kv_heads, d]``."""
+    if use_triton(q):
+        from raygrid.kernels.triton_ops import qk_norm_rotary as triton_qk_norm_rotary
+
+        return triton_qk_norm_rotary(positions, q, k, q_weight, k_weight, eps, cos_cache, sin_cache)
+    return rotary(positions, rms_norm_ref(q, q_weight, eps), rms_norm_ref(k, k_weight, eps), cos_cache, sin_cache)
+
+
 def store_kv(key, value, kv_cache, slot_mapping) -> None:
     if use_triton(key):
         from raygrid.kernels.triton_attention import store_kv as triton_store_kv

@@ -1,5 +1,5 @@
 """Triton kernels of the elementwise hot paths: RMSNorm with fused residual add, rotary embedding,
-SiLU-and-mul. Their definitions are the references in ``elementwise_ref.py``."""
+Qwen3's q/k norms fused with rotary, SiLU-and-mul. Their definitions are the references in ``elementwise_ref.py``."""
 
 from __future__ import annotations
 
@@ -58,14 +58,21 @@ def _rotate_heads(ptr, t, stride_t, stride_h, num, cos, sin, dims, dmask, HALF: 
 
 
 @triton.jit
-def _rotary_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, stride_qt, stride_qh, stride_kt, stride_kh, stride_c,
-                   NUM_Q: tl.constexpr, NUM_K: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
-    t = tl.program_id(0)
+def _token_angles(cos_ptr, sin_ptr, pos_ptr, t, stride_c, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """cos and sin ``[1, BLOCK_HALF]`` of token ``t``'s position, with the half-head offsets and their mask."""
     pos = tl.load(pos_ptr + t)
     dims = tl.arange(0, BLOCK_HALF)
     dmask = dims < HALF
     cos = tl.load(cos_ptr + pos * stride_c + dims, mask=dmask, other=0.0)[None, :]
     sin = tl.load(sin_ptr + pos * stride_c + dims, mask=dmask, other=0.0)[None, :]
+    return cos, sin, dims, dmask
+
+
+@triton.jit
+def _rotary_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, stride_qt, stride_qh, stride_kt, stride_kh, stride_c,
+                   NUM_Q: tl.constexpr, NUM_K: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    t = tl.program_id(0)
+    cos, sin, dims, dmask = _token_angles(cos_ptr, sin_ptr, pos_ptr, t, stride_c, HALF, BLOCK_HALF)
     _rotate_heads(q_ptr, t, stride_qt, stride_qh, NUM_Q, cos, sin, dims, dmask, HALF, BLOCK_H)
     _rotate_heads(k_ptr, t, stride_kt, stride_kh, NUM_K, cos, sin, dims, dmask, HALF, BLOCK_H)
 
@@ -80,6 +87,54 @@ def rotary_inplace(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, co
             BLOCK_HALF=triton.next_power_of_2(head_dim // 2),
         )
     return q, k
+
+
+@triton.jit
+def _norm_rotate_heads(src_ptr, dst_ptr, w_ptr, t, stride_t, stride_h, num, cos, sin, eps, dims, dmask,
+                       HALF: tl.constexpr, BLOCK_H: tl.constexpr):
+    """RMSNorm of each head of token ``t`` (as ``rms_norm``: float32 inside, the model's dtype out),
+    then its NeoX rotation (as ``_rotate_heads``), written to the contiguous ``dst``."""
+    heads = tl.arange(0, BLOCK_H)
+    mask = (heads[:, None] < num) & dmask[None, :]
+    src = src_ptr + t * stride_t + heads[:, None] * stride_h + dims[None, :]
+    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+    inv_rms = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / (2 * HALF) + eps)[:, None]
+    dtype = src_ptr.dtype.element_ty
+    w1 = tl.load(w_ptr + dims, mask=dmask, other=0.0)[None, :]
+    w2 = tl.load(w_ptr + HALF + dims, mask=dmask, other=0.0)[None, :]
+    y1 = (w1 * (x1 * inv_rms).to(dtype)).to(dtype).to(tl.float32)
+    y2 = (w2 * (x2 * inv_rms).to(dtype)).to(dtype).to(tl.float32)
+    dst = dst_ptr + (t * num + heads[:, None]) * (2 * HALF) + dims[None, :]
+    tl.store(dst, (y1 * cos - y2 * sin).to(dst_ptr.dtype.element_ty), mask=mask)
+    tl.store(dst + HALF, (y2 * cos + y1 * sin).to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rotary_kernel(q_ptr, k_ptr, q_out_ptr, k_out_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr,
+                           stride_qt, stride_qh, stride_kt, stride_kh, stride_c, eps,
+                           NUM_Q: tl.constexpr, NUM_K: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+                           BLOCK_HALF: tl.constexpr):
+    t = tl.program_id(0)
+    cos, sin, dims, dmask = _token_angles(cos_ptr, sin_ptr, pos_ptr, t, stride_c, HALF, BLOCK_HALF)
+    _norm_rotate_heads(q_ptr, q_out_ptr, qw_ptr, t, stride_qt, stride_qh, NUM_Q, cos, sin, eps, dims, dmask, HALF, BLOCK_H)
+    _norm_rotate_heads(k_ptr, k_out_ptr, kw_ptr, t, stride_kt, stride_kh, NUM_K, cos, sin, eps, dims, dmask, HALF, BLOCK_H)
+
+
+def qk_norm_rotary(positions, q, k, q_weight, k_weight, eps: float, cos_cache, sin_cache):
+    """Qwen3's per-head q/k RMSNorm followed by rotary, in one launch instead of three: q ``[T, heads, d]``
+    and k ``[T, kv_heads, d]`` (rows may be strided, e.g. views of the qkv output) -> new contiguous q, k."""
+    num_tokens, num_q, head_dim = q.shape
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    if num_tokens:
+        _qk_norm_rotary_kernel[(num_tokens,)](
+            q, k, q_out, k_out, q_weight, k_weight, cos_cache, sin_cache, positions,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_cache.stride(0), eps,
+            NUM_Q=num_q, NUM_K=k.shape[1], HALF=head_dim // 2, BLOCK_H=triton.next_power_of_2(max(num_q, k.shape[1])),
+            BLOCK_HALF=triton.next_power_of_2(head_dim // 2),
+        )
+    return q_out, k_out
 
 
 @triton.jit
