@@ -57,10 +57,10 @@ def test_penalties_follow_their_definitions():
     counts = torch.tensor([[2.0, 0.0, 1.0, 0.0]])
     prompt_mask = torch.tensor([[False, True, False, False]])
     meta = SamplingMetadata(
-        temperature=torch.ones(1), greedy=torch.zeros(1, dtype=torch.bool), all_greedy=False, any_greedy=False, top_k=None, top_p=None,
+        temperature=torch.ones(1), greedy=torch.zeros(1, dtype=torch.bool), all_greedy=False, top_k=None, top_p=None,
         min_p=None, repetition_penalty=torch.tensor([2.0]), frequency_penalty=torch.tensor([0.1]),
         presence_penalty=torch.tensor([0.5]), output_token_counts=counts, prompt_token_mask=prompt_mask,
-        banned_rows=None, banned_tokens=None, seeds=torch.zeros(1, dtype=torch.long), host_seeds=[0], num_logprobs=[None],
+        banned_rows=None, banned_tokens=None, seeds=torch.zeros(1, dtype=torch.long), num_logprobs=[None],
     )
     out = apply_penalties(logits, meta)
     expected = [2.0 / 2 - 0.1 * 2 - 0.5, -1.0 * 2, 0.5 / 2 - 0.1 - 0.5, 1.0]
@@ -80,13 +80,12 @@ def test_gumbel_draws_follow_the_softmax():
     """20,000 draws over 5 tokens at temperature 0.7: each frequency within 4 standard errors of softmax."""
     logits = torch.tensor([1.0, 0.2, -0.5, 0.8, -2.0])
     n = 20_000
-    seeds = list(range(n))
     temperature = torch.full((n,), 0.7)
-    tokens = gumbel_argmax(logits.expand(n, -1), temperature, torch.tensor(seeds), seeds)
+    tokens = gumbel_argmax(logits.expand(n, -1), temperature, torch.arange(n))
     freq = torch.bincount(tokens, minlength=5).double() / n
     p = torch.softmax(logits.double() / 0.7, dim=0)
     assert ((freq - p).abs() <= 4 * (p * (1 - p) / n).sqrt()).all(), (freq, p)
-    greedy = gumbel_argmax(logits.expand(3, -1), torch.zeros(3), torch.tensor([1, 2, 3]), [1, 2, 3])
+    greedy = gumbel_argmax(logits.expand(3, -1), torch.zeros(3), torch.tensor([1, 2, 3]))
     assert greedy.tolist() == [0, 0, 0]
 
 

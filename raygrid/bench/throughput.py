@@ -87,22 +87,24 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
 def summarize_steps(start: float, trace: list[tuple[float, int, int]]) -> list[dict]:
     """Seconds spent in steps that carry prompt tokens and in decode-only steps by batch size; a step's
     time is the interval since the previous step finished."""
+    decode_sizes = [(1, 15), (16, 63), (64, 127), (128, 255), (256, None)]  # (fewest, most) requests running
     buckets = {"with prompt tokens": [0, 0.0]}
-    edges = [(1, 15), (16, 63), (64, 127), (128, 255), (256, 10**9)]
-    for lo, hi in edges:
-        buckets[f"decode, {lo}-{hi} requests" if hi < 10**9 else f"decode, {lo}+ requests"] = [0, 0.0]
+    buckets.update({decode_bucket(lo, hi): [0, 0.0] for lo, hi in decode_sizes})
     previous = start
     for finished, num_tokens, num_reqs in trace:
         if num_tokens > num_reqs:
             key = "with prompt tokens"
         else:
-            lo, hi = next(e for e in edges if e[0] <= num_reqs <= e[1])
-            key = f"decode, {lo}-{hi} requests" if hi < 10**9 else f"decode, {lo}+ requests"
+            key = decode_bucket(*next((lo, hi) for lo, hi in decode_sizes if hi is None or num_reqs <= hi))
         buckets[key][0] += 1
         buckets[key][1] += finished - previous
         previous = finished
     return [{"steps": n, "seconds": round(sec, 3), "ms_per_step": round(1e3 * sec / n, 2) if n else None, "kind": kind}
             for kind, (n, sec) in buckets.items()]
+
+
+def decode_bucket(lo: int, hi: int | None) -> str:
+    return f"decode, {lo}-{hi} requests" if hi is not None else f"decode, {lo}+ requests"
 
 
 def run_hf(args, model_path: str, dtype: str, prompts, output_lens) -> dict:

@@ -248,7 +248,6 @@ class ModelRunner:
             temperature=put("temperature", temperature),
             greedy=put("greedy", greedy),
             all_greedy=bool(greedy.all()),
-            any_greedy=bool(greedy.any()),
             top_k=put("top_k", np.where(top_k > 0, top_k, self.vocab_size)) if (top_k > 0).any() else None,
             top_p=put("top_p", top_p) if (top_p < 1).any() else None,
             min_p=put("min_p", min_p) if (min_p > 0).any() else None,
@@ -260,7 +259,6 @@ class ModelRunner:
             banned_rows=banned_rows,
             banned_tokens=banned_tokens,
             seeds=put("seeds", seeds),
-            host_seeds=seeds.tolist(),
             num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
         )
 

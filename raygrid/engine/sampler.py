@@ -26,7 +26,6 @@ class SamplingMetadata:
     temperature: torch.Tensor  # [B] float32
     greedy: torch.Tensor  # [B] bool
     all_greedy: bool
-    any_greedy: bool
     top_k: torch.Tensor | None  # [B] int64, vocab size where disabled; None when no row uses it
     top_p: torch.Tensor | None  # [B] float32; None when no row uses it
     min_p: torch.Tensor | None  # [B] float32; None when no row uses it
@@ -40,14 +39,16 @@ class SamplingMetadata:
     banned_rows: torch.Tensor | None
     banned_tokens: torch.Tensor | None
     seeds: torch.Tensor  # [B] int64: this step's noise seed of each row
-    host_seeds: list[int]  # the same, on the host (the torch path seeds a generator per row)
     num_logprobs: list[int | None]  # per row
 
 
 class Sampler:
     def __call__(self, logits: torch.Tensor, meta: SamplingMetadata) -> tuple[torch.Tensor, list[SampleLogprobs | None]]:
         want_logprobs = any(n is not None for n in meta.num_logprobs)
-        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if want_logprobs else None
+        raw_logprobs = None
+        if want_logprobs:
+            logits = logits.float()  # once: the float conversions below are then no-ops
+            raw_logprobs = torch.log_softmax(logits, dim=-1)
 
         if meta.banned_rows is not None:
             logits = logits.float().index_put((meta.banned_rows, meta.banned_tokens), torch.tensor(float("-inf"), device=logits.device))
@@ -67,7 +68,7 @@ class Sampler:
                 if meta.top_k is not None or meta.top_p is not None:
                     logits = apply_top_k_top_p(logits, meta.top_k, meta.top_p)
                 temperature = torch.where(meta.greedy, 0.0, 1.0)
-            sampled = gumbel_argmax(logits, temperature, meta.seeds, meta.host_seeds)
+            sampled = gumbel_argmax(logits, temperature, meta.seeds)
 
         logprobs = gather_logprobs(raw_logprobs, sampled, meta.num_logprobs) if want_logprobs else [None] * len(meta.num_logprobs)
         return sampled, logprobs

@@ -9,11 +9,7 @@ import os
 
 import torch
 
-from raygrid.kernels.elementwise_ref import (
-    apply_rotary_ref,
-    rms_norm_ref,
-    silu_and_mul_ref,
-)
+from raygrid.kernels.elementwise_ref import apply_rotary_ref, rms_norm_ref, silu_and_mul_ref
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref
 from raygrid.kernels.sampling_ref import gumbel_argmax_ref, seeded_uniform
 
@@ -74,10 +70,7 @@ def store_kv(key, value, kv_cache, slot_mapping) -> None:
 def paged_attention(query, kv_cache, meta, scale: float) -> torch.Tensor:
     """Attention of the step's packed queries over the paged cache (see AttentionMetadata)."""
     if use_triton(query):
-        from raygrid.kernels.triton_attention import (
-            paged_attention_decode,
-            paged_attention_prefill,
-        )
+        from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill
 
         if meta.decode_only:
             return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale)
@@ -86,13 +79,11 @@ def paged_attention(query, kv_cache, meta, scale: float) -> torch.Tensor:
     return paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
 
 
-def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor, host_seeds: list[int]) -> torch.Tensor:
+def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
     """Draw one token per row from softmax(logits / temperature); rows below temperature 1e-5 are greedy.
     The noise of row i comes from its seed: a Philox stream in the Triton kernel, a torch generator on CPU."""
     if use_triton(logits):
-        from raygrid.kernels.triton_sampling import (
-            gumbel_argmax as triton_gumbel_argmax,
-        )
+        from raygrid.kernels.triton_sampling import gumbel_argmax as triton_gumbel_argmax
 
         return triton_gumbel_argmax(logits, temperature, seeds)
-    return gumbel_argmax_ref(logits, temperature, seeded_uniform(host_seeds, logits.shape[1], logits.device))
+    return gumbel_argmax_ref(logits, temperature, seeded_uniform(seeds.tolist(), logits.shape[1], logits.device))
