@@ -34,6 +34,9 @@ class CacheConfig(_Strict):
     block_size: int = Field(default=16, ge=1, le=1024)
     num_kv_blocks: int | None = Field(default=None, ge=2, description="fixed KV pool size; sized from memory if unset")
     enable_prefix_caching: bool = True
+    prefix_caching_hash_seed: str | None = Field(
+        default=None, description="fixes the root of the prefix-cache hashes (replicas that share it hash alike); default random"
+    )
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     cpu_kv_cache_space_gib: float = Field(default=1.0, gt=0.0, description="KV pool size on CPU when unset")
 

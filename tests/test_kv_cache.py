@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from raygrid.engine.kv_cache import ROOT_BLOCK_HASH, BlockPool, KVCacheManager, hash_block_tokens
+import hashlib
+import struct
+
+from raygrid.engine.kv_cache import BlockPool, KVCacheManager, hash_block_tokens, root_block_hash
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
 
@@ -24,19 +27,19 @@ def test_null_block_is_never_handed_out():
 def test_free_queue_is_lru_and_eviction_clears_the_hash():
     pool = BlockPool(4, enable_caching=True)
     a, b, c = pool.allocate(3)
-    pool.cache(a, 111)
-    pool.cache(b, 222)
+    pool.cache(a, b"111")
+    pool.cache(b, b"222")
     pool.free([b, a, c])  # b freed first: it is evicted first
     assert [blk.block_id for blk in pool.free_queue] == [b.block_id, a.block_id, c.block_id]
     (first,) = pool.allocate(1)
-    assert first is b and b.block_hash is None and pool.lookup(222) is None
-    assert pool.lookup(111) is a  # still cached while it sits in the free queue
+    assert first is b and b.block_hash is None and pool.lookup(b"222") is None
+    assert pool.lookup(b"111") is a  # still cached while it sits in the free queue
 
 
 def test_touch_takes_a_free_cached_block_out_of_the_queue():
     pool = BlockPool(4, enable_caching=True)
     (a,) = pool.allocate(1)
-    pool.cache(a, 7)
+    pool.cache(a, b"7")
     pool.free([a])
     assert pool.num_free_blocks == 3
     pool.touch([a])
@@ -44,16 +47,52 @@ def test_touch_takes_a_free_cached_block_out_of_the_queue():
     assert a not in list(pool.free_queue)
 
 
-def test_block_hashes_are_chained_and_salted():
-    kv = KVCacheManager(16, block_size=4, enable_caching=True)
+def test_block_hashes_are_sha256_chained_and_salted():
+    kv = KVCacheManager(16, block_size=4, enable_caching=True, hash_seed="deployment-1")
     req = make_request("a", list(range(10)))
     kv.update_block_hashes(req)
     assert len(req.block_hashes) == 2  # only full blocks
-    first = hash_block_tokens(ROOT_BLOCK_HASH, (0, 1, 2, 3))
-    assert req.block_hashes == [first, hash_block_tokens(first, (4, 5, 6, 7))]
+    # The canonical serialization, written out independently of the code under test.
+    root = hashlib.sha256(b"raygrid-prefix-root\0deployment-1").digest()
+    first = hashlib.sha256(root + struct.pack("<4q", 0, 1, 2, 3) + b"\0").digest()
+    second = hashlib.sha256(first + struct.pack("<4q", 4, 5, 6, 7) + b"\0").digest()
+    assert kv.root_hash == root and req.block_hashes == [first, second]
     salted = make_request("b", list(range(10)), salt="tenant-1")
     kv.update_block_hashes(salted)
-    assert salted.block_hashes[0] != first and salted.block_hashes[1] != req.block_hashes[1]
+    salt = b"tenant-1"
+    salted_first = hashlib.sha256(root + struct.pack("<4q", 0, 1, 2, 3) + b"\1" + struct.pack("<q", len(salt)) + salt).digest()
+    assert salted.block_hashes[0] == salted_first
+    assert salted.block_hashes[1] == hash_block_tokens(salted_first, [4, 5, 6, 7]) != second
+
+
+def test_hash_root_is_random_unless_seeded():
+    assert root_block_hash(None) != root_block_hash(None)
+    assert root_block_hash("x") == root_block_hash("x") != root_block_hash("y")
+    a, b = KVCacheManager(8, 4, True), KVCacheManager(8, 4, True)
+    ra, rb = make_request("a", list(range(8))), make_request("b", list(range(8)))
+    a.update_block_hashes(ra)
+    b.update_block_hashes(rb)
+    assert ra.block_hashes[0] != rb.block_hashes[0]  # two engines without a seed never agree
+
+
+def test_salts_isolate_prefixes():
+    kv = KVCacheManager(32, block_size=4, enable_caching=True)
+    owner = make_request("owner", list(range(12)), salt="a")
+    kv.allocate_slots(owner, 12)
+    owner.num_computed_tokens = 12
+    assert kv.get_computed_blocks(make_request("same-salt", list(range(12)), salt="a"))[1] == 8
+    assert kv.get_computed_blocks(make_request("other-salt", list(range(12)), salt="b"))[1] == 0
+    assert kv.get_computed_blocks(make_request("no-salt", list(range(12))))[1] == 0
+
+
+def test_withdrawn_blocks_leave_the_cache():
+    """Blocks past the written tokens (granted in a step that was withdrawn) lose their hashes on free."""
+    kv = KVCacheManager(16, block_size=4, enable_caching=True)
+    req = make_request("a", list(range(16)))
+    kv.allocate_slots(req, 16)  # hashes all four blocks as they are handed out
+    kv.free(req, num_written_tokens=5)  # only the first block is fully written
+    hits, n = kv.get_computed_blocks(make_request("b", list(range(16))))
+    assert n == 4 and len(kv.pool.cached_blocks) == 1
 
 
 def test_prefix_hit_shares_blocks_and_is_capped_below_num_tokens():

@@ -35,6 +35,63 @@ def sample_all(sched: Scheduler, out: SchedulerOutput, token=5):
     return sched.update_from_output(out, ModelRunnerOutput(ids, tokens, [None] * len(ids)))
 
 
+class ShadowWorker:
+    """The workers' view, rebuilt from SchedulerOutputs alone, with a KV cache that holds at each slot
+    the token id whose KV was written there. Each step writes its tokens (all of them, as a layer's KV
+    store precedes its attention), then checks that every position each request attends over holds
+    that request's token: a wrong block table or a prefix-cache hit on an unwritten block fails it."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.kv: dict[int, int] = {}  # slot -> token id written there
+        self.tokens: dict[str, list[int]] = {}
+        self.blocks: dict[str, list[int]] = {}
+        self.computed: dict[str, int] = {}
+
+    def slot(self, req_id: str, pos: int) -> int:
+        return self.blocks[req_id][pos // self.block_size] * self.block_size + pos % self.block_size
+
+    def step(self, out: SchedulerOutput) -> None:
+        for req_id in out.finished_req_ids:
+            self.tokens.pop(req_id, None)
+        for new in out.scheduled_new_reqs:
+            self.tokens[new.req_id], self.blocks[new.req_id] = list(new.token_ids), list(new.block_ids)
+            self.computed[new.req_id] = new.num_computed_tokens
+        cached = out.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            self.tokens[req_id].extend(cached.new_token_ids[i])
+            if cached.resumed_from_preemption[i]:
+                self.blocks[req_id] = list(cached.new_block_ids[i])
+            else:
+                self.blocks[req_id].extend(cached.new_block_ids[i])
+            self.computed[req_id] = cached.num_computed_tokens[i]
+        for req_id, n in out.num_scheduled_tokens.items():
+            start = self.computed[req_id]
+            for pos in range(start, start + n):
+                self.kv[self.slot(req_id, pos)] = self.tokens[req_id][pos]
+        for req_id, n in out.num_scheduled_tokens.items():
+            end = self.computed[req_id] + n
+            seen = [self.kv.get(self.slot(req_id, pos)) for pos in range(end)]
+            assert seen == self.tokens[req_id][:end], f"{req_id} attends over KV that is not its own"
+
+
+def run_to_completion(sched: Scheduler, shadow: ShadowWorker, steps: int = 200) -> None:
+    """Synchronous steps; each sampled token depends on the request and position, like a model's would."""
+    for _ in range(steps):
+        out = sched.schedule()
+        if out.is_empty and not sched.has_unfinished_requests():
+            return
+        shadow.step(out)
+        ids = list(out.num_scheduled_tokens)
+        tokens = []
+        for req_id in ids:
+            req = sched.requests[req_id]
+            done = req.num_computed_tokens >= req.num_tokens
+            tokens.append([100 + (sum(map(ord, req_id)) * 31 + req.num_tokens) % 800] if done else [])
+        sched.update_from_output(out, ModelRunnerOutput(ids, tokens, [None] * len(ids)))
+    raise AssertionError("requests did not finish")
+
+
 def test_long_prompt_is_chunked_and_decodes_ride_along():
     sched = make_scheduler(budget=16)
     sched.add_request(make_request("short", 3))
@@ -89,19 +146,64 @@ def test_resumed_request_gets_its_whole_block_table():
     sched = make_scheduler(num_blocks=7, budget=32, max_len=32)
     sched.add_request(make_request("old", 8, max_tokens=8, arrival=1.0))
     sched.add_request(make_request("new", 8, max_tokens=8, arrival=2.0))
+    shadow = ShadowWorker(block_size=4)
+    resumed = False
     for _ in range(40):
         out = sched.schedule()
-        cached = out.scheduled_cached_reqs
-        for i, req_id in enumerate(cached.req_ids):
-            if cached.resumed_from_preemption[i]:
-                assert cached.new_block_ids[i] == sched.kv.block_ids(req_id)
-                # Recompute starts over, from what the prefix cache still holds of its own blocks.
-                req = sched.requests[req_id]
-                assert cached.num_computed_tokens[i] % 4 == 0
-                assert cached.num_computed_tokens[i] + out.num_scheduled_tokens[req_id] == req.num_tokens
-                return
+        resumed |= any(out.scheduled_cached_reqs.resumed_from_preemption)
+        shadow.step(out)  # the worker's block table after the resume must map every position to its own KV
+        if out.is_empty:
+            break
         sample_all(sched, out)
-    raise AssertionError("no request was resumed")
+    assert resumed, "no request was resumed"
+    assert not sched.has_unfinished_requests()
+
+
+def test_a_block_granted_in_a_withdrawn_step_is_never_a_hit():
+    """Priority preemption of a request that was granted tokens earlier in the same step: its blocks had
+    been hashed for KV that is now never written. Its resume (and anyone with its prefix) must not hit them."""
+    sched = make_scheduler(num_blocks=12, block_size=4, budget=12, policy="priority", max_len=64)
+    shadow = ShadowWorker(block_size=4)
+    low = make_request("low", 28, max_tokens=6, priority=5, arrival=1.0)  # a long prompt, chunked 12 at a time
+    sched.add_request(low)
+    sched.add_request(make_request("high", 6, max_tokens=20, priority=0, arrival=2.0))
+    withdrawn = False
+    for _ in range(200):
+        out = sched.schedule()
+        if out.is_empty and not sched.has_unfinished_requests():
+            break
+        # A preemption in this step of a request that had tokens granted in it: "low" is not scheduled,
+        # yet it is preempted with fewer computed tokens than its blocks had been hashed for.
+        withdrawn |= low.status == RequestStatus.PREEMPTED and "low" not in out.num_scheduled_tokens and low.num_preemptions == 1
+        shadow.step(out)
+        ids = list(out.num_scheduled_tokens)
+        toks = [[7] if sched.requests[r].num_computed_tokens >= sched.requests[r].num_tokens else [] for r in ids]
+        sched.update_from_output(out, ModelRunnerOutput(ids, toks, [None] * len(ids)))
+    assert withdrawn and low.num_preemptions >= 1
+    assert not sched.has_unfinished_requests()
+
+
+def test_stale_outputs_of_a_preempted_incarnation_are_dropped():
+    """Three batches in flight (pipeline stages): a request sampled in batch 1 is preempted while batch 1
+    runs and re-admitted in batch 3. Batch 1's token belongs to the old incarnation and must not be
+    appended; the new incarnation samples that position itself."""
+    config = EngineConfig(
+        model=ModelConfig(model="unused", max_model_len=64),
+        cache=CacheConfig(block_size=4, num_kv_blocks=64),
+        scheduler=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=16),
+    )
+    sched = Scheduler(config, 64, num_batches_in_flight=3)
+    sched.add_request(make_request("r", 5, max_tokens=4))
+    batch1 = sched.schedule()
+    req = sched.requests["r"]
+    assert batch1.num_scheduled_tokens == {"r": 5}
+    sched._preempt(req)  # as a victim while batch 1 is in flight
+    batch2 = sched.schedule()  # re-admitted
+    assert "r" in batch2.num_scheduled_tokens and batch2.scheduled_cached_reqs.resumed_from_preemption == [True]
+    assert sample_all_for(sched, batch1, {"r": 11}) == []  # stale: dropped
+    assert req.output_token_ids == []
+    (core_out,) = sample_all_for(sched, batch2, {"r": 12})
+    assert core_out.new_token_ids == [12] and req.output_token_ids == [12]
 
 
 def test_priority_policy_preempts_the_lowest_priority():
@@ -154,16 +256,19 @@ def test_abort_frees_blocks_of_running_and_waiting_requests():
     assert sched.schedule().finished_req_ids == {"a", "b"}
 
 
-def test_a_result_for_a_request_preempted_while_in_flight():
+def test_a_result_for_a_request_preempted_while_in_flight_is_recomputed():
     # With batches in flight (pipeline stages, async scheduling) a request can be preempted after its
-    # step was launched; the step's token still counts, and may end the request.
+    # step was launched; that step's token is dropped and the request computes it again when resumed.
     sched = make_scheduler(num_blocks=16)
     sched.add_request(make_request("r", 5, max_tokens=4))
     out = sched.schedule()
     req = sched.requests["r"]
     sched._preempt(req)
     assert req.status == RequestStatus.PREEMPTED and sched.kv.num_free_blocks == 15
-    (core_out,) = sample_all_for(sched, out, {"r": 0})  # EOS
+    assert sample_all_for(sched, out, {"r": 0}) == []  # EOS of the old incarnation: ignored
+    assert req.status == RequestStatus.PREEMPTED
+    out = sched.schedule()
+    (core_out,) = sample_all_for(sched, out, {"r": 0})
     assert core_out.finish_reason == "stop"
     assert not sched.has_unfinished_requests() and sched.kv.num_free_blocks == 15
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import sys
 import time
@@ -72,6 +73,7 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
         if traced:
             result["where_the_time_goes"] = summarize_steps(start, llm.engine.step_trace)
             llm.engine.step_trace = None
+            result["memory"] = llm.engine.executor.collective_rpc("memory_report")[0]
         if args.profile_dir:
             from raygrid.bench.profile_decode import profile_decode
 
@@ -139,6 +141,17 @@ def run_hf(args, model_path: str, dtype: str, prompts, output_lens) -> dict:
     return {"elapsed_s": elapsed, "output_tokens": sum(output_lens), "step_timing": None}
 
 
+def git_commit() -> str | None:
+    """The commit of the checkout that ran the benchmark (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def device_name() -> str:
     try:
         import torch
@@ -178,8 +191,10 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "step_timing": result["step_timing"],
         "where_the_time_goes": result.get("where_the_time_goes"),
         "decode_profiles": result.get("decode_profiles"),
+        "memory": result.get("memory"),
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
         "command": " ".join(["raygrid"] + sys.argv[1:]),
     }
     for bucket in result.get("where_the_time_goes") or []:

@@ -26,8 +26,9 @@ def capture_sizes(max_batch: int) -> list[int]:
 
 
 class DecodeGraphs:
-    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], max_batch: int, max_blocks: int, device: torch.device) -> None:
-        self.sizes = capture_sizes(max_batch)
+    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], max_batch: int, max_blocks: int, device: torch.device,
+                 sizes: list[int] | None = None) -> None:
+        self.sizes = sizes or capture_sizes(max_batch)
         self.max_batch = max_batch
         self.input_ids = torch.zeros(max_batch, dtype=torch.long, device=device)
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)

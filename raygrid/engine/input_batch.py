@@ -47,7 +47,8 @@ class InputBatch:
         self.repetition_penalty = np.ones(max_num_reqs, dtype=np.float32)
         self.frequency_penalty = np.zeros(max_num_reqs, dtype=np.float32)
         self.presence_penalty = np.zeros(max_num_reqs, dtype=np.float32)
-        self.seed = np.full(max_num_reqs, -1, dtype=np.int64)  # -1: the request has no seed
+        self.seed = np.zeros(max_num_reqs, dtype=np.int64)
+        self.seeded = np.zeros(max_num_reqs, dtype=bool)  # False: the request has no seed
 
     @property
     def num_reqs(self) -> int:
@@ -78,7 +79,8 @@ class InputBatch:
         self.repetition_penalty[row] = p.repetition_penalty
         self.frequency_penalty[row] = p.frequency_penalty
         self.presence_penalty[row] = p.presence_penalty
-        self.seed[row] = -1 if p.seed is None else p.seed
+        self.seed[row] = p.seed or 0
+        self.seeded[row] = p.seed is not None
 
     def remove(self, req_id: str) -> None:
         row = self.index_of.pop(req_id, None)
@@ -94,7 +96,7 @@ class InputBatch:
         for array in (
             self.token_ids, self.num_tokens, self.num_prompt_tokens, self.num_computed_tokens, self.block_table,
             self.num_blocks, self.temperature, self.top_p, self.top_k, self.min_p, self.repetition_penalty,
-            self.frequency_penalty, self.presence_penalty, self.seed,
+            self.frequency_penalty, self.presence_penalty, self.seed, self.seeded,
         ):
             array[dst] = array[src]
         self.req_ids[dst] = self.req_ids[src]
@@ -113,12 +115,13 @@ class InputBatch:
         self.block_table[row, start : start + len(block_ids)] = block_ids
         self.num_blocks[row] = start + len(block_ids)
 
-    def banned_tokens(self, rows: np.ndarray) -> list[tuple[int, int]]:
-        """(position in ``rows``, token) pairs that may not be sampled: stop tokens before min_tokens."""
+    def banned_tokens(self, rows: np.ndarray, num_outputs: np.ndarray) -> list[tuple[int, int]]:
+        """(position in ``rows``, token) pairs that may not be sampled: stop tokens while the row has
+        fewer than min_tokens outputs (``num_outputs``: its outputs before the token being sampled)."""
         pairs = []
         for i, row in enumerate(rows):
             p = self.states[row].sampling_params
-            if p.min_tokens and self.num_tokens[row] - self.num_prompt_tokens[row] < p.min_tokens:
+            if p.min_tokens and num_outputs[i] < p.min_tokens:
                 stops = set(p.stop_token_ids)
                 if not p.ignore_eos:
                     stops |= self.eos_token_ids

@@ -29,6 +29,7 @@ def build_engine_config(
     block_size: int = 16,
     num_kv_blocks: int | None = None,
     enable_prefix_caching: bool = True,
+    prefix_caching_hash_seed: str | None = None,
     enable_chunked_prefill: bool = True,
     long_prefill_token_threshold: int = 0,
     scheduling_policy: str = "fcfs",
@@ -53,6 +54,7 @@ def build_engine_config(
             block_size=block_size,
             num_kv_blocks=num_kv_blocks,
             enable_prefix_caching=enable_prefix_caching,
+            prefix_caching_hash_seed=prefix_caching_hash_seed,
             gpu_memory_utilization=gpu_memory_utilization,
         ),
         scheduler=SchedulerConfig(
@@ -115,6 +117,14 @@ class InputProcessor:
             ids.update([eos] if isinstance(eos, int) else (eos or []))
         return frozenset(ids)
 
+    @staticmethod
+    def cache_salt(prompt: PromptType) -> str | None:
+        """A dict prompt's ``cache_salt``: requests with different salts never share prefix-cache blocks."""
+        salt = prompt.get("cache_salt") if isinstance(prompt, dict) else None
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise ValueError("cache_salt must be a non-empty string")
+        return salt
+
     def tokenize_prompt(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
             return prompt, self.tokenizer.encode(prompt)
@@ -155,16 +165,19 @@ class InputProcessor:
         return room if params.max_tokens is None else min(params.max_tokens, room)
 
     def process(self, request_id: str, prompt: PromptType, params: SamplingParams, priority: int = 0, arrival_time: float | None = None) -> ProcessedRequest:
-        """Tokenize and validate; a request with ``n > 1`` becomes n child requests (seeds seed, seed+1, ...)."""
+        """Tokenize and validate; a request with ``n > 1`` becomes n child requests (seeds seed, seed+1, ...,
+        wrapping around within int64)."""
         text, token_ids = self.tokenize_prompt(prompt)
+        cache_salt = self.cache_salt(prompt)
         max_tokens = self.validate(token_ids, params)
         children = []
         for k in range(params.n):
             child_params = params.model_copy(update={"n": 1})
             if params.seed is not None and params.n > 1:
-                child_params = child_params.model_copy(update={"seed": params.seed + k})
+                child_params = child_params.model_copy(update={"seed": (params.seed + k + 2**63) % 2**64 - 2**63})
             child_id = request_id if params.n == 1 else f"{request_id}-{k}"
             children.append(
-                Request(child_id, token_ids, child_params, max_tokens, self.eos_token_ids, arrival_time=arrival_time, priority=priority)
+                Request(child_id, token_ids, child_params, max_tokens, self.eos_token_ids, arrival_time=arrival_time,
+                        priority=priority, cache_salt=cache_salt)
             )
         return ProcessedRequest(request_id, text, token_ids, children)

@@ -4,33 +4,60 @@ Only ids and counts live here; the KV tensors themselves are on the workers. A r
 of block ids (its block table); token ``i`` of the request lives in slot
 ``block_table[i // block_size] * block_size + i % block_size``.
 
-Prefix caching names each *full* block by a chained hash of (parent block's hash, the block's token
-ids, extra keys such as a cache salt). Equal hashes mean equal prefixes, so a new request can reuse
-the blocks of an earlier one. Freed blocks keep their hash and sit in the free queue in LRU order
-until they are reused for something else (evicted).
+Prefix caching names each *full* block by a chained hash: sha256 of (parent block's hash, the block's
+token ids, and for a request's first block its cache salt). Equal hashes mean equal prefixes, so a new
+request can reuse the blocks of an earlier one; sha256 makes a collision as unlikely as a forged
+certificate, so a hit needs no token comparison. The first block's parent is a root hash drawn at random
+per engine, or derived from ``prefix_caching_hash_seed`` so that replicas of one deployment agree.
+Freed blocks keep their hash and sit in the free queue in LRU order until they are reused (evicted).
+
+When does a block enter the cache? When the scheduler hands it out for a step that will fill it, before
+that step has run: the step's KV writes precede every attention read of the same step and of any later
+one, so a request admitted later in the same step may share it (the n children of one prompt do). The
+one way such a step can be withdrawn is a preemption inside ``schedule()``: the victim may have been
+granted tokens earlier in the same step. ``free(request, num_written_tokens)`` then withdraws the hashes
+of the blocks past what the request's earlier, launched steps wrote, so an unwritten block is never a hit.
+That is simpler than caching after the step has run, which would need to know whether the request is
+still the same incarnation when the step's output arrives, and would lose same-step sharing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import struct
 from dataclasses import dataclass, field
 
 from raygrid.engine.request import Request
 
-# Parent hash of a request's first block: any fixed value works, as long as it is the same everywhere.
-ROOT_BLOCK_HASH = 0x5241_5947_5249_4400  # "RAYGRID\0"
+BlockHash = bytes  # a sha256 digest
 
 
-def hash_block_tokens(parent_hash: int, token_ids: tuple[int, ...], extra_keys: tuple = ()) -> int:
-    """Chained hash of one full block. Python's hash of ints and tuples of ints is not salted per
-    process, so the same prefix hashes the same in every scheduler process."""
-    return hash((parent_hash, token_ids, extra_keys))
+def root_block_hash(seed: str | None) -> BlockHash:
+    """Parent hash of every request's first block: random per engine, or fixed by a seed string."""
+    if seed is None:
+        return os.urandom(32)
+    return hashlib.sha256(b"raygrid-prefix-root\0" + seed.encode()).digest()
+
+
+def hash_block_tokens(parent_hash: BlockHash, token_ids, cache_salt: str | None = None) -> BlockHash:
+    """sha256 over a canonical serialization: the 32-byte parent hash, the token ids as little-endian
+    int64, then a tagged, length-prefixed salt (only a request's first block carries one)."""
+    h = hashlib.sha256(parent_hash)
+    h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    if cache_salt is None:
+        h.update(b"\0")
+    else:
+        salt = cache_salt.encode()
+        h.update(b"\1" + struct.pack("<q", len(salt)) + salt)
+    return h.digest()
 
 
 @dataclass(eq=False)
 class KVCacheBlock:
     block_id: int
     ref_cnt: int = 0
-    block_hash: int | None = None
+    block_hash: BlockHash | None = None
     # Links of the free-block queue; None when the block is not in it.
     prev_free: "KVCacheBlock | None" = field(default=None, repr=False)
     next_free: "KVCacheBlock | None" = field(default=None, repr=False)
@@ -91,7 +118,7 @@ class BlockPool:
         self.null_block = self.blocks[0]
         self.null_block.ref_cnt = 1
         self.free_queue = FreeBlockQueue(self.blocks[1:])
-        self.cached_blocks: dict[int, KVCacheBlock] = {}
+        self.cached_blocks: dict[BlockHash, KVCacheBlock] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -103,7 +130,7 @@ class BlockPool:
         usable = self.num_blocks - 1
         return 1.0 - self.num_free_blocks / usable
 
-    def lookup(self, block_hash: int) -> KVCacheBlock | None:
+    def lookup(self, block_hash: BlockHash) -> KVCacheBlock | None:
         return self.cached_blocks.get(block_hash)
 
     def allocate(self, count: int) -> list[KVCacheBlock]:
@@ -112,7 +139,7 @@ class BlockPool:
         out = []
         for _ in range(count):
             block = self.free_queue.popleft()
-            self._evict(block)
+            self.uncache(block)
             block.ref_cnt = 1
             out.append(block)
         return out
@@ -132,13 +159,14 @@ class BlockPool:
             if block.ref_cnt == 0:
                 self.free_queue.append(block)
 
-    def cache(self, block: KVCacheBlock, block_hash: int) -> None:
+    def cache(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         if block.block_hash is not None or block_hash in self.cached_blocks:
             return  # already cached, or the same content is cached in another block
         block.block_hash = block_hash
         self.cached_blocks[block_hash] = block
 
-    def _evict(self, block: KVCacheBlock) -> None:
+    def uncache(self, block: KVCacheBlock) -> None:
+        """Forget the block's hash (eviction, or a withdrawn step)."""
         if block.block_hash is not None:
             if self.cached_blocks.get(block.block_hash) is block:
                 del self.cached_blocks[block.block_hash]
@@ -149,16 +177,17 @@ class BlockPool:
         if self.num_free_blocks != self.num_blocks - 1:
             return False
         for block in self.blocks[1:]:
-            self._evict(block)
+            self.uncache(block)
         return True
 
 
 class KVCacheManager:
     """Gives requests KV blocks, shares cached prefixes, and takes the blocks back."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool, hash_seed: str | None = None) -> None:
         self.block_size = block_size
         self.enable_caching = enable_caching
+        self.root_hash = root_block_hash(hash_seed)
         self.pool = BlockPool(num_blocks, enable_caching)
         self.req_blocks: dict[str, list[KVCacheBlock]] = {}
         # How many leading blocks of each request have been entered into the prefix cache.
@@ -175,12 +204,11 @@ class KVCacheManager:
     def update_block_hashes(self, request: Request) -> None:
         """Extend the request's chained hashes over any newly full blocks."""
         hashes, size = request.block_hashes, self.block_size
-        extra = (request.cache_salt,) if request.cache_salt else ()
         tokens = request.all_token_ids
         for start in range(len(hashes) * size, len(tokens) - size + 1, size):
-            parent = hashes[-1] if hashes else ROOT_BLOCK_HASH
             # Only the first block carries the salt: the chain carries it onward.
-            hashes.append(hash_block_tokens(parent, tuple(tokens[start : start + size]), extra if not hashes else ()))
+            parent, salt = (hashes[-1], None) if hashes else (self.root_hash, request.cache_salt)
+            hashes.append(hash_block_tokens(parent, tokens[start : start + size], salt))
 
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
         """The longest run of cached full blocks that prefixes the request, and its token count.
@@ -250,9 +278,14 @@ class KVCacheManager:
             self.pool.cache(blocks[i], request.block_hashes[i])
         self.num_cached_blocks[request.request_id] = max(start, end)
 
-    def free(self, request: Request) -> None:
+    def free(self, request: Request, num_written_tokens: int | None = None) -> None:
+        """Give the request's blocks back. ``num_written_tokens``: only that many of its tokens have KV
+        written (or being written by a launched step); the hashes of its blocks past them are withdrawn."""
         blocks = self.req_blocks.pop(request.request_id, [])
         self.num_cached_blocks.pop(request.request_id, None)
+        if num_written_tokens is not None:
+            for block in blocks[num_written_tokens // self.block_size :]:
+                self.pool.uncache(block)
         self.pool.free(reversed(blocks))
 
     def block_ids(self, request_id: str) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -14,6 +15,8 @@ from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.engine.sampler import Sampler, SamplingMetadata, row_seeds
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.groups import get_pp_group, get_tp_group
+
+logger = logging.getLogger(__name__)
 
 
 class StagingBuffers:
@@ -97,6 +100,7 @@ class ModelRunner:
         self.sampler = Sampler()
         self.kv_caches: list[torch.Tensor] = []
         self.graphs: DecodeGraphs | None = None
+        self.graph_memory_bytes = 0  # device memory the decode graphs hold, once captured
         self.prev_sampled: torch.Tensor | None = None
         self.prev_sampled_index: dict[str, int] = {}
         max_tokens = config.scheduler.max_num_batched_tokens
@@ -125,15 +129,23 @@ class ModelRunner:
         # ones (same engine seed, one draw per step), so all ranks sample the same tokens.
         self.seed_rng = np.random.default_rng(config.model.seed)
 
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        # Not yet with tensor or pipeline parallelism: graphs holding NCCL collectives are unverified.
+        return (self.device.type == "cuda" and not self.config.model.enforce_eager
+                and self.pp.world_size == 1 and get_tp_group().world_size == 1)
+
+    @property
+    def max_graph_batch(self) -> int:
+        return min(self.config.scheduler.max_num_seqs, 512)
+
     def initialize_kv_cache(self, kv_caches: list[torch.Tensor]) -> None:
         self.kv_caches = kv_caches
-        # Not yet with tensor or pipeline parallelism: graphs holding NCCL collectives are unverified.
-        use_graphs = (self.device.type == "cuda" and not self.config.model.enforce_eager
-                      and self.pp.world_size == 1 and get_tp_group().world_size == 1)
-        if use_graphs:
-            max_batch = min(self.config.scheduler.max_num_seqs, 512)
-            with torch.inference_mode():
-                self.graphs = DecodeGraphs(self.model, kv_caches, max_batch, self.max_blocks_per_req, self.device)
+        if self.uses_cuda_graphs:
+            free_before = free_device_memory()
+            self.graphs = DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device)
+            self.graph_memory_bytes = free_before - free_device_memory()
+            logger.info("decode CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
 
     # ------------------------------------------------------------------ state
 
@@ -223,7 +235,11 @@ class ModelRunner:
         return input_ids_dev, put("positions", positions), meta, logits_indices, sample_rows, seq_lens[sample_rows]
 
     def _sampling_metadata(self, rows: np.ndarray, positions: np.ndarray) -> SamplingMetadata:
-        """Sampling parameters of ``rows``, whose next tokens go to ``positions``."""
+        """Sampling parameters of ``rows``, whose next tokens go to ``positions``.
+
+        Under async scheduling a row's last token may still be on the device (sampled by the step
+        before, which the host has not seen): ``positions`` counts it, and so do the penalty counts
+        and the min_tokens check, so that async computes what synchronous scheduling computes."""
         b = self.batch
         dev = self.device
         put = self.staging.put  # pinned and asynchronous: a pageable copy would wait for the running step
@@ -237,13 +253,13 @@ class ModelRunner:
         )
         counts = prompt_mask = None
         if use_penalties:
-            counts, prompt_mask = self._token_statistics(rows)
-        banned = b.banned_tokens(rows)
+            counts, prompt_mask = self._token_statistics(rows, positions)
+        banned = b.banned_tokens(rows, num_outputs=positions - b.num_prompt_tokens[rows])
         banned_rows = banned_tokens = None
         if banned:
             banned_rows = torch.tensor([r for r, _ in banned], device=dev)
             banned_tokens = torch.tensor([tok for _, tok in banned], device=dev).clamp_(0, self.vocab_size - 1)
-        seeds = row_seeds(b.seed[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
+        seeds = row_seeds(b.seed[rows], b.seeded[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
         return SamplingMetadata(
             temperature=put("temperature", temperature),
             greedy=put("greedy", greedy),
@@ -262,20 +278,23 @@ class ModelRunner:
             num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
         )
 
-    def _token_statistics(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per row: counts of each vocabulary token among the outputs, and which tokens the prompt has."""
+    def _token_statistics(self, rows: np.ndarray, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row: counts of each vocabulary token among the outputs before ``positions``, and which
+        tokens the prompt has. The host knows all but (under async scheduling) a row's newest token,
+        which is counted on the device from the previous step's samples."""
         b = self.batch
-        max_len = int(b.num_tokens[rows].max())
-        tokens = torch.as_tensor(b.token_ids[rows, :max_len], device=self.device)
-        pos = torch.arange(max_len, device=self.device)
-        prompt_len = torch.as_tensor(b.num_prompt_tokens[rows], device=self.device)[:, None]
-        total_len = torch.as_tensor(b.num_tokens[rows], device=self.device)[:, None]
-        in_prompt = pos < prompt_len
-        in_output = (pos >= prompt_len) & (pos < total_len)
-        shape = (len(rows), self.vocab_size)
-        tokens = tokens.clamp(0, self.vocab_size - 1)
-        counts = torch.zeros(shape, device=self.device).scatter_add_(1, tokens, in_output.float())
-        prompt_mask = torch.zeros(shape, device=self.device).scatter_add_(1, tokens, in_prompt.float()) > 0
+        known = b.num_tokens[rows]
+        counts, prompt_mask = token_statistics(
+            torch.as_tensor(b.token_ids[rows, : int(known.max())], device=self.device),
+            torch.as_tensor(b.num_prompt_tokens[rows], device=self.device),
+            torch.as_tensor(known, device=self.device),
+            self.vocab_size,
+        )
+        in_flight = np.nonzero(positions > known)[0]
+        if len(in_flight):
+            sources = [self.prev_sampled_index[b.req_ids[rows[i]]] for i in in_flight.tolist()]
+            tokens = self.prev_sampled[torch.as_tensor(sources, device=self.device)]
+            counts.index_put_((torch.as_tensor(in_flight, device=self.device), tokens), torch.ones(len(sources), device=self.device), accumulate=True)
         return counts, prompt_mask
 
     # ------------------------------------------------------------------ the step
@@ -318,9 +337,12 @@ class ModelRunner:
         self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}
         return PendingRunnerOutput(req_ids, sample_rows, tokens, row_logprobs)
 
+    # ------------------------------------------------------------------ memory profiling
+
     @torch.inference_mode()
     def profile_forward(self, num_tokens: int) -> None:
-        """One forward pass of ``num_tokens`` prompt tokens with a throwaway KV cache, to measure peak memory."""
+        """The worst step for peak memory: a forward pass of ``num_tokens`` prompt tokens with a throwaway
+        KV cache, then (last pipeline stage) sampling for ``max_num_seqs`` rows with every feature on."""
         blocks = -(-num_tokens // self.block_size)
         caches = self.allocate_kv_cache(blocks + 1)
         ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
@@ -340,9 +362,47 @@ class ModelRunner:
             zeros = torch.zeros(num_tokens, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
             intermediate = (zeros, zeros.clone())
         out = self.model(ids, positions, caches, meta, intermediate)
-        if self.pp.is_last:
-            self.model.compute_logits(out[-self.config.scheduler.max_num_seqs :])
         del caches
+        if self.pp.is_last:
+            rows = self.config.scheduler.max_num_seqs
+            hidden = out[-1:].expand(rows, -1) if num_tokens < rows else out[-rows:]
+            del out
+            self._profile_sampler(self.model.compute_logits(hidden))
+
+    def _profile_sampler(self, logits: torch.Tensor) -> None:
+        """Sampling's largest footprint: penalties over a full-length history, min_p, top-k and top-p
+        (a full sort), banned tokens and ``max_logprobs`` top logprobs, on every row."""
+        rows, dev, max_len = logits.shape[0], self.device, self.config.model.max_model_len
+        counts, prompt_mask = token_statistics(
+            torch.zeros(rows, max_len, dtype=torch.int64, device=dev),
+            torch.full((rows,), max_len // 2, device=dev),
+            torch.full((rows,), max_len, device=dev),
+            self.vocab_size,
+        )
+        full = lambda value, dtype=torch.float32: torch.full((rows,), value, dtype=dtype, device=dev)  # noqa: E731
+        meta = SamplingMetadata(
+            temperature=full(0.7), greedy=full(False, torch.bool), all_greedy=False,
+            top_k=full(50, torch.int64), top_p=full(0.9), min_p=full(0.05),
+            repetition_penalty=full(1.1), frequency_penalty=full(0.1), presence_penalty=full(0.1),
+            output_token_counts=counts, prompt_token_mask=prompt_mask,
+            banned_rows=torch.arange(rows, device=dev), banned_tokens=torch.zeros(rows, dtype=torch.int64, device=dev),
+            seeds=full(1, torch.int64), num_logprobs=[self.config.model.max_logprobs] * rows,
+        )
+        self.sampler(logits, meta)
+
+    @torch.inference_mode()
+    def profile_cuda_graphs(self) -> int:
+        """Device memory the decode graphs will hold. They share one memory pool, which the largest
+        graph sizes, so capture that one on a throwaway KV cache and measure (0 without graphs)."""
+        if not self.uses_cuda_graphs:
+            return 0
+        caches = self.allocate_kv_cache(2)  # the graph's padding rows only touch the null block
+        free_before = free_device_memory()
+        graph = DecodeGraphs(self.model, caches, self.max_graph_batch, self.max_blocks_per_req, self.device, sizes=[self.max_graph_batch])
+        taken = free_before - free_device_memory()
+        del graph, caches
+        torch.cuda.empty_cache()
+        return taken
 
     def allocate_kv_cache(self, num_blocks: int) -> list[torch.Tensor]:
         """One ``[2, num_blocks, block_size, kv_heads, head_dim]`` tensor per local layer, in the model's dtype."""
@@ -358,3 +418,25 @@ def kv_cache_shape(model: torch.nn.Module, block_size: int, num_blocks: int) -> 
     """KV cache shape of one layer on this rank (its share of the kv heads)."""
     attn = model.layers[0].self_attn
     return (2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
+
+
+def token_statistics(tokens: torch.Tensor, prompt_len: torch.Tensor, total_len: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tokens`` [B, L] holds each row's prompt then outputs, ``total_len`` of them valid. Returns the
+    [B, V] float counts of each token among the outputs and the [B, V] mask of tokens in the prompt."""
+    pos = torch.arange(tokens.shape[1], device=tokens.device)
+    in_prompt = pos < prompt_len[:, None]
+    in_output = ~in_prompt & (pos < total_len[:, None])
+    tokens = tokens.clamp(0, vocab_size - 1)
+    shape = (tokens.shape[0], vocab_size)
+    counts = torch.zeros(shape, device=tokens.device).scatter_add_(1, tokens, in_output.float())
+    prompt_mask = torch.zeros(shape, device=tokens.device).scatter_add_(1, tokens, in_prompt.float()) > 0
+    return counts, prompt_mask
+
+
+
+def free_device_memory() -> int:
+    """Free device bytes once queued work is done and the allocator's unused cache is released, so a
+    difference of two readings is memory that something still holds."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info()[0]

@@ -39,8 +39,8 @@ class SchedulerOutput:
     total_num_scheduled_tokens: int
     # Requests the workers may forget (finished or aborted since the last step).
     finished_req_ids: set[str]
-    # Preempted this step: the workers drop them from the batch but keep their state.
-    preempted_req_ids: set[str] = field(default_factory=set)
+    # Numbers the scheduler's steps, so that their outputs can be matched to what was scheduled.
+    step_id: int = 0
 
     @property
     def is_empty(self) -> bool:

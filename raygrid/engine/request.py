@@ -68,13 +68,14 @@ class Request:
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_computed_tokens = 0
         # Async scheduling: output tokens being sampled right now, already counted as scheduled.
+        # Reset on preemption: outputs of an earlier incarnation are dropped.
         self.num_output_placeholders = 0
         # Prompt tokens found in the prefix cache the first time the request was scheduled (-1: not yet).
         self.num_cached_tokens = -1
         self.first_scheduled_time: float | None = None
-        self.num_preemptions = 0
+        self.num_preemptions = 0  # also the incarnation: outputs of steps scheduled before a preemption are stale
         # Chained hashes of the full blocks of all_token_ids, filled in by the KV cache manager.
-        self.block_hashes: list[int] = []
+        self.block_hashes: list[bytes] = []
         # How many of all_token_ids the workers have been sent (they need each token once).
         self.num_tokens_sent = 0
 

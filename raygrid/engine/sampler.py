@@ -77,15 +77,15 @@ class Sampler:
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def row_seeds(request_seeds: np.ndarray, positions: np.ndarray, fresh: np.ndarray) -> np.ndarray:
-    """This step's noise seed of each row. A request with a seed gets a hash (SplitMix64) of its seed and
-    the position of the token being sampled, so its k-th token is drawn from the same noise whatever the
-    batch, and again after a preemption; ``request_seeds`` is -1 for the other rows, which take ``fresh``."""
+def row_seeds(request_seeds: np.ndarray, seeded: np.ndarray, positions: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+    """This step's noise seed of each row. A request with a seed gets a hash (SplitMix64) of its seed (any
+    int64) and the position of the token being sampled, so its k-th token is drawn from the same noise
+    whatever the batch, and again after a preemption; rows not ``seeded`` take ``fresh``."""
     z = request_seeds.astype(np.uint64) + positions.astype(np.uint64) * _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z = z ^ (z >> np.uint64(31))
-    return np.where(request_seeds >= 0, (z >> np.uint64(1)).astype(np.int64), fresh)
+    return np.where(seeded, (z >> np.uint64(1)).astype(np.int64), fresh)
 
 
 def apply_penalties(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:

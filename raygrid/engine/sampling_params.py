@@ -21,7 +21,7 @@ class SamplingParams(BaseModel):
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63, description="any int64, as in vLLM")
     max_tokens: int | None = Field(default=16, ge=1, description="None: up to the context length")
     min_tokens: int = Field(default=0, ge=0)
     stop: list[str] = Field(default_factory=list)

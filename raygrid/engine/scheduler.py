@@ -85,13 +85,18 @@ class Scheduler:
         # that every stage has work.
         self.num_batches_in_flight = num_batches_in_flight
         self.async_scheduling = bool(config.scheduler.async_scheduling)
-        self.kv = KVCacheManager(num_kv_blocks, config.cache.block_size, config.cache.enable_prefix_caching)
+        cache = config.cache
+        self.kv = KVCacheManager(num_kv_blocks, cache.block_size, cache.enable_prefix_caching, cache.prefix_caching_hash_seed)
 
         self.requests: dict[str, Request] = {}
         self.waiting = WaitingQueue(self.policy)
         self.running: list[Request] = []
         # Finished since the last schedule(): the workers are told so they can drop their state.
         self._finished_for_workers: set[str] = set()
+        # Per step in flight: the incarnation (num_preemptions) of each scheduled request that has been
+        # preempted before. An output whose request has been preempted since is stale and dropped.
+        self._step_counter = itertools.count()
+        self._incarnations: dict[int, dict[str, int]] = {}
         self._num_preemptions = 0
         self._num_scheduled_tokens = 0
         self._prefix_queries = 0
@@ -212,10 +217,14 @@ class Scheduler:
         return self.running[-1]
 
     def _preempt(self, req: Request) -> None:
+        """Free the request's blocks and queue it for recompute. Its tokens past ``num_computed_tokens``
+        were granted in this very step (if at all), which is now withdrawn: their blocks leave the cache.
+        Outputs of its steps still in flight belong to the old incarnation and will be dropped."""
         self.running.remove(req)
-        self.kv.free(req)
+        self.kv.free(req, num_written_tokens=req.num_computed_tokens)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
+        req.num_output_placeholders = 0
         req.num_preemptions += 1
         self._num_preemptions += 1
         self.waiting.push(req)
@@ -257,22 +266,30 @@ class Scheduler:
                 req.num_output_placeholders += 1  # it samples this step
         self._num_scheduled_tokens += total
         finished, self._finished_for_workers = self._finished_for_workers, set()
+        step_id = next(self._step_counter)
+        incarnations = {r.request_id: r.num_preemptions for r in scheduled if r.num_preemptions}
+        if incarnations:
+            self._incarnations[step_id] = incarnations
         return SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=cached,
             num_scheduled_tokens=num_scheduled,
             total_num_scheduled_tokens=total,
             finished_req_ids=finished,
+            step_id=step_id,
         )
 
     # ---------------------------------------------------------------- results back
 
     def update_from_output(self, sched_out: SchedulerOutput, runner_out: ModelRunnerOutput) -> list[EngineCoreOutput]:
         outputs = []
+        incarnations = self._incarnations.pop(sched_out.step_id, {})
         for req_id, token_ids, logprobs in zip(runner_out.req_ids, runner_out.sampled_token_ids, runner_out.logprobs):
             req = self.requests.get(req_id)
             if req is None or req.is_finished or not token_ids:
                 continue  # aborted meanwhile, or only part of the prompt was computed
+            if req.num_preemptions != incarnations.get(req_id, 0):
+                continue  # preempted since this step was scheduled: it will recompute this token
             new_tokens: list[int] = []
             status = None
             req.num_output_placeholders = max(req.num_output_placeholders - len(token_ids), 0)
@@ -291,11 +308,7 @@ class Scheduler:
             if req.num_output_tokens == len(new_tokens) and req.first_scheduled_time is not None:
                 out.queue_time = req.first_scheduled_time - req.arrival_time
             if status is not None:
-                # With batches in flight the request may have been preempted since this one was scheduled.
-                if req.status == RequestStatus.RUNNING:
-                    self.running.remove(req)
-                else:
-                    self.waiting.remove(req)
+                self.running.remove(req)  # still the incarnation that was scheduled, so still running
                 self._finish(req, status)
                 out.finish_reason, out.stop_reason = status.finish_reason, req.stop_reason
             outputs.append(out)

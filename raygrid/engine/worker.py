@@ -41,10 +41,12 @@ class Worker:
         torch.manual_seed(config.model.seed)
         self.model = load_model(config.model.model, self.hf_config, self.dtype, self.device)
         self.runner = ModelRunner(config, self.model, self.device, self.dtype, eos_token_ids)
+        self._memory: dict[str, int] = {}
 
     def determine_num_kv_blocks(self) -> int:
-        """How many KV blocks fit: on GPU what is left of ``gpu_memory_utilization`` after a profiling
-        forward pass at the largest batch; on CPU ``cpu_kv_cache_space_gib``."""
+        """How many KV blocks fit: on GPU what is left of ``gpu_memory_utilization`` after the peak of the
+        worst step (a forward pass at the largest token budget, then sampling at the largest batch) and
+        after the decode CUDA graphs' memory; on CPU ``cpu_kv_cache_space_gib``."""
         cache = self.config.cache
         per_block = self.runner.kv_cache_bytes_per_block()
         if self.device.type != "cuda":
@@ -56,13 +58,22 @@ class Worker:
         peak = torch.cuda.max_memory_allocated()
         free, total = torch.cuda.mem_get_info()
         used_outside_torch = (total - free) - torch.cuda.memory_reserved()
-        budget = total * cache.gpu_memory_utilization - peak - used_outside_torch
         torch.cuda.empty_cache()
-        logger.info("KV cache budget %.2f GiB (peak activations+weights %.2f GiB)", budget / 2**30, peak / 2**30)
+        graphs = self.runner.profile_cuda_graphs()
+        budget = total * cache.gpu_memory_utilization - peak - used_outside_torch - graphs
+        logger.info("KV cache budget %.2f GiB (peak of weights, activations and sampling %.2f GiB; CUDA graphs %.3f GiB)",
+                    budget / 2**30, peak / 2**30, graphs / 2**30)
+        self._memory = {"gpu_total_bytes": total, "peak_step_bytes": peak, "profiled_cuda_graph_bytes": graphs}
         return max(int(budget // per_block), 0)
 
     def initialize_cache(self, num_blocks: int) -> None:
         self.runner.initialize_kv_cache(self.runner.allocate_kv_cache(num_blocks))
+        self._memory.update(num_kv_blocks=num_blocks, kv_cache_bytes=num_blocks * self.runner.kv_cache_bytes_per_block(),
+                            cuda_graph_bytes=self.runner.graph_memory_bytes)
+
+    def memory_report(self) -> dict[str, int]:
+        """What the KV sizing assumed and what the KV pool and CUDA graphs then took, in bytes."""
+        return dict(self._memory)
 
     def execute_model(self, scheduler_output: SchedulerOutput, non_blocking: bool = False):
         return self.runner.execute_model(scheduler_output, non_blocking)

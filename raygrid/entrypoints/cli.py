@@ -19,6 +19,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-kv-blocks", type=int, default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    parser.add_argument("--prefix-caching-hash-seed", default=None,
+                        help="fix the root of the prefix-cache block hashes (replicas sharing it hash alike); default random")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
@@ -40,6 +42,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         num_kv_blocks=args.num_kv_blocks,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enable_prefix_caching=args.enable_prefix_caching,
+        prefix_caching_hash_seed=args.prefix_caching_hash_seed,
         seed=args.seed,
         enforce_eager=args.enforce_eager,
         tensor_parallel_size=args.tensor_parallel_size,

@@ -49,6 +49,7 @@ class _SamplingFields(_Lenient):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     priority: int = 0
+    cache_salt: str | None = Field(default=None, min_length=1, description="requests with different salts share no prefix-cache blocks")
 
     def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         fields: dict[str, Any] = dict(

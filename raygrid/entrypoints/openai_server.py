@@ -147,9 +147,10 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         except ValueError as error:
             raise APIError(400, str(error), param=what) from None
 
-    async def start(prompt_ids: list[int], params: SamplingParams, priority: int, request_id: str) -> AsyncIterator[RequestOutput]:
+    async def start(prompt_ids: list[int], params: SamplingParams, request, request_id: str) -> AsyncIterator[RequestOutput]:
+        prompt = {"prompt_token_ids": prompt_ids, "cache_salt": request.cache_salt}
         try:
-            stream = engine.generate({"prompt_token_ids": prompt_ids}, params, request_id=request_id, priority=priority, delta=True)
+            stream = engine.generate(prompt, params, request_id=request_id, priority=request.priority, delta=True)
             first = await stream.__anext__()
         except EngineOverloadedError as error:
             raise APIError(503, str(error), kind="server_error") from None
@@ -240,7 +241,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         for ids in prompts:
             check_context(ids, params, "prompt")
         request_id = random_id("cmpl")
-        streams = [await start(ids, params, request.priority, f"{request_id}-{i}") for i, ids in enumerate(prompts)]
+        streams = [await start(ids, params, request, f"{request_id}-{i}") for i, ids in enumerate(prompts)]
         n = params.n
         if request.stream:
             return streaming(stream_completions(request, request_id, prompts, streams, n))
@@ -313,7 +314,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             params = params.model_copy(update={"max_tokens": max(max_len - len(prompt_ids), 1)})
         check_context(prompt_ids, params, "messages")
         request_id = random_id("chatcmpl")
-        stream = await start(prompt_ids, params, request.priority, request_id)
+        stream = await start(prompt_ids, params, request, request_id)
         if request.stream:
             return streaming(stream_chat(request, request_id, prompt_ids, stream, params))
         (outputs,) = await collect([stream], raw)
