@@ -69,8 +69,9 @@ def random_prompts(count: int, vocab_size: int, min_len: int = 3, max_len: int =
     return [[rng.randrange(3, vocab_size) for _ in range(rng.randint(min_len, max_len))] for _ in range(count)]
 
 
-def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """Hugging Face transformers' own greedy generation, one prompt at a time, never stopping early."""
+def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int, **generate_kwargs) -> list[list[int]]:
+    """Hugging Face transformers' own greedy generation, one prompt at a time, never stopping early
+    (``generate_kwargs`` such as repetition_penalty go to ``generate``)."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     model.generation_config.eos_token_id = None
     outputs = []
@@ -78,6 +79,6 @@ def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int) -> 
         for prompt in prompts:
             ids = torch.tensor([prompt])
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                 min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
+                                 min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0, **generate_kwargs)
             outputs.append(out[0, len(prompt):].tolist())
     return outputs

@@ -57,6 +57,23 @@ def test_parallel_greedy_matches_single_process(model_dirs, references, model, p
         assert timing[0]["max_batches_in_flight"] == 2, "pipeline stages should each have a batch"
 
 
+def test_pp3_under_preemption_matches_single_process(model_dirs, tokenizer):
+    """Three stages keep three batches in flight while a small pool forces preemptions, so requests are
+    preempted with batches of theirs still running; outputs of such batches are dropped (the scheduler
+    test drives the re-admission case step by step) and the tokens equal one process's."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(16, len(tokenizer), seed=21)]
+    expected = LLM(model=model_dirs["llama"], device="cpu", dtype="float32", max_model_len=128).generate(prompts, GREEDY, use_tqdm=False)
+    llm = LLM(model=model_dirs["llama"], device="cpu", dtype="float32", max_model_len=128, pipeline_parallel_size=3,
+              num_kv_blocks=29, block_size=8, max_num_batched_tokens=64)
+    try:
+        outputs = llm.generate(prompts, GREEDY, use_tqdm=False)
+        assert llm.get_stats().num_preemptions > 0, "the pool was meant to force preemptions"
+        assert llm.engine.step_timing()[0]["max_batches_in_flight"] == 3
+    finally:
+        llm.shutdown()
+    assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in expected]
+
+
 def test_tp4_replicates_kv_heads(model_dirs, references):
     # The llama checkpoint has 2 kv heads: with 4 ranks each kv head lives on two of them.
     prompts, expected = references

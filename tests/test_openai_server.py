@@ -243,6 +243,24 @@ def test_models_version_metrics(server, client):
     assert metric(server, "raygrid:time_to_first_token_seconds_count") > 0
 
 
+def test_cache_salt_isolates_prefixes(server, client):
+    tokens = list(range(100, 180))  # five full blocks
+
+    def hits_after(**extra) -> float:
+        client.completions.create(model="tiny", prompt=tokens, max_tokens=1, extra_body=extra)
+        time.sleep(0.6)  # the server refreshes its scheduler metrics at least every 0.25 s
+        return metric(server, "raygrid:prefix_cache_hits_total")
+
+    start = hits_after(cache_salt="salt-a")
+    assert hits_after(cache_salt="salt-b") == start  # other salt: no hit
+    assert hits_after(cache_salt="salt-a") == start + 64  # same salt: the four full blocks below the last token
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt=tokens, max_tokens=1, extra_body={"cache_salt": ""})
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                          extra_body={"cache_salt": "salt-a"})
+    assert chat.choices[0].finish_reason == "length"
+
+
 def test_api_key(qwen3_dir):
     proc, base = start_server(qwen3_dir, "--api-key", "sekrit")
     try:

@@ -32,3 +32,20 @@ def test_shared_prefix_is_cached_and_computed_once(qwen3_dir, tokenizer):
     expected = uncached.generate(prompts, params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in first + rest] == [o.outputs[0].token_ids for o in expected]
     assert all(o.num_cached_tokens == 0 for o in expected)
+
+
+def test_cache_salts_isolate_requests(qwen3_dir, tokenizer):
+    """vLLM's cache_salt: prompts with different salts share no block; the same salt shares as usual."""
+    llm = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=512, prefix_caching_hash_seed="fixed")
+    tokens = random_prompts(1, len(tokenizer), min_len=70, max_len=70, seed=13)[0]
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+
+    def cached(**salt) -> int:
+        return llm.generate({"prompt_token_ids": tokens, **salt}, params, use_tqdm=False)[0].num_cached_tokens
+
+    assert cached(cache_salt="tenant-a") == 0
+    assert cached(cache_salt="tenant-b") == 0  # same tokens, other salt: nothing shared
+    assert cached() == 0  # no salt is a salt of its own
+    assert cached(cache_salt="tenant-a") == 64 and cached(cache_salt="tenant-b") == 64 and cached() == 64
+    bad = llm.generate({"prompt_token_ids": tokens, "cache_salt": ""}, params, use_tqdm=False)[0]
+    assert bad.error and "cache_salt" in bad.error

@@ -18,7 +18,7 @@ from raygrid.engine.sampler import (
     row_seeds,
 )
 from raygrid.kernels.ops import gumbel_argmax
-from tests.conftest import random_prompts
+from tests.conftest import hf_greedy, random_prompts
 
 NEG_INF = float("-inf")
 
@@ -69,11 +69,14 @@ def test_penalties_follow_their_definitions():
 
 def test_row_seeds_depend_on_request_seed_and_position_only():
     fresh = np.array([11, 22, 33, 44], dtype=np.int64)
-    seeds = row_seeds(np.array([5, -1, 5, 6]), np.array([100, 100, 101, 100]), fresh)
+    seeds = row_seeds(np.array([5, 0, 5, 6]), np.array([True, False, True, True]), np.array([100, 100, 101, 100]), fresh)
     assert seeds[1] == 22  # no request seed: the fresh one
     assert len({int(seeds[0]), int(seeds[2]), int(seeds[3])}) == 3 and (seeds >= 0).all()
-    again = row_seeds(np.array([-1, 5]), np.array([7, 100]), np.array([1, 2], dtype=np.int64))
+    again = row_seeds(np.array([0, 5]), np.array([False, True]), np.array([7, 100]), np.array([1, 2], dtype=np.int64))
     assert again[1] == seeds[0]  # same seed and position, other row and batch: same noise
+    # Any int64 is a seed (vLLM's range): negative ones and the extremes hash to valid, distinct noise seeds.
+    extremes = row_seeds(np.array([-(2**63), -1, 2**63 - 1, 0]), np.ones(4, dtype=bool), np.full(4, 9), fresh)
+    assert len(set(extremes.tolist())) == 4 and (extremes >= 0).all()
 
 
 def test_gumbel_draws_follow_the_softmax():
@@ -114,14 +117,21 @@ def test_top_k_1_is_greedy(llm, prompts):
     assert [o.outputs[0].token_ids for o in greedy] == [o.outputs[0].token_ids for o in top1]
 
 
-def test_repetition_penalty_changes_greedy_output(llm, prompts):
+def test_repetition_penalty_matches_transformers(llm, qwen3_dir, prompts):
+    """transformers' RepetitionPenaltyLogitsProcessor over prompt and outputs is the reference."""
+    ids = [p["prompt_token_ids"] for p in prompts]
+    expected = hf_greedy(qwen3_dir, ids, 16, repetition_penalty=1.5)
+    plain = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+    penalized = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, repetition_penalty=1.5), use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in penalized] == expected
+    assert [o.outputs[0].token_ids for o in plain] != expected  # the penalty changed something
+
+
+def test_presence_penalty_makes_repeats_rarer(llm, prompts):
     plain = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
     penalized = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, presence_penalty=2.0), use_tqdm=False)
-    for p, q in zip(plain, penalized):
-        # A presence penalty of 2 makes repeats rarer than without it.
-        repeats = lambda ids: len(ids) - len(set(ids))
-        assert repeats(q.outputs[0].token_ids) <= repeats(p.outputs[0].token_ids)
-    assert [o.outputs[0].token_ids for o in plain] != [o.outputs[0].token_ids for o in penalized]
+    repeats = lambda ids: len(ids) - len(set(ids))  # noqa: E731
+    assert sum(repeats(q.outputs[0].token_ids) for q in penalized) < sum(repeats(p.outputs[0].token_ids) for p in plain)
 
 
 def test_logprobs_match_transformers_scores(llm, qwen3_dir, prompts):

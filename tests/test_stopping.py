@@ -60,13 +60,14 @@ def test_stop_token_ids(llm, baseline):
 def test_min_tokens_holds_off_stop_tokens(llm, baseline):
     prompts, outputs = baseline
     ids = outputs[1].outputs[0].token_ids
-    stop_id = ids[0]
-    got = llm.generate(prompts[1], greedy(stop_token_ids=[stop_id], min_tokens=4), use_tqdm=False)[0].outputs[0]
-    assert len(got.token_ids) >= 4
-    assert stop_id not in got.token_ids[:3]  # banned while under min_tokens
-    assert got.finish_reason in {"stop", "length"}
-    if got.finish_reason == "stop":
-        assert got.token_ids[-1] == stop_id
+    # A stop token the model emits first: banned below min_tokens, so greedy picks the runner-up there.
+    banned = llm.generate(prompts[1], greedy(stop_token_ids=[ids[0]], min_tokens=4), use_tqdm=False)[0].outputs[0]
+    assert ids[0] not in banned.token_ids[:4] and banned.token_ids[0] != ids[0]
+    # A stop token that first appears at position k >= min_tokens: the ban never bites, it stops right there.
+    k = next(i for i in range(4, len(ids)) if ids[i] not in ids[:i])
+    got = llm.generate(prompts[1], greedy(stop_token_ids=[ids[k]], min_tokens=4), use_tqdm=False)[0].outputs[0]
+    assert got.token_ids == ids[: k + 1]
+    assert got.finish_reason == "stop" and got.stop_reason == ids[k]
 
 
 def test_eos_stops_unless_ignored(llm, baseline):

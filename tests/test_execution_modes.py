@@ -1,0 +1,123 @@
+"""Async scheduling computes exactly what synchronous scheduling computes, for every sampling parameter,
+on both tiny models; greedy with a repetition penalty matches transformers in both modes; and a request
+preempted in the very step that granted it tokens resumes to the output of an engine with room to spare.
+
+Under async scheduling step N+1 is prepared while step N's sampled token is still on the device: the
+penalty counts, the min_tokens ban and the seeds must all count that token anyway."""
+
+from __future__ import annotations
+
+import pytest
+
+from raygrid import LLM, SamplingParams
+from tests.conftest import hf_greedy, random_prompts
+
+MAX_TOKENS = 20
+
+
+def make_llm(model_dir, **kwargs):
+    return LLM(model=model_dir, dtype="float32", device="cpu", max_model_len=256, **kwargs)
+
+
+def params_per_prompt(stop_token: int) -> list[SamplingParams]:
+    """One request per sampling feature (and some together); sampled ones are seeded so both modes
+    draw the same noise."""
+    base = dict(max_tokens=MAX_TOKENS, ignore_eos=True)
+    return [
+        SamplingParams(temperature=0, repetition_penalty=1.3, **base),
+        SamplingParams(temperature=0, presence_penalty=1.5, **base),
+        SamplingParams(temperature=0, frequency_penalty=1.0, logprobs=2, **base),
+        SamplingParams(temperature=0, min_tokens=6, stop_token_ids=[stop_token], **base),
+        SamplingParams(temperature=0, stop_token_ids=[stop_token], **base),
+        SamplingParams(temperature=0.8, top_k=20, seed=11, **base),
+        SamplingParams(temperature=1.0, top_p=0.9, min_p=0.05, seed=12, logprobs=3, **base),
+        SamplingParams(temperature=1.2, seed=13, repetition_penalty=1.2, frequency_penalty=0.5, presence_penalty=0.3, **base),
+        SamplingParams(n=2, temperature=1.0, seed=14, min_tokens=4, stop_token_ids=[stop_token], **base),
+        SamplingParams(temperature=0, logprobs=0, **base),
+    ]
+
+
+def summarize(outputs):
+    return [
+        [(c.token_ids, c.finish_reason, c.stop_reason,
+          None if c.logprobs is None else [sorted((t, round(lp.logprob, 4)) for t, lp in step.items()) for step in c.logprobs])
+         for c in o.outputs]
+        for o in outputs
+    ]
+
+
+@pytest.mark.parametrize("model", ["qwen3", "llama"])
+def test_async_scheduling_equals_sync_for_every_sampling_parameter(model_dirs, tokenizer, model):
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(10, len(tokenizer), seed=31)]
+    results = {}
+    for mode in (False, True):
+        llm = make_llm(model_dirs[model], async_scheduling=mode, max_num_batched_tokens=64)
+        if "stop" not in results:  # a token the model really produces early on, to stop on
+            plain = llm.generate(prompts[3], SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True), use_tqdm=False)
+            results["stop"] = plain[0].outputs[0].token_ids[2]
+        outputs = llm.generate(prompts, params_per_prompt(results["stop"]), use_tqdm=False)
+        results[mode] = summarize(outputs)
+        if mode:
+            assert llm.engine.step_timing()[0]["max_batches_in_flight"] == 2, "async scheduling did not overlap steps"
+    assert results[True] == results[False]
+    # The stop token was banned below min_tokens, then allowed.
+    min_tokens_ids = results[False][3][0][0]
+    assert results["stop"] not in min_tokens_ids[:6]
+
+
+@pytest.mark.parametrize("model", ["qwen3", "llama"])
+def test_greedy_repetition_penalty_matches_transformers_sync_and_async(model_dirs, tokenizer, model):
+    prompts = random_prompts(8, len(tokenizer), seed=32)
+    expected = hf_greedy(model_dirs[model], prompts, MAX_TOKENS, repetition_penalty=1.3)
+    params = SamplingParams(temperature=0, repetition_penalty=1.3, max_tokens=MAX_TOKENS, ignore_eos=True)
+    for mode in (False, True):
+        llm = make_llm(model_dirs[model], async_scheduling=mode)
+        got = [o.outputs[0].token_ids for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)]
+        assert got == expected, f"async_scheduling={mode}"
+
+
+def test_min_tokens_counts_the_token_in_flight(qwen3_dir, tokenizer):
+    """A stop token that first appears at output position 4, with min_tokens=4: it may stop there, so the
+    output is the first 5 greedy tokens, in both modes."""
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    for mode in (False, True):
+        llm = make_llm(qwen3_dir, async_scheduling=mode)
+        for prompt in random_prompts(12, len(tokenizer), seed=33):
+            ids = llm.generate({"prompt_token_ids": prompt}, greedy, use_tqdm=False)[0].outputs[0].token_ids
+            if ids[4] not in ids[:4]:
+                break
+        else:
+            pytest.fail("no prompt whose 5th greedy token is new")
+        params = greedy.model_copy(update={"min_tokens": 4, "stop_token_ids": [ids[4]]})
+        got = llm.generate({"prompt_token_ids": prompt}, params, use_tqdm=False)[0].outputs[0]
+        assert got.token_ids == ids[:5] and got.finish_reason == "stop", f"async_scheduling={mode}"
+
+
+def test_preempted_in_the_step_that_granted_it_tokens_resumes_correctly(llama_dir):
+    """The KV-cache sizes of the scheduler test that provokes a withdrawn step, on the real model: "low"
+    (priority 5) is computing its prompt in chunks of 8 when "high" (priority 0) arrives; the pool runs
+    short while "low" holds blocks hashed for a chunk that is then withdrawn. Its output must equal the
+    output of an engine with room for both."""
+    low_prompt = random_prompts(1, 500, min_len=37, max_len=37, seed=34)[0]
+    high_prompt = random_prompts(1, 500, min_len=9, max_len=9, seed=35)[0]
+    low_params = SamplingParams(temperature=0, max_tokens=7, ignore_eos=True)
+    high_params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    tight = dict(block_size=4, num_kv_blocks=13, max_num_batched_tokens=12, long_prefill_token_threshold=8,
+                 scheduling_policy="priority", max_model_len=48)
+
+    def run(**engine_kwargs):
+        llm = LLM(model=llama_dir, dtype="float32", device="cpu", **engine_kwargs)
+        llm._add(llm.processor.process("low", {"prompt_token_ids": low_prompt}, low_params, priority=5))
+        outputs, step = {}, 0
+        while llm.engine.has_unfinished_requests() or step <= 2:
+            if step == 2:
+                llm._add(llm.processor.process("high", {"prompt_token_ids": high_prompt}, high_params, priority=0))
+            for out in llm.engine.step():
+                outputs.setdefault(out.req_id, []).extend(out.new_token_ids)
+            step += 1
+        return llm, outputs
+
+    tight_llm, got = run(**tight)
+    assert tight_llm.get_stats().num_preemptions > 0
+    _, expected = run(**dict(tight, num_kv_blocks=64))
+    assert got == expected
