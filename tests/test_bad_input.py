@@ -28,7 +28,7 @@ def llm(qwen3_dir):
         (dict(presence_penalty=3.0), "presence_penalty"),
         (dict(frequency_penalty=-2.5), "frequency_penalty"),
         (dict(repetition_penalty=0.0), "repetition_penalty"),
-        (dict(seed=-1), "seed"),
+        (dict(seed=2**63), "seed"),  # int64, as in vLLM: negative seeds are fine
         (dict(logprobs=-1), "logprobs"),
         (dict(stop=[""]), "stop"),
         (dict(stop_token_ids=[-4]), "stop_token_ids"),

@@ -82,3 +82,37 @@ def test_seeded_sampling_on_gpu_does_not_depend_on_the_batch(model_dirs, tokeniz
             assert len(set(alone)) > 1
     finally:
         llm.shutdown()
+
+
+@pytest.mark.parametrize("model", ["qwen3", "llama"])
+def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_parameter(model_dirs, tokenizer, model):
+    """The plain engine (synchronous, eager) against async scheduling with CUDA graphs, on the GPU, for the
+    sampling features of the CPU test: penalties, min_tokens and stop tokens, top-k/top-p/min-p, seeds,
+    logprobs, n. float32, so that the two batchings cannot round differently."""
+    from tests.test_execution_modes import params_per_prompt, summarize
+
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(10, len(tokenizer), seed=35)]
+    results = []
+    for mode in (dict(async_scheduling=False, enforce_eager=True), dict(async_scheduling=True)):
+        llm = LLM(model=model_dirs[model], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32", **mode)
+        try:
+            stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
+            results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
+            if mode["async_scheduling"]:
+                assert llm.engine.step_timing()[0]["max_batches_in_flight"] == 2
+                assert llm.engine.executor.worker.runner.graphs is not None
+        finally:
+            llm.shutdown()
+    assert results[0] == results[1]
+
+
+def test_kv_sizing_counts_sampling_and_graphs(model_dirs):
+    """The profiled step includes sampling at max_num_seqs, and the CUDA graphs' memory measured at
+    profiling time covers what the real capture then takes."""
+    llm = LLM(model=model_dirs["qwen3"], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="bfloat16")
+    try:
+        report = llm.engine.executor.collective_rpc("memory_report")[0]
+        assert report["profiled_cuda_graph_bytes"] > 0
+        assert report["cuda_graph_bytes"] <= report["profiled_cuda_graph_bytes"] * 1.1 + 2**20, report
+    finally:
+        llm.shutdown()

@@ -202,7 +202,7 @@ BAD_REQUESTS = [
     ("completions", {"model": "tiny", "prompt": [5, 10**9]}),  # token id out of range
     ("completions", {"model": "tiny", "prompt": ""}),
     ("completions", {"model": "tiny", "prompt": "hi", "echo": True}),
-    ("completions", {"model": "tiny", "prompt": "hi", "seed": -3}),
+    ("completions", {"model": "tiny", "prompt": "hi", "seed": 2**63}),
     ("chat/completions", {"model": "tiny", "messages": []}),
     ("chat/completions", {"model": "tiny", "messages": [{"role": "wizard", "content": "hi"}]}),
     ("chat/completions", {"model": "tiny", "messages": "hello"}),
