@@ -94,8 +94,13 @@ class AsyncLLM:
         stop-string hold-back). Raises ValueError for a request the engine cannot take."""
         if self._dead is not None:
             raise EngineDeadError(f"engine loop failed: {self._dead!r}")
-        if len(self._streams) >= self.max_queued_requests:
-            raise EngineOverloadedError(f"{len(self._streams)} requests in flight (max_queued_requests={self.max_queued_requests})")
+        with self._streams_lock:  # sequences, not prompts: n=128 is 128 of them
+            in_flight = sum(len(s.child_ids) for s in self._streams.values())
+        if in_flight + sampling_params.n > self.max_queued_requests:
+            raise EngineOverloadedError(
+                f"{in_flight} sequences in flight and {sampling_params.n} more asked for: max_queued_requests is "
+                f"{self.max_queued_requests}"
+            )
         request_id = request_id or f"req-{next(self._ids)}"
         processed = self.processor.process(request_id, prompt, sampling_params, priority=priority)
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), time.monotonic(), len(processed.prompt_token_ids))

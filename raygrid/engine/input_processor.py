@@ -89,6 +89,14 @@ def create_engine(config: EngineConfig, eos_token_ids: frozenset[int]):
     return EngineCore(config, eos_token_ids)
 
 
+class InvalidRequest(ValueError):
+    """A request outside the engine's limits; ``param`` names the request field at fault."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 @dataclass
 class ProcessedRequest:
     request_id: str
@@ -146,21 +154,21 @@ class InputProcessor:
         """Check a request against this engine's limits; returns its max_tokens."""
         max_len = self.max_model_len
         if not prompt_token_ids:
-            raise ValueError("prompt is empty: at least one token is needed")
+            raise InvalidRequest("prompt is empty: at least one token is needed", "prompt")
         if len(prompt_token_ids) >= max_len:
-            raise ValueError(
+            raise InvalidRequest(
                 f"prompt has {len(prompt_token_ids)} tokens; it must be shorter than max_model_len ({max_len}) "
-                "to leave room for an output token"
+                "to leave room for an output token", "prompt"
             )
         bad = [t for t in prompt_token_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
         if bad:
-            raise ValueError(f"prompt_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}")
+            raise InvalidRequest(f"prompt_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}", "prompt")
         bad = [t for t in params.stop_token_ids if t >= self.vocab_size]
         if bad:
-            raise ValueError(f"stop_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}")
+            raise InvalidRequest(f"stop_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}", "stop_token_ids")
         max_logprobs = self.config.model.max_logprobs
         if params.logprobs is not None and params.logprobs > max_logprobs:
-            raise ValueError(f"logprobs ({params.logprobs}) must be <= max_logprobs ({max_logprobs})")
+            raise InvalidRequest(f"logprobs ({params.logprobs}) must be <= max_logprobs ({max_logprobs})", "logprobs")
         room = max_len - len(prompt_token_ids)
         return room if params.max_tokens is None else min(params.max_tokens, room)
 

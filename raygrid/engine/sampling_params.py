@@ -11,7 +11,7 @@ GREEDY_TEMPERATURE = 1e-5
 class SamplingParams(BaseModel):
     """Validated on construction: a bad value raises a ValueError naming the field and its limit."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     n: int = Field(default=1, ge=1, le=128, description="completions per prompt")
     temperature: float = Field(default=1.0, ge=0.0, le=100.0)

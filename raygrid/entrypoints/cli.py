@@ -87,13 +87,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.model == DEFAULT_MODEL_NAME:
         print(f"note: {DEFAULT_MODEL_NAME} has random weights; its text is noise, the engine around it is real.", file=sys.stderr)
+    sock = bind_port(args.host, args.port)  # before the model loads: a taken port fails at once
     engine = AsyncLLM(served_model_name=args.served_model_name, max_queued_requests=args.max_queued_requests, **engine_kwargs(args))
-    app = build_app(engine, api_key=args.api_key)
+    app = build_app(engine, api_key=args.api_key, max_request_body_bytes=args.max_request_body_bytes,
+                    body_read_timeout_s=args.body_read_timeout, metrics_without_auth=args.metrics_without_auth)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5))
+        server.run(sockets=[sock])
     finally:
         engine.shutdown()
+        sock.close()
     return 0
+
+
+def bind_port(host: str, port: int):
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({error.strerror})") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
@@ -139,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1")
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health")
+    serve.add_argument("--metrics-without-auth", action="store_true", help="leave /metrics open for scrapers that carry no key")
+    serve.add_argument("--max-request-body-bytes", type=int, default=8 * 2**20, help="larger bodies get 413 before they are parsed")
+    serve.add_argument("--body-read-timeout", type=float, default=30.0, help="seconds to wait for each part of a request body (408 after)")
     serve.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
     serve.add_argument("--max-queued-requests", type=int, default=4096, help="requests in flight before new ones get 503")
     serve.add_argument("--log-level", default="info")

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import raygrid
+from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
 from raygrid.engine.outputs import CompletionOutput, RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
@@ -73,17 +74,16 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
     return "; ".join(lines) or str(error), first
 
 
-def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: list[str] | None = None) -> FastAPI:
+def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: list[str] | None = None,
+              max_request_body_bytes: int = 8 * 2**20, body_read_timeout_s: float = 30.0,
+              metrics_without_auth: bool = False) -> FastAPI:
     names = served_model_names or [engine.model_name]
     max_len = engine.config.model.max_model_len
     app = FastAPI(title="raygrid OpenAI-compatible server", version=raygrid.__version__)
-
-    @app.middleware("http")
-    async def check_api_key(request: Request, call_next):
-        if api_key and request.url.path.startswith("/v1"):
-            if request.headers.get("authorization") != f"Bearer {api_key}":
-                return error_response(401, "Incorrect or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
-        return await call_next(request)
+    app.add_middleware(BodyGuard, max_bytes=max_request_body_bytes, read_timeout_s=body_read_timeout_s)
+    if api_key:  # added last, so it runs first: no body is read for a request without the key
+        open_paths = frozenset({"/health", "/metrics"} if metrics_without_auth else {"/health"})
+        app.add_middleware(ApiKeyGuard, api_key=api_key, open_paths=open_paths)
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(_request, error: RequestValidationError):
@@ -97,6 +97,11 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(_request, error: StarletteHTTPException):
         return error_response(error.status_code, str(error.detail), kind="invalid_request_error" if error.status_code < 500 else "server_error")
+
+    @app.exception_handler(Exception)
+    async def on_unexpected_error(_request, error: Exception):
+        logger.exception("unhandled error in a request", exc_info=error)
+        return error_response(500, f"internal error ({type(error).__name__}): {error}", kind="server_error")
 
     # ------------------------------------------------------------------ plain endpoints
 
@@ -145,7 +150,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         try:  # the engine's own limits: empty prompt, token ids, logprobs
             engine.processor.validate(prompt_ids, params)
         except ValueError as error:
-            raise APIError(400, str(error), param=what) from None
+            raise APIError(400, str(error), param=getattr(error, "param", what)) from None
 
     async def start(prompt_ids: list[int], params: SamplingParams, request, request_id: str) -> AsyncIterator[RequestOutput]:
         prompt = {"prompt_token_ids": prompt_ids, "cache_salt": request.cache_salt}
@@ -235,7 +240,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         if request.suffix:
             raise APIError(400, "suffix is not supported", param="suffix")
         params = make_params(request.sampling_params)
-        prompts = normalize_prompts(request.prompt, engine)
+        prompts = await asyncio.to_thread(normalize_prompts, request.prompt, engine)
         if params.max_tokens is None:
             params = params.model_copy(update={"max_tokens": max(max_len - max(len(p) for p in prompts), 1)})
         for ids in prompts:
@@ -305,7 +310,9 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         params = make_params(request.sampling_params)
         try:
             conversation = [{"role": m.role, "content": m.text()} for m in request.messages]
-            prompt_ids = engine.processor.apply_chat_template(conversation, request.chat_template, request.add_generation_prompt)
+            # Off the event loop: a large conversation must not stall /health and the streams in flight.
+            prompt_ids = await asyncio.to_thread(engine.processor.apply_chat_template, conversation, request.chat_template,
+                                                 request.add_generation_prompt)
         except ValueError as error:
             raise APIError(400, str(error), param="messages") from None
         except Exception as error:  # a template that fails to render on this conversation
@@ -375,7 +382,10 @@ def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:
         prompts = list(prompt)
     if not prompts:
         raise APIError(400, "prompt is empty", param="prompt")
-    return [engine.processor.tokenize_prompt(p)[1] if isinstance(p, str) else list(p) for p in prompts]
+    try:
+        return [engine.processor.tokenize_prompt(p)[1] if isinstance(p, str) else list(p) for p in prompts]
+    except (ValueError, TypeError, UnicodeError) as error:  # e.g. a lone UTF-16 surrogate the tokenizer cannot take
+        raise APIError(400, f"prompt cannot be tokenized: {error}", param="prompt") from None
 
 
 def merge_deltas(outputs: list[RequestOutput]) -> list[CompletionOutput]:

@@ -1,0 +1,104 @@
+"""What the server checks before a request reaches a route: the API key and the request body's size and
+pace. Both are plain ASGI middleware: Starlette's BaseHTTPMiddleware wraps ``receive`` in a way that hides
+a client's disconnect from the route, and a non-streaming request must see it to abort its work.
+Refusals carry OpenAI's error body."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+
+from starlette.exceptions import HTTPException
+
+
+async def send_error(send, status: int, message: str, code: str, kind: str = "invalid_request_error") -> None:
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def bearer_token(scope) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; the scheme is case-insensitive (RFC 9110),
+    and the token is taken exactly: extra spaces make it a different token."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token if scheme.lower() == "bearer" else None
+    return None
+
+
+class ApiKeyGuard:
+    """Every route needs ``Authorization: Bearer KEY`` except ``open_paths`` (/health; /metrics when the
+    operator lets Prometheus scrape without a key). Compared in constant time."""
+
+    def __init__(self, app, api_key: str, open_paths: frozenset[str]) -> None:
+        self.app, self.key, self.open_paths = app, api_key.encode(), open_paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+            token = bearer_token(scope)
+            if token is None or not hmac.compare_digest(token.encode(), self.key):
+                await send_error(send, 401, "Incorrect or missing API key (Authorization: Bearer ...)", "invalid_api_key")
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from ``receive``; an HTTPException so that the route's body parsing passes it on as it is."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(413, detail)
+
+
+class BodyTimeout(HTTPException):
+    def __init__(self, detail: str) -> None:
+        super().__init__(408, detail)
+
+
+class BodyGuard:
+    """Refuses a body over ``max_bytes`` with 413, from its Content-Length before reading, or once the bytes
+    read pass the limit; and a body whose next part takes longer than ``read_timeout_s`` (a client that
+    announces more than it sends) with 408. Once the body is complete, ``receive`` is left alone."""
+
+    def __init__(self, app, max_bytes: int, read_timeout_s: float) -> None:
+        self.app, self.max_bytes, self.read_timeout_s = app, max_bytes, read_timeout_s
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                return await send_error(send, 413, self._too_large(int(value)), "request_too_large")
+        received, body_done, started = 0, False, False
+
+        async def guarded_receive():
+            nonlocal received, body_done
+            if body_done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.read_timeout_s)
+            except asyncio.TimeoutError:
+                raise BodyTimeout(f"the request body did not arrive within {self.read_timeout_s:g} s") from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise BodyTooLarge(self._too_large(received))
+                body_done = not message.get("more_body", False)
+            return message
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, tracking_send)
+        except (BodyTooLarge, BodyTimeout) as error:  # raised outside a route's error handling
+            if started:
+                raise
+            await send_error(send, error.status_code, error.detail, "request_too_large" if error.status_code == 413 else "request_timeout")
+
+    def _too_large(self, size: int) -> str:
+        return f"the request body has {size} bytes; the limit is {self.max_bytes} (--max-request-body-bytes)"
