@@ -114,3 +114,31 @@ def test_unknown_model_path_and_architecture(tmp_path, qwen3_dir):
     (bad / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="MambaForCausalLM.*not supported"):
         LLM(model=str(bad), device="cpu")
+
+
+def test_seed_overflow_of_n_children_does_not_break_the_engine(llm, tokenizer):
+    """seed 2**63 - 1 with n=2: the second child's seed wraps within int64 (it used to overflow and kill
+    the engine, and the next generate() spun forever)."""
+    prompt = {"prompt_token_ids": random_prompts(1, len(tokenizer), seed=41)[0]}
+    out = llm.generate(prompt, SamplingParams(n=2, seed=2**63 - 1, temperature=1.0, max_tokens=4), use_tqdm=False)[0]
+    assert out.error is None and len(out.outputs) == 2
+    negative = llm.generate(prompt, SamplingParams(n=2, seed=-(2**63), temperature=1.0, max_tokens=4), use_tqdm=False)[0]
+    assert negative.error is None and len(negative.outputs) == 2
+    after = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0]
+    assert after.error is None and len(after.outputs[0].token_ids) == 4
+
+
+def test_a_step_that_raises_fails_its_requests_and_the_engine_carries_on(llm, tokenizer):
+    """Bad input that validation missed (a top_k forced past int64, as the seed overflow once was) raises
+    inside a step: the requests in that step fail with the error, later requests run normally."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(3, len(tokenizer), seed=42)]
+    greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)]
+    smuggled = SamplingParams(temperature=1.0, top_k=5, max_tokens=6)
+    object.__setattr__(smuggled, "top_k", 2**70)  # past the validator: what a missed check looks like
+    outputs = llm.generate(prompts[:1] + prompts[1:], [smuggled, greedy, greedy], use_tqdm=False)
+    assert outputs[0].error and "OverflowError" in outputs[0].error
+    stats = llm.get_stats()
+    assert stats.num_running == 0 and stats.num_waiting == 0 and stats.num_free_blocks == stats.num_total_blocks
+    again = llm.generate(prompts, greedy, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in again] == expected

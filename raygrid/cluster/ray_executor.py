@@ -18,15 +18,15 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raygrid.cluster.worker_actor import WorkerActor
 from raygrid.config import EngineConfig
-from raygrid.engine.executor import Executor
+from raygrid.engine.executor import Executor, ReplicaLostError
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.placement.placement import place_replica, release, uses_gpu
 
 logger = logging.getLogger(__name__)
 
 
-class WorkerFailedError(RuntimeError):
-    """A worker of the replica died or raised; the replica cannot continue."""
+class WorkerFailedError(ReplicaLostError):
+    """A worker of the replica died, raised or missed its deadline; the replica cannot continue."""
 
 
 def gather(refs: list[ray.ObjectRef], what: str) -> list[Any]:

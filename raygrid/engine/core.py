@@ -8,7 +8,7 @@ from collections import deque
 from concurrent.futures import Future
 
 from raygrid.config import EngineConfig
-from raygrid.engine.executor import Executor, InProcessExecutor
+from raygrid.engine.executor import Executor, InProcessExecutor, ReplicaLostError
 from raygrid.engine.outputs import EngineCoreOutput, SchedulerOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import Scheduler, SchedulerStats
@@ -50,9 +50,25 @@ class EngineCore:
 
     def step(self) -> list[EngineCoreOutput]:
         start = time.perf_counter()
-        outputs = self._step()
+        try:
+            outputs = self._step()
+        except ReplicaLostError:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever it was, the engine must keep serving
+            outputs = self._recover(error)
         self.step_seconds += time.perf_counter() - start
         return outputs
+
+    def _recover(self, error: Exception) -> list[EngineCoreOutput]:
+        """A step raised (bad input that validation missed, a bug): no single request can be blamed, so
+        the requests in flight fail with the error, the workers forget every request, and the engine is
+        back in a clean state; waiting requests are untouched and will run."""
+        logger.exception("engine step failed; failing the %d running request(s)", len(self.scheduler.running))
+        self._in_flight.clear()
+        message = f"the engine step failed ({type(error).__name__}: {error}); the engine carries on without this request"
+        failed = self.scheduler.fail_running(message)
+        self.executor.collective_rpc("reset_requests")
+        return failed
 
     def _step(self) -> list[EngineCoreOutput]:
         """Schedule and run one batch, and return what finished computing.

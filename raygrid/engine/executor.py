@@ -18,6 +18,11 @@ from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.engine.worker import Worker
 
 
+class ReplicaLostError(RuntimeError):
+    """A worker of the replica died, hung past its deadline or left its collectives in an unknown state:
+    the replica cannot continue (an engine core does not try to recover from this)."""
+
+
 class Executor(ABC):
     @abstractmethod
     def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:

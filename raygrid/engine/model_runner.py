@@ -149,6 +149,11 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ state
 
+    def reset_requests(self) -> None:
+        self.requests.clear()
+        self.batch = InputBatch(self.batch.max_num_reqs, self.config.model.max_model_len, self.max_blocks_per_req, self.batch.eos_token_ids)
+        self.prev_sampled, self.prev_sampled_index = None, {}
+
     def _update_states(self, so: SchedulerOutput) -> None:
         for req_id in so.finished_req_ids:
             self.requests.pop(req_id, None)

@@ -72,6 +72,9 @@ class WaitingQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def __iter__(self):
+        return (entry[-1] for entry in self._heap)
+
 
 class Scheduler:
     def __init__(self, config: EngineConfig, num_kv_blocks: int, num_batches_in_flight: int = 1) -> None:
@@ -126,6 +129,23 @@ class Scheduler:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running) or len(self.waiting) > 0
+
+    def fail_running(self, message: str) -> list[EngineCoreOutput]:
+        """After a failed step: finish every running request with ``message`` as its error, and assume the
+        workers forgot every request (waiting ones are sent in full again). The steps in flight may not
+        have written their KV, so the prefix cache starts over."""
+        outputs = []
+        for req in list(self.running):
+            self.running.remove(req)
+            self._finish(req, RequestStatus.FINISHED_ABORTED)
+            outputs.append(EngineCoreOutput(req.request_id, [], [], finish_reason="abort", error=message))
+        self._finished_for_workers.clear()
+        self._incarnations.clear()
+        for req in self.waiting:
+            req.num_tokens_sent = 0
+            req.num_output_placeholders = 0
+        self.kv.reset_prefix_cache()
+        return outputs
 
     # ---------------------------------------------------------------- one step's plan
 

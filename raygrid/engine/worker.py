@@ -75,5 +75,9 @@ class Worker:
         """What the KV sizing assumed and what the KV pool and CUDA graphs then took, in bytes."""
         return dict(self._memory)
 
+    def reset_requests(self) -> None:
+        """Forget every request (after a failed step the scheduler sends the survivors in full again)."""
+        self.runner.reset_requests()
+
     def execute_model(self, scheduler_output: SchedulerOutput, non_blocking: bool = False):
         return self.runner.execute_model(scheduler_output, non_blocking)
