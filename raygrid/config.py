@@ -60,6 +60,10 @@ class ParallelConfig(_Strict):
     distributed_executor_backend: Literal["inprocess", "ray"] | None = None
     ray_address: str | None = Field(default=None, description="Ray cluster to join ('auto'); default: start a local one")
     ray_worker_cpus: float = Field(default=1.0, gt=0.0, description="CPUs a worker actor reserves")
+    step_timeout_s: float = Field(
+        default=300.0, gt=0.0,
+        description="on Ray: a step whose workers make no progress for this long fails its replica (loading is exempt)",
+    )
 
     @model_validator(mode="after")
     def _pick_backend(self) -> "ParallelConfig":

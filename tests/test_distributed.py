@@ -3,6 +3,9 @@ and data parallelism give the same greedy tokens as one process; a killed worker
 
 from __future__ import annotations
 
+import gc
+import os
+import signal
 import threading
 import time
 
@@ -93,12 +96,25 @@ def test_cluster_too_small_is_a_clear_error(model_dirs):
         LLM(model=model_dirs["qwen3"], device="cpu", tensor_parallel_size=32, max_model_len=256)
 
 
-def test_killed_worker_fails_requests_fast(model_dirs, tokenizer):
-    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, tensor_parallel_size=2)
+def worker_pid(llm, replica: int, rank: int) -> int:
+    return ray.get(ray.get_actor(llm.engine.worker_names(replica)[rank]).pid.remote())
+
+
+def placement_groups_alive() -> int:
+    return sum(1 for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED")
+
+
+# Two workers of 8 CPUs fill the 16-CPU test cluster: a replica whose reservation leaked would leave no
+# room for the next one (its placement would time out).
+FILL_THE_CLUSTER = dict(tensor_parallel_size=2, ray_worker_cpus=8)
+
+
+def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, tokenizer):
+    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, **FILL_THE_CLUSTER)
     try:
-        victim = ray.get_actor(llm.engine.worker_names()[1])
+        pid = worker_pid(llm, 0, 1)
         prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=3)]
-        killer = threading.Timer(1.5, lambda: ray.kill(victim))
+        killer = threading.Timer(1.5, lambda: os.kill(pid, signal.SIGKILL))  # kill -9 of a real worker process
         killer.start()
         start = time.monotonic()
         outputs = llm.generate(prompts, SamplingParams(max_tokens=900, ignore_eos=True), use_tqdm=False)
@@ -111,7 +127,56 @@ def test_killed_worker_fails_requests_fast(model_dirs, tokenizer):
         # Later requests are refused with an error rather than hanging.
         (late,) = llm.generate("after the crash", SamplingParams(max_tokens=4), use_tqdm=False)
         assert late.error and "no healthy engine replica" in late.error
+        assert placement_groups_alive() == 0, "the dead replica's placement groups were not released"
+        # Without calling shutdown(), a new engine of the same size fits.
+        other = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, **FILL_THE_CLUSTER)
+        assert other.generate("hi", SamplingParams(max_tokens=2), use_tqdm=False)[0].error is None
+        other.shutdown()
     finally:
+        llm.shutdown()
+
+
+def test_del_llm_releases_everything_on_ray(model_dirs):
+    """As notebooks and test suites use vLLM: `del llm` (no shutdown()) and a new LLM of the same size."""
+    for _ in range(2):
+        llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, **FILL_THE_CLUSTER)
+        assert llm.generate("hi", SamplingParams(max_tokens=2), use_tqdm=False)[0].error is None
+        names = llm.engine.worker_names()
+        del llm
+        gc.collect()
+        assert placement_groups_alive() == 0
+        for name in names:
+            with pytest.raises(ValueError):
+                ray.get_actor(name)
+
+
+def test_hung_worker_fails_its_replica_within_the_deadline_while_the_other_serves(model_dirs, tokenizer):
+    """SIGSTOP one worker (a real hang): its replica's requests fail within step_timeout_s, naming the rank,
+    and the other data-parallel replica keeps serving meanwhile."""
+    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, data_parallel_size=2,
+              step_timeout_s=3.0)
+    pid = worker_pid(llm, 0, 0)
+    try:
+        prompts = [{"prompt_token_ids": p} for p in random_prompts(8, len(tokenizer), seed=4)]
+        params = SamplingParams(max_tokens=120, ignore_eos=True, temperature=0)
+        threading.Timer(1.0, lambda: os.kill(pid, signal.SIGSTOP)).start()
+        start = time.monotonic()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        elapsed = time.monotonic() - start
+        failed = [o for o in outputs if o.error]
+        served = [o for o in outputs if not o.error]
+        assert failed and served, "one replica should have failed and the other served"
+        assert all("rank(s) [0]" in o.error and "step_timeout_s" in o.error for o in failed), failed[0].error
+        assert all(len(o.outputs[0].token_ids) == 120 for o in served)
+        assert elapsed < 60
+        assert llm.engine.healthy == [False, True]
+        (late,) = llm.generate("still serving", SamplingParams(max_tokens=4), use_tqdm=False)
+        assert late.error is None
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
         llm.shutdown()
 
 

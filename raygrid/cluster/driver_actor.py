@@ -2,7 +2,7 @@
 
 The front end talks to it once per step: ``step(new_requests, aborts)`` hands over what arrived,
 runs one engine step (which broadcasts the SchedulerOutput to the replica's workers) and returns
-the step's outputs. ``step_timing`` compares the engine's time per step with the workers' own.
+the step's outputs and the scheduler's counters. ``step_timing`` compares the engine's time per step with the workers' own.
 """
 
 from __future__ import annotations
@@ -15,25 +15,27 @@ from raygrid.engine.core import EngineCore
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
+from raygrid.placement.placement import WorkerSlot
 
 
 @ray.remote(num_cpus=0)
 class DriverActor:
-    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int) -> None:
-        self.executor = RayExecutor(config, eos_token_ids, replica)
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int, slots: list[WorkerSlot]) -> None:
+        self.executor = RayExecutor(config, eos_token_ids, slots, replica)
         self.core = EngineCore(config, eos_token_ids, executor=self.executor)
 
     def ready(self) -> bool:
         return True
 
-    def step(self, new_requests: list[Request], aborts: list[str]) -> list[EngineCoreOutput]:
+    def step(self, new_requests: list[Request], aborts: list[str]) -> tuple[list[EngineCoreOutput], SchedulerStats]:
+        """One engine step; its outputs come back with the scheduler's counters as they are after it,
+        so the front end never has to ask a replica that is busy stepping."""
         for request in new_requests:
             self.core.add_request(request)
         if aborts:
             self.core.abort_requests(aborts)
-        if not self.core.has_unfinished_requests():
-            return []
-        return self.core.step()
+        outputs = self.core.step() if self.core.has_unfinished_requests() else []
+        return outputs, self.core.stats()
 
     def stats(self) -> SchedulerStats:
         return self.core.stats()

@@ -1,14 +1,18 @@
 """RayEngineClient: the front end's handle on one or more engine replicas running on Ray.
 
-Each data-parallel replica is a DriverActor with its own workers (TP x PP). New requests go to the
-replica with the fewest unfinished requests; each step calls every busy replica once, in parallel,
-carrying the requests and aborts that arrived since. A replica whose worker dies fails its in-flight
-requests with an error and is taken out of rotation; the others keep serving.
+Each data-parallel replica is a DriverActor with its own workers (TP x PP) in placement groups that this
+client reserves and therefore releases: on shutdown, when the client is garbage-collected or the
+interpreter exits, and when the replica fails. New requests go to the replica with the fewest unfinished
+requests. Replicas step independently: each has at most one step call in flight, carrying the requests
+and aborts that arrived since its last one, and ``step()`` returns the outputs of whichever replicas
+answer first, so a slow or hung replica never delays the others. A replica whose worker dies or hangs
+(its driver's step deadline) fails its in-flight requests with an error and is taken out of rotation.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 
 import ray
 
@@ -17,7 +21,7 @@ from raygrid.config import EngineConfig
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
-from raygrid.placement.placement import check_cluster_fits, uses_gpu
+from raygrid.placement.placement import WorkerSlot, check_cluster_fits, place_replica, release, uses_gpu
 
 logger = logging.getLogger(__name__)
 
@@ -27,106 +31,148 @@ def ensure_ray(address: str | None) -> None:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
 
 
+class _Replica:
+    """One replica's actors and reservations, and what the front end queued for its next step."""
+
+    def __init__(self, driver, slots: list[WorkerSlot]) -> None:
+        self.driver, self.slots = driver, slots
+        self.healthy = True
+        self.adds: list[Request] = []
+        self.aborts: list[str] = []
+        self.load = 0  # unfinished requests
+        self.step_ref: ray.ObjectRef | None = None
+        self.stats = SchedulerStats()  # as of its last step
+
+    def release(self) -> None:
+        """Kill the driver (its workers die with it, as it owns them) and free the placement groups."""
+        self.healthy = False
+        try:
+            ray.kill(self.driver)
+        except Exception:  # noqa: BLE001 - already gone, or Ray already shut down
+            pass
+        release(self.slots)
+
+
+def _release_all(replicas: list[_Replica]) -> None:
+    if not ray.is_initialized():
+        return  # the cluster went first, and everything with it
+    for replica in replicas:
+        replica.release()
+
+
 class RayEngineClient:
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int]) -> None:
         ensure_ray(config.parallel.ray_address)
         parallel = config.parallel
-        num_replicas = parallel.data_parallel_size
+        grid, use_gpu = parallel.replica_grid(), uses_gpu(config.device)
         # Fail before starting anything if the cluster cannot hold every replica.
-        check_cluster_fits(parallel.replica_grid(), uses_gpu(config.device), parallel.ray_worker_cpus, num_replicas)
-        self.drivers = [DriverActor.remote(config, eos_token_ids, i) for i in range(num_replicas)]
+        check_cluster_fits(grid, use_gpu, parallel.ray_worker_cpus, parallel.data_parallel_size)
+        self.replicas: list[_Replica] = []
+        # Releases everything however this client ends: shutdown(), garbage collection, interpreter exit.
+        self._finalizer = weakref.finalize(self, _release_all, self.replicas)
         try:
-            ray.get([d.ready.remote() for d in self.drivers])
-        except ray.exceptions.RayError:
+            for i in range(parallel.data_parallel_size):
+                slots = place_replica(grid, use_gpu, parallel.ray_worker_cpus)
+                self.replicas.append(_Replica(DriverActor.remote(config, eos_token_ids, i, slots), slots))
+            for replica, stats in zip(self.replicas, ray.get([r.driver.stats.remote() for r in self.replicas])):
+                replica.stats = stats  # answered once the driver (and so its workers) are up
+        except BaseException:
             self.shutdown()
             raise
-        self.healthy = [True] * num_replicas
-        self._adds: list[list[Request]] = [[] for _ in range(num_replicas)]
-        self._aborts: list[list[str]] = [[] for _ in range(num_replicas)]
-        self._owner: dict[str, int] = {}  # unfinished request id -> replica
-        self._load = [0] * num_replicas
+        self._owner: dict[str, _Replica] = {}  # unfinished request id -> replica
+
+    @property
+    def healthy(self) -> list[bool]:
+        return [r.healthy for r in self.replicas]
 
     def add_request(self, request: Request) -> None:
-        candidates = [i for i, ok in enumerate(self.healthy) if ok]
+        candidates = [r for r in self.replicas if r.healthy]
         if not candidates:
             raise RuntimeError("no healthy engine replica is left")
-        replica = min(candidates, key=lambda i: self._load[i])
-        self._adds[replica].append(request)
+        replica = min(candidates, key=lambda r: r.load)
+        replica.adds.append(request)
+        replica.load += 1
         self._owner[request.request_id] = replica
-        self._load[replica] += 1
 
     def abort_requests(self, request_ids) -> None:
         for req_id in request_ids:
             replica = self._owner.pop(req_id, None)
             if replica is not None:
-                self._aborts[replica].append(req_id)
-                self._load[replica] -= 1
+                replica.aborts.append(req_id)
+                replica.load -= 1
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._owner)
 
     def step(self) -> list[EngineCoreOutput]:
-        calls = {}
-        for i, driver in enumerate(self.drivers):
-            if self.healthy[i] and (self._load[i] or self._adds[i] or self._aborts[i]):
-                calls[i] = driver.step.remote(self._adds[i], self._aborts[i])
-                self._adds[i], self._aborts[i] = [], []
+        """Start a step on every idle replica that has work, then return what the first replicas to
+        answer produced (waiting at most a moment, so that new requests reach idle replicas soon)."""
+        for replica in self.replicas:
+            if replica.healthy and replica.step_ref is None and (replica.load or replica.adds or replica.aborts):
+                replica.step_ref = replica.driver.step.remote(replica.adds, replica.aborts)
+                replica.adds, replica.aborts = [], []
+        in_flight = {r.step_ref: r for r in self.replicas if r.step_ref is not None}
+        if not in_flight:
+            return []
+        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.1)
+        if done:  # take every other answer that is already there too
+            done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
         outputs: list[EngineCoreOutput] = []
-        for i, ref in calls.items():
+        for ref in done:
+            replica = in_flight[ref]
+            replica.step_ref = None
             try:
-                replica_outputs = ray.get(ref)
+                replica_outputs, replica.stats = ray.get(ref)
             except ray.exceptions.RayError as error:
-                outputs.extend(self._fail_replica(i, error))
+                outputs.extend(self._fail_replica(replica, error))
                 continue
             for out in replica_outputs:
                 if out.finished and self._owner.pop(out.req_id, None) is not None:
-                    self._load[i] -= 1
+                    replica.load -= 1
             outputs.extend(replica_outputs)
         return outputs
 
-    def _fail_replica(self, replica: int, error: Exception) -> list[EngineCoreOutput]:
-        logger.error("engine replica %d failed: %s", replica, error)
-        self.healthy[replica] = False
-        message = f"engine replica {replica} failed ({type(error).__name__}): a worker died or raised; the replica is out of service"
-        failed = [rid for rid, owner in self._owner.items() if owner == replica]
+    def _fail_replica(self, replica: _Replica, error: Exception) -> list[EngineCoreOutput]:
+        index = self.replicas.index(replica)
+        logger.error("engine replica %d failed: %s", index, error)
+        cause = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+        message = f"engine replica {index} failed and is out of service: {cause}"
+        failed = [rid for rid, owner in self._owner.items() if owner is replica]
         for rid in failed:
             del self._owner[rid]
-        self._load[replica] = 0
-        try:
-            ray.kill(self.drivers[replica])
-        except Exception:
-            pass
+        replica.load, replica.step_ref = 0, None
+        replica.release()
         return [EngineCoreOutput(rid, [], [], finish_reason="abort", error=message) for rid in failed]
 
     def stats(self) -> SchedulerStats:
+        """The healthy replicas' counters as of their last steps, summed (KV usage averaged); no round trip."""
         total = SchedulerStats()
-        for _, stats in self._live_calls(lambda d: d.stats.remote()):
+        live = [r for r in self.replicas if r.healthy]
+        for replica in live:
             for field in vars(total):
-                setattr(total, field, getattr(total, field) + getattr(stats, field))
-        live = sum(self.healthy) or 1
-        total.kv_cache_usage /= live
+                setattr(total, field, getattr(total, field) + getattr(replica.stats, field))
+        total.kv_cache_usage /= len(live) or 1
         return total
 
     def step_timing(self) -> list[dict[str, float]]:
         return [timing for _, timing in self._live_calls(lambda d: d.step_timing.remote())]
 
     def worker_names(self, replica: int = 0) -> list[str]:
-        return ray.get(self.drivers[replica].worker_names.remote())
+        return ray.get(self.replicas[replica].driver.worker_names.remote())
 
     def reset_prefix_cache(self) -> bool:
         return all(ok for _, ok in self._live_calls(lambda d: d.reset_prefix_cache.remote()))
 
     def _live_calls(self, call):
-        live = [i for i, ok in enumerate(self.healthy) if ok]
-        return zip(live, ray.get([call(self.drivers[i]) for i in live]))
+        live = [r for r in self.replicas if r.healthy]
+        return zip(live, ray.get([call(r.driver) for r in live]))
 
     def shutdown(self) -> None:
-        for driver in self.drivers:
-            try:
-                ray.get(driver.shutdown.remote(), timeout=30)
-            except Exception:
-                pass
-            try:
-                ray.kill(driver)
-            except Exception:
-                pass
+        """Stop the workers and free every placement group; safe to call more than once."""
+        for replica in self.replicas:
+            if replica.healthy:
+                try:
+                    ray.get(replica.driver.shutdown.remote(), timeout=30)
+                except Exception:  # noqa: BLE001 - a dead or hung driver is killed below anyway
+                    pass
+        self._finalizer()

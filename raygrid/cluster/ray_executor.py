@@ -20,7 +20,7 @@ from raygrid.cluster.worker_actor import WorkerActor
 from raygrid.config import EngineConfig
 from raygrid.engine.executor import Executor, ReplicaLostError
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
-from raygrid.placement.placement import place_replica, release, uses_gpu
+from raygrid.placement.placement import WorkerSlot, uses_gpu
 
 logger = logging.getLogger(__name__)
 
@@ -29,27 +29,34 @@ class WorkerFailedError(ReplicaLostError):
     """A worker of the replica died, raised or missed its deadline; the replica cannot continue."""
 
 
-def gather(refs: list[ray.ObjectRef], what: str) -> list[Any]:
-    """ray.get of all refs, failing as soon as any one fails (a dead peer would otherwise leave the
-    others blocked in a collective forever)."""
+def gather(refs: list[ray.ObjectRef], what: str, timeout_s: float | None = None) -> list[Any]:
+    """ray.get of all refs (one per rank), failing as soon as any one fails (a dead peer would otherwise
+    leave the others blocked in a collective forever), or when ``timeout_s`` pass with no worker finishing
+    (a hung one: its peers wait in a collective, so silence is what a hang looks like)."""
     results: dict[ray.ObjectRef, Any] = {}
     pending = list(refs)
     while pending:
-        done, pending = ray.wait(pending, num_returns=1)
+        done, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
+        if not done:
+            ranks = [i for i, ref in enumerate(refs) if ref not in results]
+            raise WorkerFailedError(f"{what}: rank(s) {ranks} made no progress for {timeout_s:g} s (step_timeout_s); the replica is failed")
         for ref in done:
             try:
                 results[ref] = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.ObjectLostError) as error:
-                raise WorkerFailedError(f"{what} failed on a worker: {error}") from error
+                raise WorkerFailedError(f"{what} failed on rank {refs.index(ref)}: {error}") from error
     return [results[ref] for ref in refs]
 
 
 class RayExecutor(Executor):
-    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int = 0) -> None:
+    """The workers of one replica, in the placement ``slots`` its owner reserved (and will release)."""
+
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], slots: list[WorkerSlot], replica: int = 0) -> None:
         parallel = config.parallel
         self.grid = parallel.replica_grid()
         self.use_gpu = uses_gpu(config.device)
-        self.slots = place_replica(self.grid, self.use_gpu, parallel.ray_worker_cpus)
+        self.step_timeout_s = parallel.step_timeout_s
+        self.slots = slots
         self.names = [f"raygrid-{uuid.uuid4().hex[:8]}-replica{replica}-rank{slot.rank}" for slot in self.slots]
         self.workers = [
             WorkerActor.options(
@@ -81,18 +88,18 @@ class RayExecutor(Executor):
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> Future:
         shared = ray.put(scheduler_output)  # once, read by every worker
         refs = [w.execute_model.remote(shared) for w in self.workers]
-        return self._waiters.submit(lambda: gather(refs, "execute_model")[self.output_rank])
+        return self._waiters.submit(lambda: gather(refs, "execute_model", self.step_timeout_s)[self.output_rank])
 
     def worker_names(self) -> list[str]:
         """Ray actor names of the workers, in rank order (``ray.get_actor(name)`` finds them)."""
         return list(self.names)
 
     def shutdown(self) -> None:
+        """Kill the workers; the placement groups belong to whoever reserved them."""
         self._waiters.shutdown(wait=False, cancel_futures=True)
         for worker in self.workers:
             try:
                 ray.kill(worker)
-            except Exception:
+            except Exception:  # noqa: BLE001 - already gone
                 pass
-        release(self.slots)
 

@@ -116,7 +116,7 @@ class AsyncLLM:
             while True:
                 item = await stream.queue.get()
                 if isinstance(item, BaseException):
-                    raise EngineDeadError(f"engine loop failed: {item!r}") from item
+                    raise EngineDeadError(f"the engine failed while serving this request: {item!r}") from item
                 finished = item.finished
                 yield item
                 if finished:
@@ -143,14 +143,11 @@ class AsyncLLM:
     def _engine_loop(self) -> None:
         try:
             while not self._stopping:
-                idle = not self.engine.has_unfinished_requests()
-                if idle:
-                    self._observe_scheduler(force=True)  # the gauges settle at their idle values
-                self._apply_commands(block=idle)
-                if self._stopping:
-                    break
-                if self.engine.has_unfinished_requests():
-                    self._step()
+                try:
+                    self._iteration()
+                except Exception as error:  # noqa: BLE001 - fail what is in flight, keep serving
+                    logger.exception("engine loop iteration failed; failing the requests in flight")
+                    self._fail_in_flight(error)
         except BaseException as error:  # report to every waiting client rather than hang them
             logger.exception("engine loop failed")
             self._dead = error
@@ -159,6 +156,23 @@ class AsyncLLM:
                 self._streams.clear()
             for stream in streams:
                 self._deliver(stream, error)
+
+    def _iteration(self) -> None:
+        idle = not self.engine.has_unfinished_requests()
+        if idle:
+            self._observe_scheduler(force=True)  # the gauges settle at their idle values
+        self._apply_commands(block=idle)
+        if not self._stopping and self.engine.has_unfinished_requests():
+            self._step()
+
+    def _fail_in_flight(self, error: Exception) -> None:
+        with self._streams_lock:
+            streams = dict(self._streams)
+            self._streams.clear()
+        for request_id, stream in streams.items():
+            self.engine.abort_requests(stream.child_ids)
+            self.output_processor.abort(request_id)
+            self._deliver(stream, error)
 
     @staticmethod
     def _deliver(stream: _Stream, item) -> bool:

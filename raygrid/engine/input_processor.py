@@ -45,6 +45,7 @@ def build_engine_config(
     distributed_executor_backend: str | None = None,
     ray_address: str | None = None,
     ray_worker_cpus: float = 1.0,
+    step_timeout_s: float = 300.0,
 ) -> EngineConfig:
     """The engine's configuration from vLLM-style keyword arguments, resolved against the checkpoint."""
     model_path = resolve_model_path(model)
@@ -72,6 +73,7 @@ def build_engine_config(
             distributed_executor_backend=distributed_executor_backend,
             ray_address=ray_address,
             ray_worker_cpus=ray_worker_cpus,
+            step_timeout_s=step_timeout_s,
         ),
         device=device,
     )
