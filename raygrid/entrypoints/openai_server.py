@@ -96,7 +96,9 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(_request, error: StarletteHTTPException):
-        return error_response(error.status_code, str(error.detail), kind="invalid_request_error" if error.status_code < 500 else "server_error")
+        code = {408: "request_timeout", 413: "request_too_large"}.get(error.status_code)
+        return error_response(error.status_code, str(error.detail), kind="invalid_request_error" if error.status_code < 500 else "server_error",
+                              code=code)
 
     @app.exception_handler(Exception)
     async def on_unexpected_error(_request, error: Exception):
