@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -58,13 +60,41 @@ def test_cli_generate_runs_the_demo(tmp_path):
     assert "random weights" in result.stderr
 
 
-def test_cli_reports_bad_arguments(tmp_path):
+def cli(*args: str, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "raygrid.entrypoints.cli", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_cli_reports_bad_arguments_in_one_line_each(tmp_path, qwen3_dir):
     env = dict(os.environ, RAYGRID_CACHE=str(tmp_path))
-    result = subprocess.run(
-        [sys.executable, "-m", "raygrid.entrypoints.cli", "generate", "--prompt", "Hi", "--temperature", "-1", "--device", "cpu"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
-    assert result.returncode == 2 and "temperature" in result.stderr
+    bad_temperature = cli("generate", "--prompt", "Hi", "--temperature", "-1", "--device", "cpu", env=env)
+    assert bad_temperature.returncode == 2
+    assert bad_temperature.stderr.strip() == "error: --temperature: must be >= 0.0 (got -1.0)"
+    bad_engine = cli("generate", "--model", qwen3_dir, "--prompt", "Hi", "--max-num-seqs", "0", "--device", "cpu")
+    assert bad_engine.returncode == 2 and bad_engine.stderr.strip() == "error: --max-num-seqs: must be >= 1 (got 0)"
+    unreachable = cli("bench", "serve", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2")
+    assert unreachable.returncode == 2 and "Traceback" not in unreachable.stderr
+    assert unreachable.stderr.startswith("error: --base-url http://127.0.0.1:9: cannot reach the server")
+
+
+def test_serve_finds_a_taken_port_before_loading_the_model(qwen3_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        start = time.monotonic()
+        result = cli("serve", "--model", qwen3_dir, "--device", "cpu", "--port", str(port), timeout=60)
+    assert result.returncode == 2 and f"--port {port}: cannot listen there" in result.stderr
+    assert "Loading" not in result.stderr and time.monotonic() - start < 15
+
+
+def test_help_answers_without_importing_torch():
+    start = time.monotonic()
+    result = cli("--help")
+    assert result.returncode == 0 and "serve" in result.stdout
+    probe = subprocess.run([sys.executable, "-c", "import sys, raygrid.entrypoints.cli; print('torch' in sys.modules)"],
+                           capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "False", "the CLI imports torch before it has anything to run"
+    assert time.monotonic() - start < 10  # generous for a loaded CI machine; about 0.4 s here
 
 
 @pytest.mark.parametrize("backend", ["raygrid", "hf"])

@@ -20,7 +20,8 @@ KEY = "sekrit-key"
 
 @pytest.fixture(scope="module")
 def server(qwen3_dir):
-    proc, base = start_server(qwen3_dir, "--max-request-body-bytes", str(8 * 2**20), "--body-read-timeout", "1")
+    proc, base = start_server(qwen3_dir, "--max-request-body-bytes", str(8 * 2**20), "--body-read-timeout", "1",
+                              "--header-read-timeout", "2")
     yield base
     stop_server(proc)
 
@@ -76,6 +77,23 @@ def test_a_body_that_never_arrives_gets_408(server):
         reply = sock.recv(4096).decode()
     assert reply.startswith("HTTP/1.1 408") and '"request_timeout"' in reply
     assert time.monotonic() - start < 5
+
+
+def test_stalled_headers_are_cut_off(server):
+    port = int(server.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as silent, \
+            socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+        slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        start = time.monotonic()
+        assert silent.recv(100) == b"" and slow.recv(100) == b""  # closed by the server
+        assert time.monotonic() - start < 6
+    # A kept-alive connection that starts its next request's headers and stalls is cut off too.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(1000).startswith(b"HTTP/1.1 200")
+        conn.sendall(b"GET /health HTTP/1.1\r\n")
+        assert conn.recv(100) == b""
+    assert httpx.get(f"{server}/health").status_code == 200
 
 
 def test_a_lone_surrogate_is_a_400_with_an_openai_body(server):

@@ -202,7 +202,22 @@ def print_summary(summary: dict) -> None:
         print(f"error: {error}")
 
 
+def check_server(args: argparse.Namespace) -> None:
+    """Fail at once, in one line, if the server cannot be reached or refuses the key."""
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    url = f"{args.base_url.rstrip('/')}/v1/models"
+    try:
+        response = httpx.get(url, headers=headers, timeout=10)
+    except httpx.HTTPError as error:
+        raise ValueError(f"--base-url {args.base_url}: cannot reach the server ({type(error).__name__}: {error})") from None
+    if response.status_code == 401:
+        raise ValueError(f"--api-key: the server at {args.base_url} refused it (401)")
+    if response.status_code != 200:
+        raise ValueError(f"--base-url {args.base_url}: GET /v1/models answered {response.status_code}")
+
+
 def run_serve_benchmark(args: argparse.Namespace) -> dict:
+    check_server(args)
     items = load_workload(args)
     results, duration, model = asyncio.run(run_workload(args, items))
     summary = summarize(args, results, duration, model)

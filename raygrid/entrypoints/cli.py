@@ -92,7 +92,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = build_app(engine, api_key=args.api_key, max_request_body_bytes=args.max_request_body_bytes,
                     body_read_timeout_s=args.body_read_timeout, metrics_without_auth=args.metrics_without_auth)
     try:
-        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5))
+        from raygrid.entrypoints.http_guards import header_timeout_protocol
+
+        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5,
+                                               http=header_timeout_protocol(args.header_read_timeout)))
         server.run(sockets=[sock])
     finally:
         engine.shutdown()
@@ -163,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-without-auth", action="store_true", help="leave /metrics open for scrapers that carry no key")
     serve.add_argument("--max-request-body-bytes", type=int, default=8 * 2**20, help="larger bodies get 413 before they are parsed")
     serve.add_argument("--body-read-timeout", type=float, default=30.0, help="seconds to wait for each part of a request body (408 after)")
+    serve.add_argument("--header-read-timeout", type=float, default=30.0, help="seconds a connection may take to send a request's headers")
     serve.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
     serve.add_argument("--max-queued-requests", type=int, default=4096, help="requests in flight before new ones get 503")
     serve.add_argument("--log-level", default="info")
@@ -190,12 +194,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def describe_error(error: Exception) -> str:
+    """One line per problem, naming the flag: pydantic's errors become '--temperature: must be >= 0 (got -1)'."""
+    errors = getattr(error, "errors", None)
+    if not callable(errors):
+        return f"error: {error}"
+    lines = []
+    for item in errors():
+        field = str(item["loc"][-1]) if item.get("loc") else ""
+        ctx = item.get("ctx") or {}
+        limits = [f"{op} {ctx[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx]
+        message = "must be " + " and ".join(limits) if limits else item.get("msg", "is invalid").removeprefix("Value error, ")
+        flag = f"--{field.replace('_', '-')}: " if field else ""
+        lines.append(f"error: {flag}{message} (got {item.get('input')!r})" if "input" in item and field else f"error: {flag}{message}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (ValueError, FileNotFoundError) as error:  # pydantic's ValidationError is a ValueError
+        print(describe_error(error), file=sys.stderr)
         return 2
 
 

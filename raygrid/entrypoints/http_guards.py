@@ -102,3 +102,29 @@ class BodyGuard:
 
     def _too_large(self, size: int) -> str:
         return f"the request body has {size} bytes; the limit is {self.max_bytes} (--max-request-body-bytes)"
+
+
+def header_timeout_protocol(timeout_s: float):
+    """uvicorn's h11 protocol, plus a deadline for a request's headers: a connection that opens and sends
+    nothing, or sends part of the next request's headers and stalls, is closed after ``timeout_s`` (uvicorn
+    itself only times out connections that are idle between requests)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.loop.call_later(timeout_s, self._headers_overdue)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.loop.call_later(timeout_s, self._headers_overdue)
+
+        def _headers_overdue(self) -> None:
+            if self.transport.is_closing():
+                return
+            never_started = self.cycle is None
+            stalled = self.cycle is not None and self.cycle.response_complete and bool(self.conn.trailing_data[0])
+            if never_started or stalled:
+                self.transport.close()
+
+    return HeaderTimeoutProtocol
