@@ -187,18 +187,26 @@ def test_async_front_end_on_ray(model_dirs, references):
     from raygrid.engine.async_llm import AsyncLLM
 
     prompts, expected = references
-    engine = AsyncLLM(model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, tensor_parallel_size=2)
-    try:
-        async def run():
-            async def one(prompt):
-                ids = []
-                async for out in engine.generate(prompt, GREEDY, delta=True):
-                    ids += out.outputs[0].token_ids
-                return ids
+    engine = AsyncLLM(model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, **FILL_THE_CLUSTER)
 
-            return await asyncio.gather(*(one(p) for p in prompts[:4]))
+    async def run():
+        async def one(prompt):
+            ids = []
+            async for out in engine.generate(prompt, GREEDY, delta=True):
+                ids += out.outputs[0].token_ids
+            return ids
 
-        assert asyncio.run(run()) == expected["qwen3"][:4]
-        assert b"raygrid:generation_tokens_total" in engine.render_metrics()
-    finally:
-        engine.shutdown()
+        return await asyncio.gather(*(one(p) for p in prompts[:4]))
+
+    assert asyncio.run(run()) == expected["qwen3"][:4]
+    assert b"raygrid:generation_tokens_total" in engine.render_metrics()
+    # Dropped without shutdown(): its engine thread ends and garbage collection frees the actors and
+    # placement groups, so an engine of the same size fits again.
+    thread = engine._thread
+    del engine
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and placement_groups_alive() == 0
+    again = AsyncLLM(model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, **FILL_THE_CLUSTER)
+    again.shutdown()
+    assert placement_groups_alive() == 0

@@ -12,6 +12,7 @@ answer first, so a slow or hung replica never delays the others. A replica whose
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 
 import ray
@@ -41,6 +42,7 @@ class _Replica:
         self.aborts: list[str] = []
         self.load = 0  # unfinished requests
         self.step_ref: ray.ObjectRef | None = None
+        self.step_started = 0.0
         self.stats = SchedulerStats()  # as of its last step
 
     def release(self) -> None:
@@ -64,6 +66,8 @@ class RayEngineClient:
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int]) -> None:
         ensure_ray(config.parallel.ray_address)
         parallel = config.parallel
+        # The driver enforces step_timeout_s on its workers; this catches a driver that hangs itself.
+        self.driver_timeout_s = 2 * parallel.step_timeout_s
         grid, use_gpu = parallel.replica_grid(), uses_gpu(config.device)
         # Fail before starting anything if the cluster cannot hold every replica.
         check_cluster_fits(grid, use_gpu, parallel.ray_worker_cpus, parallel.data_parallel_size)
@@ -110,6 +114,7 @@ class RayEngineClient:
         for replica in self.replicas:
             if replica.healthy and replica.step_ref is None and (replica.load or replica.adds or replica.aborts):
                 replica.step_ref = replica.driver.step.remote(replica.adds, replica.aborts)
+                replica.step_started = time.monotonic()
                 replica.adds, replica.aborts = [], []
         in_flight = {r.step_ref: r for r in self.replicas if r.step_ref is not None}
         if not in_flight:
@@ -118,6 +123,11 @@ class RayEngineClient:
         if done:  # take every other answer that is already there too
             done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
         outputs: list[EngineCoreOutput] = []
+        now = time.monotonic()
+        for replica in in_flight.values():
+            if replica.step_ref not in done and now - replica.step_started > self.driver_timeout_s:
+                error = TimeoutError(f"its driver did not answer a step for {self.driver_timeout_s:g} s (2 x step_timeout_s)")
+                outputs.extend(self._fail_replica(replica, error))
         for ref in done:
             replica = in_flight[ref]
             replica.step_ref = None

@@ -14,6 +14,7 @@ import itertools
 import logging
 import queue
 import threading
+import weakref
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -67,7 +68,9 @@ class AsyncLLM:
         self._last_observed = 0.0
         self._load_changed = False
         self._stopping = False
-        self._thread = threading.Thread(target=self._engine_loop, name="raygrid-engine", daemon=True)
+        # The thread holds only a weak reference, so that dropping the AsyncLLM ends the loop and garbage
+        # collection releases the engine (and its Ray actors and placement groups).
+        self._thread = threading.Thread(target=AsyncLLM._engine_loop, args=(weakref.ref(self),), name="raygrid-engine", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ the asyncio side
@@ -102,7 +105,10 @@ class AsyncLLM:
                 f"{self.max_queued_requests}"
             )
         request_id = request_id or f"req-{next(self._ids)}"
-        processed = self.processor.process(request_id, prompt, sampling_params, priority=priority)
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            processed = self.processor.process(request_id, prompt, sampling_params, priority=priority)
+        else:  # tokenizing text takes a while: off the caller's event loop
+            processed = await asyncio.to_thread(self.processor.process, request_id, prompt, sampling_params, priority=priority)
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), time.monotonic(), len(processed.prompt_token_ids))
         stream.child_ids = [c.request_id for c in processed.children]
         with self._streams_lock:
@@ -140,22 +146,28 @@ class AsyncLLM:
 
     # ------------------------------------------------------------------ the engine thread
 
-    def _engine_loop(self) -> None:
-        try:
-            while not self._stopping:
-                try:
-                    self._iteration()
-                except Exception as error:  # noqa: BLE001 - fail what is in flight, keep serving
-                    logger.exception("engine loop iteration failed; failing the requests in flight")
-                    self._fail_in_flight(error)
-        except BaseException as error:  # report to every waiting client rather than hang them
-            logger.exception("engine loop failed")
-            self._dead = error
-            with self._streams_lock:
-                streams = list(self._streams.values())
-                self._streams.clear()
-            for stream in streams:
-                self._deliver(stream, error)
+    @staticmethod
+    def _engine_loop(ref: weakref.ref) -> None:
+        while (self := ref()) is not None and not self._stopping:
+            try:
+                self._iteration()
+            except Exception as error:  # noqa: BLE001 - fail what is in flight, keep serving
+                logger.exception("engine loop iteration failed; failing the requests in flight")
+                self._fail_in_flight(error)
+            except BaseException as error:
+                self._die(error)
+                return
+            del self
+
+    def _die(self, error: BaseException) -> None:
+        """Report to every waiting client rather than hang them; the engine serves no more."""
+        logger.exception("engine loop failed", exc_info=error)
+        self._dead = error
+        with self._streams_lock:
+            streams = list(self._streams.values())
+            self._streams.clear()
+        for stream in streams:
+            self._deliver(stream, error)
 
     def _iteration(self) -> None:
         idle = not self.engine.has_unfinished_requests()
