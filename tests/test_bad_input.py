@@ -128,17 +128,34 @@ def test_seed_overflow_of_n_children_does_not_break_the_engine(llm, tokenizer):
     assert after.error is None and len(after.outputs[0].token_ids) == 4
 
 
-def test_a_step_that_raises_fails_its_requests_and_the_engine_carries_on(llm, tokenizer):
-    """Bad input that validation missed (a top_k forced past int64, as the seed overflow once was) raises
-    inside a step: the requests in that step fail with the error, later requests run normally."""
+def test_a_request_the_worker_cannot_take_fails_alone(llm, tokenizer):
+    """Bad input that validation missed (a top_k forced past int64, as the seed overflow once was): the
+    worker refuses that request alone, the others in its batch complete, and the engine carries on."""
     prompts = [{"prompt_token_ids": p} for p in random_prompts(3, len(tokenizer), seed=42)]
     greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     expected = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)]
     smuggled = SamplingParams(temperature=1.0, top_k=5, max_tokens=6)
     object.__setattr__(smuggled, "top_k", 2**70)  # past the validator: what a missed check looks like
-    outputs = llm.generate(prompts[:1] + prompts[1:], [smuggled, greedy, greedy], use_tqdm=False)
+    outputs = llm.generate(prompts, [smuggled, greedy, greedy], use_tqdm=False)
     assert outputs[0].error and "OverflowError" in outputs[0].error
+    assert [o.outputs[0].token_ids for o in outputs[1:]] == expected[1:]
     stats = llm.get_stats()
     assert stats.num_running == 0 and stats.num_waiting == 0 and stats.num_free_blocks == stats.num_total_blocks
-    again = llm.generate(prompts, greedy, use_tqdm=False)
-    assert [o.outputs[0].token_ids for o in again] == expected
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)] == expected
+
+
+def test_a_step_that_raises_fails_its_requests_and_the_engine_carries_on(qwen3_dir, tokenizer):
+    """A failure no request can be blamed for (here: the KV cache tensors are gone, as after a device
+    fault) fails the requests in flight; once the cause is gone, the same engine serves again."""
+    llm = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=256, async_scheduling=True)
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(3, len(tokenizer), seed=43)]
+    greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)]
+    runner = llm.engine.executor.worker.runner
+    caches, runner.kv_caches = runner.kv_caches, []
+    failed = llm.generate(prompts, greedy, use_tqdm=False)
+    assert all(o.error and "the engine step failed" in o.error for o in failed)
+    runner.kv_caches = caches
+    stats = llm.get_stats()
+    assert stats.num_running == 0 and stats.num_free_blocks == stats.num_total_blocks
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)] == expected

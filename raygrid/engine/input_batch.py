@@ -61,9 +61,6 @@ class InputBatch:
         if self.num_reqs >= self.max_num_reqs:
             raise RuntimeError(f"persistent batch is full ({self.max_num_reqs} rows)")
         row = self.num_reqs
-        self.req_ids.append(state.req_id)
-        self.states.append(state)
-        self.index_of[state.req_id] = row
         n = len(state.token_ids)
         self.token_ids[row, :n] = state.token_ids
         self.num_tokens[row] = n
@@ -81,6 +78,10 @@ class InputBatch:
         self.presence_penalty[row] = p.presence_penalty
         self.seed[row] = p.seed or 0
         self.seeded[row] = p.seed is not None
+        # Last, once every value fitted: a request that fails above never becomes a row.
+        self.req_ids.append(state.req_id)
+        self.states.append(state)
+        self.index_of[state.req_id] = row
 
     def remove(self, req_id: str) -> None:
         row = self.index_of.pop(req_id, None)

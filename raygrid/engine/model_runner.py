@@ -61,6 +61,7 @@ class PendingRunnerOutput:
         self.sample_rows = sample_rows
         self.logprobs = logprobs
         self.execute_seconds = 0.0
+        self.errors: dict[str, str] = {}
         self._host_tokens = None
         self._event = None
         if tokens is not None:
@@ -81,7 +82,7 @@ class PendingRunnerOutput:
             for row, token, lp in zip(self.sample_rows.tolist(), self._host_tokens.tolist(), self.logprobs):
                 sampled[row] = [token]
                 logprobs[row] = lp
-        return ModelRunnerOutput(self.req_ids, sampled, logprobs, execute_seconds=self.execute_seconds)
+        return ModelRunnerOutput(self.req_ids, sampled, logprobs, execute_seconds=self.execute_seconds, errors=self.errors)
 
 
 class ModelRunner:
@@ -101,6 +102,8 @@ class ModelRunner:
         self.kv_caches: list[torch.Tensor] = []
         self.graphs: DecodeGraphs | None = None
         self.graph_memory_bytes = 0  # device memory the decode graphs hold, once captured
+        # Requests this worker refused (until the scheduler reports them finished), and why.
+        self.rejected: dict[str, str] = {}
         self.prev_sampled: torch.Tensor | None = None
         self.prev_sampled_index: dict[str, int] = {}
         max_tokens = config.scheduler.max_num_batched_tokens
@@ -151,16 +154,21 @@ class ModelRunner:
 
     def reset_requests(self) -> None:
         self.requests.clear()
+        self.rejected.clear()
         self.batch = InputBatch(self.batch.max_num_reqs, self.config.model.max_model_len, self.max_blocks_per_req, self.batch.eos_token_ids)
         self.prev_sampled, self.prev_sampled_index = None, {}
 
-    def _update_states(self, so: SchedulerOutput) -> None:
+    def _update_states(self, so: SchedulerOutput) -> dict[str, str]:
+        """Apply the step's deltas to the persistent batch; returns the new requests refused (a parameter
+        the batch cannot hold, say), which this step and later ones leave out."""
         for req_id in so.finished_req_ids:
             self.requests.pop(req_id, None)
+            self.rejected.pop(req_id, None)
             self.batch.remove(req_id)
         # Requests not scheduled this step (preempted, or out of budget) leave the batch but keep their state.
         for req_id in [r for r in self.batch.req_ids if r not in so.num_scheduled_tokens]:
             self.batch.remove(req_id)
+        refused = {}
         for new in so.scheduled_new_reqs:
             state = CachedRequestState(
                 req_id=new.req_id,
@@ -170,12 +178,19 @@ class ModelRunner:
                 block_ids=list(new.block_ids),
                 num_computed_tokens=new.num_computed_tokens,
             )
+            try:
+                self.batch.add(state)
+            except (ValueError, TypeError, OverflowError) as error:  # what validation missed: this request alone fails
+                refused[new.req_id] = f"{type(error).__name__}: {error}"
+                continue
             self.requests[new.req_id] = state
-            self.batch.add(state)
+        self.rejected.update(refused)
         cached = so.scheduled_cached_reqs
         batch = self.batch
         rows, num_computed = [], []
         for i, req_id in enumerate(cached.req_ids):
+            if req_id in self.rejected:
+                continue  # scheduled again before the scheduler heard of the refusal (async scheduling)
             state = self.requests[req_id]
             new_tokens, new_blocks = cached.new_token_ids[i], cached.new_block_ids[i]
             resumed = cached.resumed_from_preemption[i]
@@ -196,6 +211,7 @@ class ModelRunner:
             rows.append(row)
             num_computed.append(state.num_computed_tokens)
         batch.num_computed_tokens[rows] = num_computed
+        return refused
 
     # ------------------------------------------------------------------ inputs
 
@@ -309,19 +325,20 @@ class ModelRunner:
         PendingRunnerOutput waits for it in ``result()``, so the engine can schedule the next step
         meanwhile (async scheduling)."""
         start = time.perf_counter()
+        refused = self._update_states(so)
         pending = self._execute(so)
         pending.execute_seconds = time.perf_counter() - start
+        pending.errors = refused
         return pending if non_blocking else pending.result()
 
     @torch.inference_mode()
     def _execute(self, so: SchedulerOutput) -> "PendingRunnerOutput":
-        self._update_states(so)
-        if so.is_empty:
+        if so.is_empty or self.batch.num_reqs == 0:
             return PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None, [])
         input_ids, positions, meta, logits_indices, sample_rows, sample_positions = self._prepare_inputs(so)
         intermediate = None
         if not self.pp.is_first:
-            shape = (so.total_num_scheduled_tokens, self.model.config.hidden_size)
+            shape = (input_ids.shape[0], self.model.config.hidden_size)  # every stage refuses the same requests
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
         graph_size = self.graphs.padded_size(num_reqs) if self.graphs is not None and meta.decode_only else None

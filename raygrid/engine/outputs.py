@@ -64,6 +64,8 @@ class ModelRunnerOutput:
     logprobs: list[SampleLogprobs | None]
     # Seconds the worker spent on this step (inputs, forward, sampling), for overhead accounting.
     execute_seconds: float = 0.0
+    # Requests the worker could not take (what validation missed), with the reason: they alone fail.
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -304,6 +304,13 @@ class Scheduler:
     def update_from_output(self, sched_out: SchedulerOutput, runner_out: ModelRunnerOutput) -> list[EngineCoreOutput]:
         outputs = []
         incarnations = self._incarnations.pop(sched_out.step_id, {})
+        for req_id, reason in runner_out.errors.items():
+            req = self.requests.get(req_id)
+            if req is None or req.is_finished or req.num_preemptions != incarnations.get(req_id, 0):
+                continue
+            self.running.remove(req)
+            self._finish(req, RequestStatus.FINISHED_ABORTED)
+            outputs.append(EngineCoreOutput(req_id, [], [], finish_reason="abort", error=f"the engine could not take this request ({reason})"))
         for req_id, token_ids, logprobs in zip(runner_out.req_ids, runner_out.sampled_token_ids, runner_out.logprobs):
             req = self.requests.get(req_id)
             if req is None or req.is_finished or not token_ids:
