@@ -6,10 +6,12 @@
 set -euo pipefail
 base=$1; out=$2; shift 2
 head=$(pwd)
+# The commits, where known: BASE_COMMIT and HEAD_COMMIT (a device's copied tree may carry a stale .git).
+declare -A COMMIT=(["$base"]="${BASE_COMMIT:-}" ["$head"]="${HEAD_COMMIT:-}")
 w1=(--model random-qwen3-0.6b --dtype bfloat16 --num-prompts 256 --random-range 100 1024 --no-progress "$@")
 bench() {  # checkout, output name, extra args
   local dir=$1 name=$2; shift 2
-  (cd "$dir" && PYTHONPATH="$dir:${PYTHONPATH:-}" python3 -c '
+  (cd "$dir" && RAYGRID_GIT_COMMIT="${COMMIT[$dir]:-}" PYTHONPATH="$dir:${PYTHONPATH:-}" python3 -c '
 import logging, sys
 logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
 from raygrid.entrypoints.cli import main

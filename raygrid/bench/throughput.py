@@ -142,8 +142,12 @@ def run_hf(args, model_path: str, dtype: str, prompts, output_lens) -> dict:
 
 
 def git_commit() -> str | None:
-    """The commit of the checkout that ran the benchmark (None outside a git checkout)."""
+    """The commit of the checkout that ran the benchmark (None outside a git checkout). RAYGRID_GIT_COMMIT
+    overrides it where the checkout's .git is not the code's (a copied working tree)."""
     import subprocess
+
+    if os.environ.get("RAYGRID_GIT_COMMIT"):
+        return os.environ["RAYGRID_GIT_COMMIT"]
 
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
