@@ -99,6 +99,12 @@ def test_backpressure_refuses_past_the_limit(engine):
             await engine.generate("one too many", SamplingParams(max_tokens=2)).__anext__()
         for g in gens:
             await g.aclose()
+        # The limit counts sequences: one request with n=9 is over a limit of 8 on its own.
+        assert wait_until(lambda: engine.num_unfinished_requests == 0)
+        with pytest.raises(EngineOverloadedError, match="9 more asked for"):
+            await engine.generate("many at once", SamplingParams(n=9, max_tokens=2)).__anext__()
+        first = await engine.generate("eight is fine", SamplingParams(n=8, max_tokens=2)).__anext__()
+        assert first.error is None
 
     asyncio.run(run())
     assert wait_until(lambda: engine.num_unfinished_requests == 0)

@@ -137,7 +137,11 @@ def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, t
 
 
 def test_del_llm_releases_everything_on_ray(model_dirs):
-    """As notebooks and test suites use vLLM: `del llm` (no shutdown()) and a new LLM of the same size."""
+    """As notebooks and test suites use vLLM: `del llm` (no shutdown()) and a new LLM of the same size;
+    and an LLM whose construction fails (a KV pool too small, found by the replica) leaves nothing behind."""
+    with pytest.raises(Exception, match="the KV pool has 2 blocks"):
+        LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, num_kv_blocks=2, **FILL_THE_CLUSTER)
+    assert placement_groups_alive() == 0
     for _ in range(2):
         llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, **FILL_THE_CLUSTER)
         assert llm.generate("hi", SamplingParams(max_tokens=2), use_tqdm=False)[0].error is None

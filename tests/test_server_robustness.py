@@ -20,7 +20,7 @@ KEY = "sekrit-key"
 
 @pytest.fixture(scope="module")
 def server(qwen3_dir):
-    proc, base = start_server(qwen3_dir, "--max-request-body-bytes", str(8 * 2**20), "--body-read-timeout", "1",
+    proc, base = start_server(qwen3_dir, "--max-request-body-bytes", str(12 * 2**20), "--body-read-timeout", "1",
                               "--header-read-timeout", "2")
     yield base
     stop_server(proc)
@@ -55,14 +55,14 @@ def assert_openai_error(response: httpx.Response, status: int) -> dict:
 
 
 def test_body_over_the_limit_is_413_before_parsing(server):
-    big = b'{"model": "tiny", "prompt": "' + b"x" * (9 * 2**20) + b'"}'
+    big = b'{"model": "tiny", "prompt": "' + b"x" * (13 * 2**20) + b'"}'
     start = time.monotonic()
     response = httpx.post(f"{server}/v1/completions", content=big, headers={"content-type": "application/json"}, timeout=60)
     error = assert_openai_error(response, 413)
     assert "--max-request-body-bytes" in error["message"] and time.monotonic() - start < 10
 
     def chunks():  # no Content-Length: counted as it arrives
-        for _ in range(10):
+        for _ in range(14):
             yield b"x" * 2**20
 
     chunked = httpx.post(f"{server}/v1/chat/completions", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
@@ -135,7 +135,7 @@ def test_a_non_streaming_client_that_leaves_is_aborted(server):
 
 
 def test_health_answers_while_a_large_prompt_is_tokenized(server):
-    prompt = " ".join(f"w{i % 997}" for i in range(900_000))  # about 6 MB of text
+    prompt = " ".join(f"w{i % 997}" for i in range(1_300_000))  # 9 MB of text, as in the issue
     result = {}
     sender = threading.Thread(target=lambda: result.update(r=httpx.post(
         f"{server}/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 1}, timeout=120)))
