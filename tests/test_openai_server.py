@@ -279,6 +279,7 @@ def test_bench_serve(server, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "raygrid.entrypoints.cli", "bench", "serve", "--base-url", server, "--num-prompts", "12",
          "--input-len", "20", "--output-len", "6", "--max-concurrency", "4", "--request-rate", "50", "--save-result", str(out),
+         "--goodput", "ttft:60000", "tpot:60000",
          "--no-progress"],
         capture_output=True, text=True, timeout=300, env=dict(os.environ),
     )
@@ -286,6 +287,26 @@ def test_bench_serve(server, tmp_path):
     summary = json.loads(out.read_text())
     assert summary["completed"] == 12 and summary["failed"] == 0
     assert summary["total_output_tokens"] == 12 * 6 and summary["total_input_tokens"] == 12 * 20
-    assert summary["ttft_ms"]["median"] > 0 and summary["e2el_ms"]["p99"] >= summary["e2el_ms"]["median"]
+    assert all(t is not None and t > 0 for t in summary["ttfts"]), summary["ttfts"]  # every request, text or not
+    assert summary["median_ttft_ms"] > 0 and summary["p99_e2el_ms"] >= summary["median_e2el_ms"]
+    assert summary["request_goodput"] is not None and summary["request_goodput"] <= summary["request_throughput"]
     assert summary["output_throughput"] > 0
     assert "TTFT (ms)" in result.stdout
+
+
+def test_bench_serve_counts_a_request_without_tokens_as_failed():
+    """A response that carried no token is a failure, never a 0 ms TTFT; goodput counts only SLO-abiding requests."""
+    import argparse
+
+    from raygrid.bench.serve import RequestResult, summarize
+
+    args = argparse.Namespace(base_url="x", request_rate=1.0, max_concurrency=None, dataset="random", input_len=4, output_len=4,
+                              goodput=["ttft:100"])
+    results = [RequestResult(ok=True, prompt_tokens=4, output_tokens=4, ttft=0.05, latency=0.2, itl=[0.05] * 3),
+               RequestResult(ok=True, prompt_tokens=4, output_tokens=4, ttft=0.3, latency=0.5, itl=[0.07] * 3),
+               RequestResult(ok=False, error="no tokens in the response")]
+    summary = summarize(args, results, 2.0, "m")
+    assert summary["completed"] == 2 and summary["failed"] == 1
+    assert summary["mean_ttft_ms"] == pytest.approx(175.0) and summary["ttfts"][2] is None
+    assert summary["request_goodput"] == pytest.approx(0.5)  # one of two met ttft <= 100 ms, over 2 s
+    assert summary["mean_tpot_ms"] == pytest.approx((50.0 + 200 / 3) / 2)

@@ -1,9 +1,13 @@
 """`raygrid bench serve`: drive any OpenAI-compatible /v1/completions endpoint with a workload and
 report throughput and latency (TTFT, ITL, TPOT, end-to-end: mean, median, p99).
 
-Requests stream (server-sent events) with ``stream_options.include_usage`` so token counts come from
-the server. Arrivals are a Poisson process at ``--request-rate`` (inf: all at once), at most
-``--max-concurrency`` in flight.
+Requests stream (server-sent events) with ``stream_options.include_usage`` and
+``continuous_usage_stats``, so token counts come from the server. TTFT is the arrival of the first chunk
+that carries a token, whether or not its text is empty (a token can decode to nothing yet); a request that
+produced no token failed, it is not a 0 ms measurement. Arrivals are a Poisson process at
+``--request-rate`` (inf: all at once), at most ``--max-concurrency`` in flight. The JSON uses the key names
+of vLLM's serving benchmark (``mean_ttft_ms``, ``request_goodput``, ...), and ``--goodput ttft:MS tpot:MS``
+counts the requests that met every SLO.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class RequestResult:
     ok: bool
     prompt_tokens: int = 0
     output_tokens: int = 0
-    ttft: float = 0.0
+    ttft: float | None = None
     latency: float = 0.0
     itl: list[float] = field(default_factory=list)
     error: str = ""
@@ -53,6 +57,8 @@ def add_serve_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-id-range", type=int, nargs=2, default=[10, 1000], help="token ids of random prompts are drawn from [lo, hi)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-result", default=None, help="write the results as JSON here")
+    parser.add_argument("--goodput", nargs="+", default=None, metavar="METRIC:MS",
+                        help="SLOs for goodput, e.g. ttft:200 tpot:50 (metrics: ttft, tpot, e2el)")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -80,7 +86,7 @@ async def send_one(client: httpx.AsyncClient, url: str, model: str, item: WorkIt
         "temperature": 0.0,
         "ignore_eos": True,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     result = RequestResult(ok=False)
     start = time.perf_counter()
@@ -101,17 +107,22 @@ async def send_one(client: httpx.AsyncClient, url: str, model: str, item: WorkIt
                     result.error = chunk["error"].get("message", "error")
                     return result
                 now = time.perf_counter()
-                if chunk.get("choices") and chunk["choices"][0].get("text"):
-                    if result.ttft == 0.0:
+                usage = chunk.get("usage") or {}
+                # A chunk carries tokens when the server's running count grows (or, from a server without
+                # continuous usage, when it has a choice at all): text may be empty for a token.
+                tokens_so_far = usage.get("completion_tokens")
+                carries = bool(chunk.get("choices")) and (tokens_so_far is None or tokens_so_far > result.output_tokens)
+                if carries:
+                    if result.ttft is None:
                         result.ttft = now - start
                     else:
                         result.itl.append(now - last)
                     last = now
-                if chunk.get("usage"):
-                    result.prompt_tokens = chunk["usage"]["prompt_tokens"]
-                    result.output_tokens = chunk["usage"]["completion_tokens"]
+                if usage:
+                    result.prompt_tokens = usage["prompt_tokens"]
+                    result.output_tokens = usage["completion_tokens"]
         result.latency = time.perf_counter() - start
-        result.ok = result.output_tokens > 0
+        result.ok = result.output_tokens > 0 and result.ttft is not None
         if not result.ok:
             result.error = "no tokens in the response"
     except httpx.HTTPError as error:
@@ -149,19 +160,44 @@ async def run_workload(args: argparse.Namespace, items: list[WorkItem]) -> tuple
     return results, duration, model
 
 
-def percentiles(values: list[float], scale: float = 1000.0) -> dict[str, float]:
-    if not values:
-        return {"mean": 0.0, "median": 0.0, "p99": 0.0}
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
-    return {"mean": statistics.fmean(ordered) * scale, "median": statistics.median(ordered) * scale, "p99": p99 * scale}
+PERCENTILES = (50, 90, 99)
+
+
+def latency_stats(name: str, values: list[float]) -> dict[str, float]:
+    """vLLM's keys: mean_/median_/std_/p50_/p90_/p99_{name}_ms (empty: zeros, reported with completed = 0)."""
+    ordered = sorted(v * 1000 for v in values) or [0.0]
+    out = {f"mean_{name}_ms": statistics.fmean(ordered), f"median_{name}_ms": statistics.median(ordered),
+           f"std_{name}_ms": statistics.pstdev(ordered)}
+    for p in PERCENTILES:
+        out[f"p{p}_{name}_ms"] = ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return out
+
+
+def parse_goodput(specs: list[str] | None) -> dict[str, float]:
+    slos = {}
+    for spec in specs or []:
+        name, _, value = spec.partition(":")
+        if name not in ("ttft", "tpot", "e2el") or not value:
+            raise ValueError(f"--goodput {spec}: expected METRIC:MS with METRIC one of ttft, tpot, e2el")
+        try:
+            slos[name] = float(value) / 1000
+        except ValueError:
+            raise ValueError(f"--goodput {spec}: {value!r} is not a number of milliseconds") from None
+    return slos
+
+
+def tpot_of(r: RequestResult) -> float | None:
+    return (r.latency - r.ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
 
 
 def summarize(args: argparse.Namespace, results: list[RequestResult], duration: float, model: str) -> dict:
     ok = [r for r in results if r.ok]
     output_tokens = sum(r.output_tokens for r in ok)
     prompt_tokens = sum(r.prompt_tokens for r in ok)
-    tpot = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    tpot = [t for t in map(tpot_of, ok) if t is not None]
+    slos = parse_goodput(args.goodput)
+    measured = lambda r: {"ttft": r.ttft, "tpot": tpot_of(r) or 0.0, "e2el": r.latency}  # noqa: E731
+    good = [r for r in ok if all(measured(r)[name] <= limit for name, limit in slos.items())]
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": platform.node(),
@@ -176,28 +212,34 @@ def summarize(args: argparse.Namespace, results: list[RequestResult], duration: 
         "completed": len(ok),
         "failed": len(results) - len(ok),
         "errors": sorted({r.error for r in results if not r.ok})[:5],
-        "duration_s": duration,
+        "duration": duration,
         "total_input_tokens": prompt_tokens,
         "total_output_tokens": output_tokens,
         "request_throughput": len(ok) / duration if duration else 0.0,
+        "request_goodput": len(good) / duration if duration and slos else None,
+        "goodput_slos_ms": {name: limit * 1000 for name, limit in slos.items()} or None,
         "output_throughput": output_tokens / duration if duration else 0.0,
         "total_token_throughput": (prompt_tokens + output_tokens) / duration if duration else 0.0,
-        "ttft_ms": percentiles([r.ttft for r in ok]),
-        "tpot_ms": percentiles(tpot),
-        "itl_ms": percentiles([x for r in ok for x in r.itl]),
-        "e2el_ms": percentiles([r.latency for r in ok]),
+        **latency_stats("ttft", [r.ttft for r in ok]),
+        **latency_stats("tpot", tpot),
+        **latency_stats("itl", [x for r in ok for x in r.itl]),
+        **latency_stats("e2el", [r.latency for r in ok]),
+        "output_lens": [r.output_tokens for r in results],
+        "ttfts": [r.ttft if r.ok else None for r in results],  # seconds, as vLLM writes them
     }
 
 
 def print_summary(summary: dict) -> None:
     print(f"{'completed / failed':<28}{summary['completed']} / {summary['failed']}")
-    print(f"{'duration (s)':<28}{summary['duration_s']:.2f}")
+    print(f"{'duration (s)':<28}{summary['duration']:.2f}")
     print(f"{'request throughput (req/s)':<28}{summary['request_throughput']:.2f}")
+    if summary["request_goodput"] is not None:
+        print(f"{'request goodput (req/s)':<28}{summary['request_goodput']:.2f}  (SLOs {summary['goodput_slos_ms']} ms)")
     print(f"{'output throughput (tok/s)':<28}{summary['output_throughput']:.1f}")
     print(f"{'total throughput (tok/s)':<28}{summary['total_token_throughput']:.1f}")
-    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2el_ms", "E2E latency")):
-        s = summary[key]
-        print(f"{label + ' (ms)':<28}mean {s['mean']:.2f}  median {s['median']:.2f}  p99 {s['p99']:.2f}")
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency")):
+        print(f"{label + ' (ms)':<28}mean {summary[f'mean_{key}_ms']:.2f}  median {summary[f'median_{key}_ms']:.2f}  "
+              f"p99 {summary[f'p99_{key}_ms']:.2f}")
     for error in summary["errors"]:
         print(f"error: {error}")
 
@@ -217,6 +259,7 @@ def check_server(args: argparse.Namespace) -> None:
 
 
 def run_serve_benchmark(args: argparse.Namespace) -> dict:
+    parse_goodput(args.goodput)  # a malformed SLO fails before any request is sent
     check_server(args)
     items = load_workload(args)
     results, duration, model = asyncio.run(run_workload(args, items))
