@@ -119,3 +119,43 @@ def test_bad_request_raises_and_others_continue(engine):
 
     last = asyncio.run(run())
     assert last.finished and len(last.outputs[0].token_ids) == 5
+
+
+def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_dir):
+    """The step loop runs in a process of its own; kill -9 of it fails the requests in flight with an
+    error within seconds, /health turns false and new requests are refused; nothing hangs."""
+    import os
+    import signal
+
+    from raygrid.engine.async_llm import EngineDeadError
+
+    engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=512)
+    try:
+        process = engine.engine.process
+        assert process.pid != os.getpid() and process.is_alive() and engine.is_healthy
+
+        async def run():
+            gens = [engine.generate(f"story {i}", SamplingParams(max_tokens=400, ignore_eos=True), delta=True) for i in range(3)]
+            firsts = await asyncio.gather(*(g.__anext__() for g in gens))
+            assert all(f.error is None for f in firsts)
+            os.kill(process.pid, signal.SIGKILL)
+            start = time.monotonic()
+            lasts = []
+            for gen in gens:
+                async for out in gen:
+                    last = out
+                lasts.append(last)
+            return lasts, time.monotonic() - start
+
+        lasts, elapsed = asyncio.run(run())
+        assert elapsed < 5
+        assert all(out.finished and "engine process died" in out.error for out in lasts)
+        assert not engine.is_healthy
+
+        async def late():
+            await engine.generate("after", SamplingParams(max_tokens=2)).__anext__()
+
+        with pytest.raises(EngineDeadError):
+            asyncio.run(late())
+    finally:
+        engine.shutdown()

@@ -49,15 +49,19 @@ class _Stream:
 
 class AsyncLLM:
     """``AsyncLLM(model, **engine_kwargs)``, the same arguments as ``LLM``, plus ``max_queued_requests``:
-    how many unfinished requests it holds before new ones are refused with EngineOverloadedError."""
+    how many unfinished sequences it holds before new ones are refused with EngineOverloadedError, and
+    ``engine_process``: on one device the engine core runs in a process of its own (the default), or in
+    this one with False. On Ray each replica's core already runs in its driver actor."""
 
-    def __init__(self, model: str, max_queued_requests: int = 4096, served_model_name: str | None = None, **engine_kwargs) -> None:
+    def __init__(self, model: str, max_queued_requests: int = 4096, served_model_name: str | None = None,
+                 engine_process: bool = True, **engine_kwargs) -> None:
         self.config = build_engine_config(model, **engine_kwargs)
         self.processor = InputProcessor(self.config)
         self.tokenizer = self.processor.tokenizer
         self.model_name = served_model_name or model
         self.max_queued_requests = max_queued_requests
-        self.engine = create_engine(self.config, self.processor.eos_token_ids)
+        # The step loop in a process of its own: this one's GIL is left to HTTP, tokenization and streaming.
+        self.engine = create_engine(self.config, self.processor.eos_token_ids, separate_process=engine_process)
         self.output_processor = OutputProcessor(self.tokenizer)
         self.metrics = EngineMetrics(self.model_name)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
@@ -78,7 +82,7 @@ class AsyncLLM:
     @property
     def is_healthy(self) -> bool:
         """The engine loop runs and (on Ray) at least one replica is in service."""
-        replicas_ok = any(getattr(self.engine, "healthy", [True]))
+        replicas_ok = any(self.engine.healthy)
         return self._dead is None and self._thread.is_alive() and replicas_ok
 
     @property
@@ -97,6 +101,8 @@ class AsyncLLM:
         stop-string hold-back). Raises ValueError for a request the engine cannot take."""
         if self._dead is not None:
             raise EngineDeadError(f"engine loop failed: {self._dead!r}")
+        if not any(self.engine.healthy):
+            raise EngineDeadError("no engine is left to serve: the engine process or every replica died")
         with self._streams_lock:  # sequences, not prompts: n=128 is 128 of them
             in_flight = sum(len(s.child_ids) for s in self._streams.values())
         if in_flight + sampling_params.n > self.max_queued_requests:

@@ -96,6 +96,10 @@ class EngineCore:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._in_flight)
 
+    @property
+    def healthy(self) -> list[bool]:
+        return [True]  # a step that fails is recovered from; one that cannot be is raised
+
     def step_timing(self) -> list[dict[str, float]]:
         """Per replica (one here): mean seconds per step as the engine sees it and as the output
         worker spent it (inputs, forward, sampling); the difference is the control overhead."""

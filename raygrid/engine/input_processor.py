@@ -80,12 +80,18 @@ def build_engine_config(
     return config.resolve(load_hf_config(model_path).max_position_embeddings)
 
 
-def create_engine(config: EngineConfig, eos_token_ids: frozenset[int]):
-    """The engine core for this configuration: in this process for one device, on Ray otherwise."""
+def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False):
+    """The engine (an EngineClient) for this configuration: on Ray for several devices (each replica's
+    core runs in its driver actor's process); for one device in this process, or with ``separate_process``
+    in a process of its own."""
     if config.parallel.distributed_executor_backend == "ray":
         from raygrid.cluster.ray_engine import RayEngineClient
 
         return RayEngineClient(config, eos_token_ids)
+    if separate_process:
+        from raygrid.engine.core_proc import EngineProcClient
+
+        return EngineProcClient(config, eos_token_ids)
     from raygrid.engine.core import EngineCore
 
     return EngineCore(config, eos_token_ids)

@@ -1,0 +1,43 @@
+"""The one interface between front ends (LLM, AsyncLLM, the server) and engines.
+
+Three implementations: ``EngineCore`` in this process (offline ``LLM``), ``EngineProcClient`` for an engine
+core in its own process over ZeroMQ (``AsyncLLM`` on one device), and ``RayEngineClient`` for data-parallel
+replicas on Ray (each replica's engine core runs in its DriverActor's process). A front end adds and
+aborts requests, calls ``step()`` for the next outputs, and reads health and counters; nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from raygrid.engine.outputs import EngineCoreOutput
+from raygrid.engine.request import Request
+from raygrid.engine.scheduler import SchedulerStats
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    def add_request(self, request: Request) -> None:
+        """Queue a request (one child of a prompt); raises RuntimeError when no engine can take it."""
+
+    def abort_requests(self, request_ids) -> None:
+        """Stop requests and free their KV blocks; unknown or finished ids are ignored."""
+
+    def step(self) -> list[EngineCoreOutput]:
+        """The next outputs: one engine step's worth, or an empty list after a short wait. A request that
+        failed in the engine comes back finished, with ``error`` set."""
+
+    def has_unfinished_requests(self) -> bool: ...
+
+    def stats(self) -> SchedulerStats:
+        """Scheduler and KV cache counters as of the last step."""
+
+    def step_timing(self) -> list[dict[str, float]]:
+        """Per replica: steps so far, mean seconds a step as the engine and as the output worker saw it."""
+
+    @property
+    def healthy(self) -> list[bool]:
+        """Per replica: can it still serve."""
+
+    def shutdown(self) -> None:
+        """Release every process, actor, device buffer and reservation; safe to call twice."""
