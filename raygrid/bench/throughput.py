@@ -30,6 +30,7 @@ def add_throughput_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hf-batch-size", type=int, default=128, help="hf backend: prompts per padded generate() call")
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--detokenize", action="store_true", help="raygrid: detokenize the outputs, as a server must")
     parser.add_argument("--profile-dir", default=None, help="raygrid on GPU: also profile decode steps into this folder")
 
 
@@ -58,7 +59,8 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
     try:
         warmup = [SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False)] * 4
         llm.generate([{"prompt_token_ids": p[:16]} for p in prompts[:4]], warmup, use_tqdm=False)
-        params = [SamplingParams(temperature=args.temperature, max_tokens=n, ignore_eos=True, detokenize=False) for n in output_lens]
+        params = [SamplingParams(temperature=args.temperature, max_tokens=n, ignore_eos=True, detokenize=args.detokenize)
+                  for n in output_lens]
         traced = isinstance(llm.engine, EngineCore)  # an in-process engine (a Ray replica keeps its steps to itself)
         if traced:
             llm.engine.step_trace = []

@@ -88,7 +88,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.model == DEFAULT_MODEL_NAME:
         print(f"note: {DEFAULT_MODEL_NAME} has random weights; its text is noise, the engine around it is real.", file=sys.stderr)
     sock = bind_port(args.host, args.port)  # before the model loads: a taken port fails at once
-    engine = AsyncLLM(served_model_name=args.served_model_name, max_queued_requests=args.max_queued_requests, **engine_kwargs(args))
+    engine = AsyncLLM(served_model_name=args.served_model_name, max_queued_requests=args.max_queued_requests,
+                      engine_process=not args.engine_in_process, **engine_kwargs(args))
     app = build_app(engine, api_key=args.api_key, max_request_body_bytes=args.max_request_body_bytes,
                     body_read_timeout_s=args.body_read_timeout, metrics_without_auth=args.metrics_without_auth)
     try:
@@ -168,8 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--body-read-timeout", type=float, default=30.0, help="seconds to wait for each part of a request body (408 after)")
     serve.add_argument("--header-read-timeout", type=float, default=30.0, help="seconds a connection may take to send a request's headers")
     serve.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
-    serve.add_argument("--max-queued-requests", type=int, default=4096, help="requests in flight before new ones get 503")
+    serve.add_argument("--max-queued-requests", type=int, default=4096, help="sequences in flight before new requests get 503")
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--engine-in-process", action="store_true",
+                       help="run the step loop on a thread of the API process instead of a process of its own")
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
