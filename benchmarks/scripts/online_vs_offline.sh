@@ -16,7 +16,7 @@ for mode in process inprocess; do
   rg serve "${common[@]}" --port 8000 --max-queued-requests 1000000 --log-level warning "${flag[@]}" > "$out/server_$mode.log" 2>&1 &
   server=$!
   until python3 -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:8000/health').status_code != 200)" 2>/dev/null; do sleep 1; done
-  bench=(bench serve --base-url http://127.0.0.1:8000 --input-len 512 --output-len 128 --token-id-range 10 150000 --no-progress)
+  bench=(bench serve --base-url http://127.0.0.1:8000 --input-len 512 --output-len 128 --token-id-range 10 "${MAX_ID:-150000}" --no-progress)
   rg "${bench[@]}" --num-prompts 64 > /dev/null 2>&1   # warm-up: kernels compiled, allocator grown
   python3 benchmarks/scripts/health_probe.py http://127.0.0.1:8000 "$out/health_$mode.json" & probe=$!
   rg "${bench[@]}" --num-prompts "$n" --save-result "$out/online_$mode.json" > "$out/online_$mode.log" 2>&1
