@@ -14,8 +14,8 @@ import itertools
 import logging
 import queue
 import threading
-import weakref
 import time
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -45,6 +45,11 @@ class _Stream:
     first_token_time: float | None = None
     last_token_time: float | None = None
     child_ids: list[str] = field(default_factory=list)
+
+
+def _put_all(batch: list[tuple[_Stream, RequestOutput]]) -> None:
+    for stream, output in batch:
+        stream.queue.put_nowait(output)
 
 
 class AsyncLLM:
@@ -244,6 +249,7 @@ class AsyncLLM:
         outputs, to_abort = self.output_processor.process(core_outputs)
         if to_abort:
             self.engine.abort_requests(to_abort)
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, RequestOutput]]] = {}
         for output in outputs:
             with self._streams_lock:
                 stream = self._streams.get(output.request_id)
@@ -256,8 +262,15 @@ class AsyncLLM:
                 for completion in output.outputs:
                     if completion.finish_reason:
                         self.metrics.observe_finished(completion.finish_reason)
-            if not self._deliver(stream, output) and not output.finished:
-                self._commands.put(("abort", output.request_id))
+            batches.setdefault(stream.loop, []).append((stream, output))
+        for loop, batch in batches.items():
+            # One wake-up of each event loop per step, not one per stream: that was most of this thread's cost.
+            try:
+                loop.call_soon_threadsafe(_put_all, batch)
+            except RuntimeError:  # that event loop is closed, its clients with it
+                for _, output in batch:
+                    if not output.finished:
+                        self._commands.put(("abort", output.request_id))
         self._load_changed |= any(output.finished for output in outputs)
         self._observe_scheduler(force=self._load_changed)
 

@@ -29,8 +29,10 @@ class IncrementalDetokenizer:
         self._read_offset = len(context)
         self.output_text = ""
         self.token_ids: list[int] = []
-        # Streaming: characters of output_text already handed out.
+        # Streaming: characters of output_text already handed out, and how many to hold back (a stop string
+        # may still be forming), computed once rather than per token.
         self._num_streamed_chars = 0
+        self._hold_back = max(params.max_stop_len - 1, 0)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(
@@ -87,7 +89,7 @@ class IncrementalDetokenizer:
 
     def stream_delta(self, finished: bool) -> str:
         """New text for a stream, holding back what could still become part of a stop string."""
-        hold = 0 if finished else max(self.params.max_stop_len - 1, 0)
+        hold = 0 if finished else self._hold_back
         end = max(len(self.output_text) - hold, self._num_streamed_chars)
         delta = self.output_text[self._num_streamed_chars : end]
         self._num_streamed_chars = end

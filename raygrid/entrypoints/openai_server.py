@@ -8,6 +8,7 @@ status; the engine keeps serving the others.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -225,6 +226,9 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         for stream in streams:
             await stream.aclose()
 
+    def sse_json(payload: dict) -> str:
+        return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
     def sse(payload) -> str:
         data = payload if isinstance(payload, str) else payload.model_dump_json(exclude_unset=False)
         return f"data: {data}\n\n"
@@ -286,17 +290,18 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                     if request.logprobs is not None:
                         logprobs = completion_logprobs(completion, request.logprobs, offsets.get(index, 0))
                     offsets[index] = offsets.get(index, 0) + len(completion.text)
-                    chunk = CompletionResponse(
-                        id=request_id,
-                        created=created,
-                        model=request.model,
-                        choices=[CompletionChoice(index=index, text=completion.text, logprobs=logprobs,
-                                                  finish_reason=completion.finish_reason, stop_reason=completion.stop_reason)],
-                    )
+                    # The hot path of streaming: the chunk (CompletionResponse's shape) as a plain dict, no pydantic.
+                    usage = None
                     if continuous:
-                        chunk.usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                                total_tokens=prompt_tokens + completion_tokens)
-                    yield sse(chunk)
+                        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                 "total_tokens": prompt_tokens + completion_tokens}
+                    yield sse_json({
+                        "id": request_id, "object": "text_completion", "created": created, "model": request.model,
+                        "choices": [{"index": index, "text": completion.text,
+                                     "logprobs": logprobs.model_dump() if logprobs is not None else None,
+                                     "finish_reason": completion.finish_reason, "stop_reason": completion.stop_reason}],
+                        "usage": usage,
+                    })
             if include_usage:
                 usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
                 yield sse(CompletionResponse(id=request_id, created=created, model=request.model, choices=[], usage=usage))
