@@ -194,6 +194,13 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
 
     async def merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:
         """Interleave several streams as their items arrive: (stream index, item)."""
+        if len(streams) == 1:  # the common case: no task and no queue hop per chunk
+            try:
+                async for item in streams[0]:
+                    yield 0, item
+            finally:
+                await streams[0].aclose()  # aborts the request if it did not finish
+            return
         queue: asyncio.Queue = asyncio.Queue()
         done = object()
 
