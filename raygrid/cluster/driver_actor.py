@@ -24,9 +24,6 @@ class DriverActor:
         self.executor = RayExecutor(config, eos_token_ids, slots, replica)
         self.core = EngineCore(config, eos_token_ids, executor=self.executor)
 
-    def ready(self) -> bool:
-        return True
-
     def step(self, new_requests: list[Request], aborts: list[str]) -> tuple[list[EngineCoreOutput], SchedulerStats]:
         """One engine step; its outputs come back with the scheduler's counters as they are after it,
         so the front end never has to ask a replica that is busy stepping."""

@@ -71,6 +71,7 @@ class AsyncLLM:
         self.metrics = EngineMetrics(self.model_name)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, _Stream] = {}
+        self._num_sequences = 0  # children of the streams above, kept with them under _streams_lock
         self._streams_lock = threading.Lock()
         self._ids = itertools.count()
         self._dead: BaseException | None = None
@@ -108,8 +109,7 @@ class AsyncLLM:
             raise EngineDeadError(f"engine loop failed: {self._dead!r}")
         if not any(self.engine.healthy):
             raise EngineDeadError("no engine is left to serve: the engine process or every replica died")
-        with self._streams_lock:  # sequences, not prompts: n=128 is 128 of them
-            in_flight = sum(len(s.child_ids) for s in self._streams.values())
+        in_flight = self._num_sequences  # sequences, not prompts: n=128 is 128 of them
         if in_flight + sampling_params.n > self.max_queued_requests:
             raise EngineOverloadedError(
                 f"{in_flight} sequences in flight and {sampling_params.n} more asked for: max_queued_requests is "
@@ -126,6 +126,7 @@ class AsyncLLM:
             if request_id in self._streams:
                 raise ValueError(f"request_id {request_id!r} is already in flight")
             self._streams[request_id] = stream
+            self._num_sequences += len(stream.child_ids)
         self.metrics.prompt_tokens.inc(len(processed.prompt_token_ids) * len(processed.children))
         self._commands.put(("add", processed, delta))
         finished = False
@@ -174,10 +175,7 @@ class AsyncLLM:
         """Report to every waiting client rather than hang them; the engine serves no more."""
         logger.exception("engine loop failed", exc_info=error)
         self._dead = error
-        with self._streams_lock:
-            streams = list(self._streams.values())
-            self._streams.clear()
-        for stream in streams:
+        for stream in self._take_all_streams().values():
             self._deliver(stream, error)
 
     def _iteration(self) -> None:
@@ -188,11 +186,20 @@ class AsyncLLM:
         if not self._stopping and self.engine.has_unfinished_requests():
             self._step()
 
-    def _fail_in_flight(self, error: Exception) -> None:
+    def _take_all_streams(self) -> dict[str, _Stream]:
         with self._streams_lock:
-            streams = dict(self._streams)
-            self._streams.clear()
-        for request_id, stream in streams.items():
+            streams, self._streams, self._num_sequences = self._streams, {}, 0
+        return streams
+
+    def _forget_stream(self, request_id: str) -> _Stream | None:
+        with self._streams_lock:
+            stream = self._streams.pop(request_id, None)
+            if stream is not None:
+                self._num_sequences -= len(stream.child_ids)
+        return stream
+
+    def _fail_in_flight(self, error: Exception) -> None:
+        for request_id, stream in self._take_all_streams().items():
             self.engine.abort_requests(stream.child_ids)
             self.output_processor.abort(request_id)
             self._deliver(stream, error)
@@ -233,8 +240,7 @@ class AsyncLLM:
         self._load_changed = True
 
     def _abort(self, request_id: str) -> None:
-        with self._streams_lock:
-            stream = self._streams.pop(request_id, None)
+        stream = self._forget_stream(request_id)
         if stream is None:
             return
         self.engine.abort_requests(stream.child_ids)
@@ -251,10 +257,7 @@ class AsyncLLM:
             self.engine.abort_requests(to_abort)
         batches: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, RequestOutput]]] = {}
         for output in outputs:
-            with self._streams_lock:
-                stream = self._streams.get(output.request_id)
-                if stream is not None and output.finished:
-                    del self._streams[output.request_id]
+            stream = self._forget_stream(output.request_id) if output.finished else self._streams.get(output.request_id)
             if stream is None:
                 continue
             if output.finished:

@@ -11,6 +11,7 @@ from typing import Any
 from transformers import AutoTokenizer, GenerationConfig
 
 from raygrid.config import CacheConfig, EngineConfig, ModelConfig, ParallelConfig, SchedulerConfig
+from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
 from raygrid.models.default_model import resolve_model_path
@@ -80,8 +81,8 @@ def build_engine_config(
     return config.resolve(load_hf_config(model_path).max_position_embeddings)
 
 
-def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False):
-    """The engine (an EngineClient) for this configuration: on Ray for several devices (each replica's
+def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False) -> EngineClient:
+    """The engine for this configuration: on Ray for several devices (each replica's
     core runs in its driver actor's process); for one device in this process, or with ``separate_process``
     in a process of its own."""
     if config.parallel.distributed_executor_backend == "ray":
@@ -138,7 +139,7 @@ class InputProcessor:
         """A dict prompt's ``cache_salt``: requests with different salts never share prefix-cache blocks."""
         salt = prompt.get("cache_salt") if isinstance(prompt, dict) else None
         if salt is not None and (not isinstance(salt, str) or not salt):
-            raise ValueError("cache_salt must be a non-empty string")
+            raise InvalidRequest("cache_salt must be a non-empty string", "cache_salt")
         return salt
 
     def tokenize_prompt(self, prompt: PromptType) -> tuple[str | None, list[int]]:

@@ -455,7 +455,6 @@ def token_statistics(tokens: torch.Tensor, prompt_len: torch.Tensor, total_len: 
     return counts, prompt_mask
 
 
-
 def free_device_memory() -> int:
     """Free device bytes once queued work is done and the allocator's unused cache is released, so a
     difference of two readings is memory that something still holds."""

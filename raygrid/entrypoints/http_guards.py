@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from raygrid.entrypoints.openai_protocol import ErrorInfo, ErrorResponse
 
-async def send_error(send, status: int, message: str, code: str, kind: str = "invalid_request_error") -> None:
-    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+
+def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> JSONResponse:
+    """OpenAI's error body, for the routes and for the guards below alike."""
+    body = ErrorResponse(error=ErrorInfo(message=message, type=kind, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status)
 
 
 def bearer_token(scope) -> str | None:
@@ -40,7 +41,8 @@ class ApiKeyGuard:
         if scope["type"] == "http" and scope["path"] not in self.open_paths:
             token = bearer_token(scope)
             if token is None or not hmac.compare_digest(token.encode(), self.key):
-                await send_error(send, 401, "Incorrect or missing API key (Authorization: Bearer ...)", "invalid_api_key")
+                refusal = error_response(401, "Incorrect or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+                await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -48,11 +50,15 @@ class ApiKeyGuard:
 class BodyTooLarge(HTTPException):
     """Raised from ``receive``; an HTTPException so that the route's body parsing passes it on as it is."""
 
+    code = "request_too_large"
+
     def __init__(self, detail: str) -> None:
         super().__init__(413, detail)
 
 
 class BodyTimeout(HTTPException):
+    code = "request_timeout"
+
     def __init__(self, detail: str) -> None:
         super().__init__(408, detail)
 
@@ -70,7 +76,8 @@ class BodyGuard:
             return await self.app(scope, receive, send)
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                return await send_error(send, 413, self._too_large(int(value)), "request_too_large")
+                refusal = error_response(413, self._too_large(int(value)), code=BodyTooLarge.code)
+                return await refusal(scope, receive, send)
         received, body_done, started = 0, False, False
 
         async def guarded_receive():
@@ -98,7 +105,7 @@ class BodyGuard:
         except (BodyTooLarge, BodyTimeout) as error:  # raised outside a route's error handling
             if started:
                 raise
-            await send_error(send, error.status_code, error.detail, "request_too_large" if error.status_code == 413 else "request_timeout")
+            await error_response(error.status_code, error.detail, code=error.code)(scope, receive, send)
 
     def _too_large(self, size: int) -> str:
         return f"the request body has {size} bytes; the limit is {self.max_bytes} (--max-request-body-bytes)"

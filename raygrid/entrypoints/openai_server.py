@@ -15,13 +15,13 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import raygrid
-from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard
+from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard, error_response
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
 from raygrid.engine.outputs import CompletionOutput, RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
@@ -55,11 +55,6 @@ class APIError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
-
-
-def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> JSONResponse:
-    body = ErrorResponse(error=ErrorInfo(message=message, type=kind, param=param, code=code))
-    return JSONResponse(body.model_dump(), status_code=status)
 
 
 def describe_validation_error(error: ValidationError | RequestValidationError) -> tuple[str, str | None]:
@@ -97,9 +92,8 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(_request, error: StarletteHTTPException):
-        code = {408: "request_timeout", 413: "request_too_large"}.get(error.status_code)
         return error_response(error.status_code, str(error.detail), kind="invalid_request_error" if error.status_code < 500 else "server_error",
-                              code=code)
+                              code=getattr(error, "code", None))
 
     @app.exception_handler(Exception)
     async def on_unexpected_error(_request, error: Exception):
@@ -253,7 +247,9 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         if request.suffix:
             raise APIError(400, "suffix is not supported", param="suffix")
         params = make_params(request.sampling_params)
-        prompts = await asyncio.to_thread(normalize_prompts, request.prompt, engine)
+        has_text = isinstance(request.prompt, str) or any(isinstance(p, str) for p in request.prompt)
+        # Off the event loop when there is text to tokenize; token ids need no thread hop.
+        prompts = await asyncio.to_thread(normalize_prompts, request.prompt, engine) if has_text else normalize_prompts(request.prompt, engine)
         if params.max_tokens is None:
             params = params.model_copy(update={"max_tokens": max(max_len - max(len(p) for p in prompts), 1)})
         for ids in prompts:
