@@ -131,7 +131,7 @@ def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_
 
     engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=512)
     try:
-        process = engine.engine.process
+        process = engine.engine._owned.process
         assert process.pid != os.getpid() and process.is_alive() and engine.is_healthy
 
         async def run():

@@ -56,19 +56,24 @@ class AsyncLLM:
     """``AsyncLLM(model, **engine_kwargs)``, the same arguments as ``LLM``, plus ``max_queued_requests``:
     how many unfinished sequences it holds before new ones are refused with EngineOverloadedError, and
     ``engine_process``: on one device the engine core runs in a process of its own (the default), or in
-    this one with False. On Ray each replica's core already runs in its driver actor."""
+    this one with False. On Ray each replica's core already runs in its driver actor. With
+    ``engine_connection`` (several API servers) it is a client of an engine process started elsewhere, and
+    ``observe_scheduler`` says whether this front end reports the engine's gauges and counters (one of
+    them does, or /metrics would count them once per API server)."""
 
     def __init__(self, model: str, max_queued_requests: int = 4096, served_model_name: str | None = None,
-                 engine_process: bool = True, **engine_kwargs) -> None:
+                 engine_process: bool = True, engine_connection=None, observe_scheduler: bool = True,
+                 **engine_kwargs) -> None:
         self.config = build_engine_config(model, **engine_kwargs)
         self.processor = InputProcessor(self.config)
         self.tokenizer = self.processor.tokenizer
         self.model_name = served_model_name or model
         self.max_queued_requests = max_queued_requests
         # The step loop in a process of its own: this one's GIL is left to HTTP, tokenization and streaming.
-        self.engine = create_engine(self.config, self.processor.eos_token_ids, separate_process=engine_process)
+        self.engine = create_engine(self.config, self.processor.eos_token_ids, separate_process=engine_process,
+                                    connection=engine_connection)
         self.output_processor = OutputProcessor(self.tokenizer)
-        self.metrics = EngineMetrics(self.model_name)
+        self.metrics = EngineMetrics(self.model_name, observe_scheduler=observe_scheduler)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, _Stream] = {}
         self._num_sequences = 0  # children of the streams above, kept with them under _streams_lock

@@ -81,10 +81,16 @@ def build_engine_config(
     return config.resolve(load_hf_config(model_path).max_position_embeddings)
 
 
-def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False) -> EngineClient:
-    """The engine for this configuration: on Ray for several devices (each replica's
-    core runs in its driver actor's process); for one device in this process, or with ``separate_process``
-    in a process of its own."""
+def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False,
+                  connection=None) -> EngineClient:
+    """The engine for this configuration: with a ``connection`` (a core_proc.EngineConnection), a client of
+    an engine process that another process started; on Ray for several devices (each replica's core runs
+    in its driver actor's process); for one device in this process, or with ``separate_process`` in a
+    process of its own."""
+    if connection is not None:
+        from raygrid.engine.core_proc import EngineProcClient
+
+        return EngineProcClient(config, eos_token_ids, connection=connection)
     if config.parallel.distributed_executor_backend == "ray":
         from raygrid.cluster.ray_engine import RayEngineClient
 

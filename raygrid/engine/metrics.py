@@ -1,11 +1,18 @@
 """Prometheus metrics of one engine (prometheus-client), named like vLLM's with a ``raygrid:`` prefix.
 
-Each engine gets its own registry, so several engines in one process (tests) do not collide.
+Each engine gets its own registry, so several engines in one process (tests) do not collide. With several
+API server processes (``PROMETHEUS_MULTIPROC_DIR`` set before prometheus-client is imported), each
+process writes its values to files there and /metrics, whichever process answers it, sums the request
+counters and histograms of all of them. The engine's own gauges and counters reach every API server;
+only the one with ``observe_scheduler`` records them.
 """
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from raygrid.engine.scheduler import SchedulerStats
 
@@ -13,8 +20,10 @@ _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 
 
 
 class EngineMetrics:
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, observe_scheduler: bool = True) -> None:
         self.registry = CollectorRegistry()
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.observes_scheduler = observe_scheduler
         labels = ["model_name"]
         r = self.registry
 
@@ -24,8 +33,8 @@ class EngineMetrics:
         def counter(name, doc):
             return Counter(name, doc, labels, registry=r).labels(model_name)
 
-        def gauge(name, doc):
-            return Gauge(name, doc, labels, registry=r).labels(model_name)
+        def gauge(name, doc):  # set by one process: its latest value is the value
+            return Gauge(name, doc, labels, registry=r, multiprocess_mode="mostrecent").labels(model_name)
 
         self.time_to_first_token = histogram("raygrid:time_to_first_token_seconds", "Time from arrival to the first output token.")
         self.inter_token_latency = histogram("raygrid:inter_token_latency_seconds", "Time between consecutive output tokens.")
@@ -47,6 +56,8 @@ class EngineMetrics:
 
     def observe_scheduler(self, stats: SchedulerStats) -> None:
         """Gauges take the new values; counters advance by what changed since the last call."""
+        if not self.observes_scheduler:
+            return
         self.num_running.set(stats.num_running)
         self.num_waiting.set(stats.num_waiting)
         self.kv_cache_usage.set(stats.kv_cache_usage)
@@ -59,4 +70,8 @@ class EngineMetrics:
         self.requests_finished.labels(self._model_name, finish_reason).inc()
 
     def render(self) -> bytes:
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)

@@ -80,44 +80,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from raygrid.entrypoints.api_server import run_server
 
-    from raygrid.engine.async_llm import AsyncLLM
-    from raygrid.entrypoints.openai_server import build_app
-
-    if args.model == DEFAULT_MODEL_NAME:
-        print(f"note: {DEFAULT_MODEL_NAME} has random weights; its text is noise, the engine around it is real.", file=sys.stderr)
-    sock = bind_port(args.host, args.port)  # before the model loads: a taken port fails at once
-    engine = AsyncLLM(served_model_name=args.served_model_name, max_queued_requests=args.max_queued_requests,
-                      engine_process=not args.engine_in_process, **engine_kwargs(args))
-    app = build_app(engine, api_key=args.api_key, max_request_body_bytes=args.max_request_body_bytes,
-                    body_read_timeout_s=args.body_read_timeout, metrics_without_auth=args.metrics_without_auth)
-    try:
-        from raygrid.entrypoints.http_guards import header_timeout_protocol
-
-        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5,
-                                               http=header_timeout_protocol(args.header_read_timeout)))
-        server.run(sockets=[sock])
-    finally:
-        engine.shutdown()
-        sock.close()
-    return 0
-
-
-def bind_port(host: str, port: int):
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as error:
-        sock.close()
-        raise ValueError(f"--host {host} --port {port}: cannot listen there ({error.strerror})") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+    return run_server(args, engine_kwargs(args))
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
@@ -173,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--engine-in-process", action="store_true",
                        help="run the step loop on a thread of the API process instead of a process of its own")
+    serve.add_argument("--api-server-count", type=int, default=1,
+                       help="API server processes sharing the port and the engine (HTTP, tokenization and streaming spread over them)")
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)

@@ -51,6 +51,11 @@ from raygrid.entrypoints.openai_protocol import (
 logger = logging.getLogger(__name__)
 
 
+class RequestFailedError(RuntimeError):
+    """A request the engine failed (it refused it, or the engine process is gone): the client gets an error,
+    never a normal finish."""
+
+
 class APIError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error") -> None:
         super().__init__(message)
@@ -163,9 +168,14 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
 
         async def chained():
             try:
-                yield first
-                async for item in stream:
+                item = first
+                while True:
+                    if item.error:  # failed in the engine (a refusal, or the engine is gone): not a finish
+                        raise RequestFailedError(item.error)
                     yield item
+                    if item.finished:
+                        return
+                    item = await stream.__anext__()
             finally:
                 await stream.aclose()
                 engine.abort(request_id)  # a no-op for a finished request
@@ -184,6 +194,9 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             if not done and await raw.is_disconnected():
                 await cancel_all(tasks, streams)
                 raise asyncio.CancelledError("client disconnected")
+        if isinstance(gathered.exception(), RequestFailedError):
+            await cancel_all(tasks, streams)  # the other prompts of the request stop too
+            raise APIError(500, str(gathered.exception()), kind="server_error")
         return gathered.result()
 
     async def merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:

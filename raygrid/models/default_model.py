@@ -30,13 +30,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RAYGRID_CACHE", Path.home() / ".cache" / "raygrid"))
 
 
+# Bumped when a built-in's files change: a cached copy of an older version is made again.
+BUILT_IN_VERSION = "2"  # 2: the tokenizers cover the whole vocabulary
+
+
 def resolve_model_path(model: str) -> str:
     """A checkpoint directory for ``model``: a built-in name is created on first use."""
     if model in BUILT_IN_MODELS:
         path = cache_dir() / "models" / model
-        if not (path / "config.json").is_file():
+        marker = path / "raygrid-built-in-version"
+        if not marker.is_file() or marker.read_text() != BUILT_IN_VERSION:
             print(f"raygrid: creating the built-in model {model} (random weights, its text is noise) in {path}", flush=True)
             BUILT_IN_MODELS[model](path)
+            marker.write_text(BUILT_IN_VERSION)
         return str(path)
     if not Path(model).is_dir():
         raise FileNotFoundError(
@@ -47,7 +53,12 @@ def resolve_model_path(model: str) -> str:
 
 
 def build_tokenizer(vocab_size: int = 1024):
-    """A byte-level BPE tokenizer trained on a small bundled corpus, with Qwen-style chat tokens."""
+    """A byte-level BPE tokenizer with Qwen-style chat tokens and exactly ``vocab_size`` ids: merges trained on
+    a small bundled corpus, then made-up merges of printable characters until every id of the vocabulary
+    is a real token (so a model with Qwen3's 151,936 ids decodes every id it samples to text, as real
+    models do, and serving benchmarks pay for detokenization)."""
+    import json
+
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -56,15 +67,42 @@ def build_tokenizer(vocab_size: int = 1024):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=min(vocab_size, 1024),
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(corpus.splitlines(), trainer=trainer)
+    if tok.get_vocab_size() < vocab_size:
+        spec = json.loads(tok.to_str())
+        _fill_vocabulary(spec["model"], vocab_size)
+        tok = Tokenizer.from_str(json.dumps(spec))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHAT_TEMPLATE
     return fast
+
+
+def _fill_vocabulary(bpe: dict, vocab_size: int) -> None:
+    """Append merges to a BPE model's ``vocab`` and ``merges`` until it has ``vocab_size`` tokens: every pair
+    of printable characters (byte-level spelling, so a space is 'Ġ'), then pairs followed by a character."""
+    vocab, merges = bpe["vocab"], bpe["merges"]
+    chars = ["Ġ" if c == " " else c for c in map(chr, range(32, 127))]
+
+    def add(left: str, right: str) -> bool:
+        if left + right not in vocab:
+            vocab[left + right] = len(vocab)
+            merges.append([left, right])
+        return len(vocab) >= vocab_size
+
+    pairs = [a + b for a in chars for b in chars]
+    for pair in pairs:
+        if add(pair[0], pair[1]):
+            return
+    for pair in pairs:
+        for c in chars:
+            if add(pair, c):
+                return
+    raise ValueError(f"vocab_size {vocab_size} is more than the made-up merges reach ({len(vocab)})")
 
 
 def write_random_checkpoint(path: Path, hf_config, tokenizer, seed: int = 0, dtype=None, max_shard_size: str | None = None) -> None:
@@ -117,8 +155,7 @@ def tiny_qwen3_config(tokenizer, **overrides):
 
 def qwen3_0_6b_config(tokenizer):
     """Qwen3-0.6B's architecture (hidden 1024, 28 layers, 16 heads, 8 kv heads, head_dim 128,
-    intermediate 3072, vocabulary 151936, tied embeddings). The small tokenizer covers only the first
-    ids of the vocabulary, so benchmarks send token ids and skip detokenization."""
+    intermediate 3072, vocabulary 151936, tied embeddings), with a tokenizer that has every id."""
     return tiny_qwen3_config(
         tokenizer,
         vocab_size=151936,
@@ -142,7 +179,7 @@ def build_default_model(path: Path) -> None:
 def build_bench_model(path: Path) -> None:
     import torch
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(vocab_size=151936)
     write_random_checkpoint(path, qwen3_0_6b_config(tokenizer), tokenizer, seed=0, dtype=torch.bfloat16)
 
 
