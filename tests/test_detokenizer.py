@@ -55,3 +55,30 @@ def test_stop_string_spanning_tokens_and_stream_holdback(tokenizer):
         assert len(detok.output_text) - len(streamed) <= len("small village") - 1
     assert stop == "small village"
     assert detok.output_text == streamed == "Once upon a time there was a "
+
+
+class _PythonOnly:
+    """The tokenizer without its Rust backend: the detokenizer's Python path (as for a slow tokenizer)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.decode = tokenizer.decode
+
+
+@pytest.mark.parametrize("path", ["rust", "python"])
+def test_streamed_and_lazy_text_agree_after_random_prompts(tokenizer, path):
+    """Whatever the prompt's tail (incomplete characters included), a stream's pieces plus its flush equal
+    the text of a request nobody streamed, on the Rust (DecodeStream) and the Python paths alike."""
+    tok = tokenizer if path == "rust" else _PythonOnly(tokenizer)
+    rng = random.Random(7)
+    for _ in range(60):
+        prompt = [rng.randrange(3, len(tokenizer)) for _ in range(rng.randrange(0, 9))]
+        output = [rng.randrange(3, len(tokenizer)) for _ in range(rng.randrange(1, 25))]
+        streamed = IncrementalDetokenizer(tok, prompt, SamplingParams())
+        streamed.update(output)
+        streamed.flush()
+        lazy = IncrementalDetokenizer(tok, prompt, SamplingParams(), lazy=True)
+        lazy.update(output)
+        lazy.flush()
+        assert streamed.output_text == lazy.output_text
+        if not prompt:
+            assert lazy.output_text == tokenizer.decode(output)

@@ -117,6 +117,36 @@ def test_chat_matches_offline_llm(client, offline, stream):
     assert text == want.outputs[0].text
 
 
+def _sse_chunks(server: str, path: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{server}{path}", json=body, timeout=60) as response:
+        lines = [line[len("data: "):] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_streamed_chunks_have_openais_wire_shape(server):
+    """Chunks are written without pydantic: they must still validate as the protocol's models, carry the
+    role only in the first chat delta, and carry "usage" only when it was asked for (null until the last)."""
+    from raygrid.entrypoints.openai_protocol import ChatCompletionChunk
+
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "ignore_eos": True,
+            "stream": True, "n": 2}
+    chunks = _sse_chunks(server, "/v1/chat/completions", chat)
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk)
+        assert "usage" not in chunk
+    assert [c["delta"]["role"] for c in chunks[0]["choices"]] == ["assistant", "assistant"]
+    assert all("role" not in c["delta"] for chunk in chunks[1:] for c in chunk["choices"])
+    assert {c["finish_reason"] for chunk in chunks for c in chunk["choices"]} == {None, "length"}
+    with_usage = _sse_chunks(server, "/v1/chat/completions", {**chat, "stream_options": {"include_usage": True}})
+    assert all(chunk["usage"] is None for chunk in with_usage[:-1])
+    assert with_usage[-1]["choices"] == [] and with_usage[-1]["usage"]["completion_tokens"] == 8
+    completion = {"model": "tiny", "prompt": "hi", "max_tokens": 3, "ignore_eos": True, "stream": True}
+    assert all("usage" not in chunk for chunk in _sse_chunks(server, "/v1/completions", completion))
+    with_usage = _sse_chunks(server, "/v1/completions", {**completion, "stream_options": {"include_usage": True}})
+    assert all(chunk["usage"] is None for chunk in with_usage[:-1]) and with_usage[-1]["usage"]["completion_tokens"] == 3
+
+
 def test_n_seed_stop_and_logprobs(client, offline):
     response = client.completions.create(model="tiny", prompt=PROMPTS[1], n=3, seed=5, temperature=1.0, max_tokens=8,
                                          logprobs=2, extra_body={"ignore_eos": True})

@@ -188,6 +188,8 @@ class ChatCompletionResponse(BaseModel):
     usage: UsageInfo
 
 
+# The streamed chat chunk's shape. The server writes these chunks as plain dicts (no pydantic per token);
+# the tests check the wire against these models.
 class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None

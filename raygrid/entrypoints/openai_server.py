@@ -29,16 +29,13 @@ from raygrid.entrypoints.openai_protocol import (
     AssistantMessage,
     ChatChoiceLogprobs,
     ChatCompletionChoice,
-    ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
-    ChatCompletionStreamChoice,
     ChatTokenLogprob,
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
-    DeltaMessage,
     ErrorInfo,
     ErrorResponse,
     ModelCard,
@@ -307,17 +304,16 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                         logprobs = completion_logprobs(completion, request.logprobs, offsets.get(index, 0))
                     offsets[index] = offsets.get(index, 0) + len(completion.text)
                     # The hot path of streaming: the chunk (CompletionResponse's shape) as a plain dict, no pydantic.
-                    usage = None
-                    if continuous:
-                        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                                 "total_tokens": prompt_tokens + completion_tokens}
-                    yield sse_json({
+                    body = {
                         "id": request_id, "object": "text_completion", "created": created, "model": request.model,
                         "choices": [{"index": index, "text": completion.text,
                                      "logprobs": logprobs.model_dump() if logprobs is not None else None,
                                      "finish_reason": completion.finish_reason, "stop_reason": completion.stop_reason}],
-                        "usage": usage,
-                    })
+                    }
+                    if include_usage:  # as OpenAI's: null until the last chunk, unless asked for continuously
+                        body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                         "total_tokens": prompt_tokens + completion_tokens} if continuous else None
+                    yield sse_json(body)
             if include_usage:
                 usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
                 yield sse(CompletionResponse(id=request_id, created=created, model=request.model, choices=[], usage=usage))
@@ -367,27 +363,34 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         created = int(time.time())
         include_usage = request.stream_options is not None and request.stream_options.include_usage
         continuous = include_usage and request.stream_options.continuous_usage_stats
-        completion_tokens = 0
+        prompt_tokens, completion_tokens = len(prompt_ids), 0
 
+        # The hot path of streaming: chunks (ChatCompletionChunk's shape) as plain dicts, no pydantic. As
+        # OpenAI's, "usage" is there (null until the last chunk) only when asked for.
         def chunk(choices, usage=None):
-            return ChatCompletionChunk(id=request_id, created=created, model=request.model, choices=choices, usage=usage)
+            body = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": request.model,
+                    "choices": choices}
+            if include_usage:
+                body["usage"] = usage
+            return sse_json(body)
 
         def usage_now():
-            return UsageInfo(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens, total_tokens=len(prompt_ids) + completion_tokens)
+            return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens}
 
-        # First chunk of each choice carries the role, as OpenAI's does.
-        yield sse(chunk([ChatCompletionStreamChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
-                         for i in range(params.n)]))
+        # The first chunk of each choice carries the role, as OpenAI's does; later deltas carry content only.
+        yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                     for i in range(params.n)])
         try:
             async for _, output in merge([stream]):
                 for completion in output.outputs:
                     completion_tokens += len(completion.token_ids)
-                    logprobs = chat_logprobs(completion, params.logprobs) if params.logprobs is not None else None
-                    choice = ChatCompletionStreamChoice(index=completion.index, delta=DeltaMessage(content=completion.text),
-                                                        logprobs=logprobs, finish_reason=completion.finish_reason)
-                    yield sse(chunk([choice], usage_now() if continuous else None))
+                    logprobs = chat_logprobs(completion, params.logprobs).model_dump() if params.logprobs is not None else None
+                    choice = {"index": completion.index, "delta": {"content": completion.text}, "logprobs": logprobs,
+                              "finish_reason": completion.finish_reason}
+                    yield chunk([choice], usage_now() if continuous else None)
             if include_usage:
-                yield sse(chunk([], usage_now()))
+                yield chunk([], usage_now())
         except (EngineDeadError, RuntimeError) as error:
             yield sse(ErrorResponse(error=ErrorInfo(message=str(error), type="server_error")))
         yield sse("[DONE]")
