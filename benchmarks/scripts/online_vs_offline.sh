@@ -7,7 +7,7 @@
 #   [MODES="process inprocess api2"] [CLIENTS=1] benchmarks/scripts/online_vs_offline.sh OUT_DIR [N]
 # MODEL, DTYPE, EXTRA (more engine flags) and MAX_ID (prompt ids below it) adapt it to other models.
 # PROFILE=1 records the server's processes with py-spy during the load (py-spy_MODE.txt, collapsed stacks);
-# SERVER_PYTHONPATH runs the server from another checkout (a before/after pair); OFFLINE=0 skips offline.
+# SERVER_DIR runs the server from another checkout's root (a before/after pair); OFFLINE=0 skips offline.
 set -uo pipefail
 out=$1; n=${2:-2000}; clients=${CLIENTS:-1}
 rg() { python3 -m raygrid.entrypoints.cli "$@"; }
@@ -20,8 +20,9 @@ fi
 for mode in ${MODES:-process inprocess}; do
   flag=()
   case $mode in inprocess) flag=(--engine-in-process) ;; api*) flag=(--api-server-count "${mode#api}") ;; esac
-  PYTHONPATH=${SERVER_PYTHONPATH:-${PYTHONPATH:-}} python3 -m raygrid.entrypoints.cli serve "${common[@]}" --port 8000 \
-    --max-queued-requests 1000000 --log-level warning "${flag[@]}" > "$out/server_$mode.log" 2>&1 &
+  # python -m puts the working directory first on sys.path: the server runs the code of SERVER_DIR
+  (cd "${SERVER_DIR:-.}" && exec python3 -m raygrid.entrypoints.cli serve "${common[@]}" --port 8000 \
+    --max-queued-requests 1000000 --log-level warning "${flag[@]}") > "$out/server_$mode.log" 2>&1 &
   server=$!
   until python3 -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:8000/health').status_code != 200)" 2>/dev/null; do sleep 1; done
   bench=(bench serve --base-url http://127.0.0.1:8000 --input-len 512 --output-len 128 --token-id-range 10 "${MAX_ID:-150000}" --no-progress)

