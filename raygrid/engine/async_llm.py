@@ -292,10 +292,11 @@ class AsyncLLM:
             self.metrics.observe_scheduler(self.engine.stats())
 
     def _observe_tokens(self, core_outputs: list[EngineCoreOutput], now: float) -> None:
+        new_tokens = 0
         for out in core_outputs:
             if not out.new_token_ids:
                 continue
-            self.metrics.generation_tokens.inc(len(out.new_token_ids))
+            new_tokens += len(out.new_token_ids)
             parent_id = self.output_processor.parent_of.get(out.req_id, out.req_id)
             stream = self._streams.get(parent_id)
             if stream is None:
@@ -308,3 +309,5 @@ class AsyncLLM:
             stream.last_token_time = now
             if out.queue_time is not None:
                 self.metrics.queue_time.observe(out.queue_time)
+        if new_tokens:  # one counter update a step (with several API servers each is a locked file write)
+            self.metrics.generation_tokens.inc(new_tokens)

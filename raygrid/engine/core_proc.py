@@ -228,6 +228,7 @@ class EngineProcClient:
         self._stats = SchedulerStats()
         self._timing: list[dict[str, float]] = []
         self._replicas_healthy = [True]
+        self._last_heard = 0.0
         self._pending: list[EngineCoreOutput] = []
         try:
             self._wait_until_ready(start_timeout_s)
@@ -236,6 +237,8 @@ class EngineProcClient:
             raise
 
     def _engine_alive(self) -> bool:
+        if time.monotonic() - self._last_heard < 0.1:
+            return True  # it spoke a moment ago: no need to ask the kernel on every request
         return self._owned.is_alive() if self._owned is not None else _pid_alive(self.connection.engine_pid)
 
     def _wait_until_ready(self, timeout_s: float) -> None:
@@ -288,6 +291,7 @@ class EngineProcClient:
         ``wait_ms`` for the first; outputs wait in ``_pending`` for step()."""
         if not self._inbox.poll(wait_ms):
             return False
+        self._last_heard = time.monotonic()
         while True:
             _, step_outputs, self._stats, self._timing, self._replicas_healthy = pickle.loads(self._inbox.recv())
             self._pending.extend(_decode_outputs(step_outputs))
