@@ -42,6 +42,32 @@ def test_stream_deltas_add_up_to_the_offline_result(engine, qwen3_dir):
     assert last.finished and last.outputs[0].finish_reason == "length"
 
 
+def test_a_slow_consumer_gets_fewer_larger_deltas_that_still_add_up(engine, qwen3_dir):
+    """Outputs that queue up while a stream's consumer is busy are folded into one: n=2 with logprobs,
+    the folded deltas still add up to the offline result, completion by completion."""
+    params = SamplingParams(temperature=0.8, seed=3, n=2, max_tokens=24, ignore_eos=True, logprobs=2)
+    (want,) = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=512).generate("Slowly", params, use_tqdm=False)
+
+    async def run():
+        got: dict[int, list] = {0: ["", [], []], 1: ["", [], []]}
+        chunks = 0
+        async for out in engine.generate("Slowly", params, delta=True):
+            chunks += 1
+            for c in out.outputs:
+                got[c.index][0] += c.text
+                got[c.index][1] += c.token_ids
+                got[c.index][2] += c.logprobs
+            await asyncio.sleep(0.3)  # busy elsewhere: the engine runs ahead meanwhile
+        return got, chunks
+
+    got, chunks = asyncio.run(run())
+    assert chunks < 24
+    for completion in want.outputs:
+        text, ids, logprobs = got[completion.index]
+        assert (text, ids) == (completion.text, completion.token_ids)
+        assert [sorted(e) for e in logprobs] == [sorted(e) for e in completion.logprobs]
+
+
 def test_async_scheduling_streams_match(qwen3_dir):
     """Async scheduling (step N+1 launched before step N's tokens reach the host) behind AsyncLLM."""
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

@@ -138,6 +138,14 @@ class AsyncLLM:
         try:
             while True:
                 item = await stream.queue.get()
+                # Outputs that queued up while the consumer was busy go out as one: a consumer that falls
+                # behind sends fewer, larger chunks instead of falling further behind.
+                while delta and not stream.queue.empty() and isinstance(item, RequestOutput) and not item.finished:
+                    later = stream.queue.get_nowait()
+                    if isinstance(later, BaseException):
+                        item = later
+                        break
+                    item.add(later)
                 if isinstance(item, BaseException):
                     raise EngineDeadError(f"the engine failed while serving this request: {item!r}") from item
                 finished = item.finished

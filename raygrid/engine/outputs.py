@@ -121,3 +121,23 @@ class RequestOutput:
     num_cached_tokens: int = 0
     # Set when the request was rejected (bad prompt or parameters); outputs is then empty.
     error: str | None = None
+
+    def add(self, later: RequestOutput) -> None:
+        """Fold a later delta output of the same request into this one (as vLLM's RequestOutput.add): each
+        completion's new text, tokens and logprobs are appended, and the later finish state wins."""
+        mine = {c.index: c for c in self.outputs}
+        for new in later.outputs:
+            old = mine.get(new.index)
+            if old is None:
+                old = mine[new.index] = CompletionOutput(new.index, "", [], None, [] if new.logprobs is not None else None)
+                self.outputs.append(old)
+            old.text += new.text
+            old.token_ids = old.token_ids + new.token_ids  # the first delta's list may be shared with its sender
+            if new.logprobs is not None:
+                old.logprobs = (old.logprobs or []) + new.logprobs
+            old.cumulative_logprob = new.cumulative_logprob
+            old.finish_reason, old.stop_reason = new.finish_reason, new.stop_reason
+        self.outputs.sort(key=lambda c: c.index)
+        self.finished = later.finished
+        self.num_cached_tokens = max(self.num_cached_tokens, later.num_cached_tokens)
+        self.error = later.error or self.error

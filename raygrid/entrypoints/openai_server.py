@@ -417,17 +417,12 @@ def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:
 
 def merge_deltas(outputs: list[RequestOutput]) -> list[CompletionOutput]:
     """Fold a request's delta outputs back into one CompletionOutput per completion."""
-    merged: dict[int, CompletionOutput] = {}
+    if not outputs:
+        return []
+    merged = RequestOutput(outputs[0].request_id, None, [], [], False)
     for output in outputs:
-        for c in output.outputs:
-            acc = merged.setdefault(c.index, CompletionOutput(c.index, "", [], None, [] if c.logprobs is not None else None))
-            acc.text += c.text
-            acc.token_ids.extend(c.token_ids)
-            if c.logprobs is not None:
-                acc.logprobs.extend(c.logprobs)
-            acc.cumulative_logprob = c.cumulative_logprob
-            acc.finish_reason, acc.stop_reason = c.finish_reason, c.stop_reason
-    return [merged[i] for i in sorted(merged)]
+        merged.add(output)
+    return merged.outputs
 
 
 def _top_entries(entry, k: int):
