@@ -13,8 +13,9 @@ common=(--model "${MODEL:-random-qwen3-0.6b}" --dtype "${DTYPE:-bfloat16}" ${EXT
 rg bench throughput "${common[@]}" --num-prompts 256 --input-len 512 --output-len 128 --no-progress \
   --profile-dir "$out" --output-json "$out/offline_256.json" > "$out/offline_256.log" 2>&1
 grep "decode step with 256" "$out/offline_256.log"
-rg serve "${common[@]}" --port 8000 --max-queued-requests 1000000 --log-level warning \
-  --api-server-count "${API_SERVERS:-1}" > "$out/server.log" 2>&1 &
+# exec: $! is the server itself (with rg, a shell function, it would be a subshell that kill leaves orphaned)
+(exec python3 -m raygrid.entrypoints.cli serve "${common[@]}" --port 8000 --max-queued-requests 1000000 \
+  --log-level warning --api-server-count "${API_SERVERS:-1}") > "$out/server.log" 2>&1 &
 server=$!
 until python3 -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:8000/health').status_code != 200)" 2>/dev/null; do sleep 1; done
 bench=(bench serve --base-url http://127.0.0.1:8000 --input-len 512 --output-len 128 --token-id-range 10 150000 --no-progress)
