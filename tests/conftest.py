@@ -58,6 +58,26 @@ def llama_dir(tmp_path_factory, tokenizer):
     return str(path)
 
 
+def tiny_qwen3_moe_config(tokenizer):
+    """8 experts, top-2, renormalized; layer 1 of 3 is dense (mlp_only_layers), the others sparse."""
+    from transformers import Qwen3MoeConfig
+
+    return Qwen3MoeConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8,
+        num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+        max_position_embeddings=2048, tie_word_embeddings=False, initializer_range=0.2,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, architectures=["Qwen3MoeForCausalLM"],
+    )
+
+
+@pytest.fixture(scope="session")
+def qwen3_moe_dir(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("ckpt") / "qwen3_moe"
+    write_random_checkpoint(path, tiny_qwen3_moe_config(tokenizer), tokenizer, seed=3)
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def model_dirs(qwen3_dir, llama_dir):
     return {"qwen3": qwen3_dir, "llama": llama_dir}

@@ -10,6 +10,7 @@ import os
 import torch
 
 from raygrid.kernels.elementwise_ref import apply_rotary_ref, rms_norm_ref, silu_and_mul_ref
+from raygrid.kernels.moe_ref import fused_moe_ref
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref
 from raygrid.kernels.sampling_ref import gumbel_argmax_ref, seeded_uniform
 
@@ -37,6 +38,15 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
         return triton_silu_and_mul(x)
     return silu_and_mul_ref(x)
+
+
+def fused_moe(hidden, w13, w2, topk_weights, topk_ids) -> torch.Tensor:
+    """Each token through its top-k experts, weighted and summed (``moe_ref.fused_moe_ref``)."""
+    if use_triton(hidden):
+        from raygrid.kernels.triton_moe import fused_moe as triton_fused_moe
+
+        return triton_fused_moe(hidden, w13, w2, topk_weights, topk_ids)
+    return fused_moe_ref(hidden, w13, w2, topk_weights, topk_ids)
 
 
 def rotary(positions, q, k, cos_cache, sin_cache):

@@ -91,10 +91,10 @@ class DecoderMLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, hf_config, qk_norm: bool) -> None:
+    def __init__(self, hf_config, qk_norm: bool, mlp: nn.Module) -> None:
         super().__init__()
         self.self_attn = DecoderAttention(hf_config, qk_norm)
-        self.mlp = DecoderMLP(hf_config)
+        self.mlp = mlp
         self.input_layernorm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps)
 
@@ -120,11 +120,15 @@ class LlamaForCausalLM(nn.Module):
         self.layer_range = stage_layers(hf_config.num_hidden_layers, pp.rank_in_group, pp.world_size)
         self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.embed_tokens = VocabParallelEmbedding(hf_config.vocab_size, hf_config.hidden_size) if self.is_first_stage else None
-        self.layers = nn.ModuleList(DecoderLayer(hf_config, self.qk_norm) for _ in self.layer_range)
+        self.layers = nn.ModuleList(DecoderLayer(hf_config, self.qk_norm, self.make_mlp(hf_config, i)) for i in self.layer_range)
         self.norm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps) if self.is_last_stage else None
         self.lm_head = None
         if self.is_last_stage and not (self.tie_word_embeddings and self.is_first_stage):
             self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
+
+    def make_mlp(self, hf_config, layer_index: int) -> nn.Module:
+        """The feed-forward block of a layer (a mixture-of-experts model picks per layer)."""
+        return DecoderMLP(hf_config)
 
     def forward(
         self,

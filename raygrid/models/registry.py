@@ -6,10 +6,12 @@ from torch import nn
 
 from raygrid.models.llama import LlamaForCausalLM
 from raygrid.models.qwen3 import Qwen3ForCausalLM
+from raygrid.models.qwen3_moe import Qwen3MoeForCausalLM
 
 MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
+    "Qwen3MoeForCausalLM": Qwen3MoeForCausalLM,
 }
 
 
