@@ -60,6 +60,16 @@ def test_parallel_greedy_matches_single_process(model_dirs, references, model, p
         assert timing[0]["max_batches_in_flight"] == 2, "pipeline stages should each have a batch"
 
 
+def test_qwen3_moe_under_tp2_matches_transformers(qwen3_moe_dir, tokenizer):
+    """Each rank holds every expert with half of each expert's intermediate dimension; the partial
+    outputs meet in one all-reduce. Greedy tokens equal transformers' own."""
+    from tests.conftest import hf_greedy
+
+    prompts = random_prompts(4, len(tokenizer), seed=23)
+    _, outputs, _ = run_distributed(qwen3_moe_dir, [{"prompt_token_ids": p} for p in prompts], tensor_parallel_size=2)
+    assert [o.outputs[0].token_ids for o in outputs] == hf_greedy(qwen3_moe_dir, prompts, GREEDY.max_tokens)
+
+
 def test_pp3_under_preemption_matches_single_process(model_dirs, tokenizer):
     """Three stages keep three batches in flight while a small pool forces preemptions, so requests are
     preempted with batches of theirs still running; outputs of such batches are dropped (the scheduler

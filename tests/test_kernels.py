@@ -15,6 +15,7 @@ from raygrid.kernels.elementwise_ref import (  # noqa: E402
     rms_norm_ref,
     silu_and_mul_ref,
 )
+from raygrid.kernels.moe_ref import fused_moe_ref, route_ref  # noqa: E402
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
 from raygrid.kernels.sampling_ref import gumbel_scores  # noqa: E402
 from raygrid.kernels.triton_attention import (  # noqa: E402
@@ -22,6 +23,7 @@ from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_prefill,
     store_kv,
 )
+from raygrid.kernels.triton_moe import align_by_expert, fused_moe  # noqa: E402
 from raygrid.kernels.triton_ops import qk_norm_rotary, rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
 from raygrid.kernels.triton_sampling import gumbel_argmax, philox_uniform  # noqa: E402
 
@@ -232,3 +234,42 @@ def test_gumbel_argmax(dtype):
     flat = torch.zeros(2, vocab, dtype=dtype, device=DEVICE)
     flat[:, [7, vocab - 5]] = 1.0
     assert gumbel_argmax(flat, torch.zeros(2, device=DEVICE), seeds[:2], **sizes).tolist() == [7, 7]
+
+
+# (experts, top-k, tokens, hidden, intermediate): real sizes on a GPU, tiny ones interpreted on CPU.
+MOE_SHAPES = [(128, 8, 300, 2048, 768), (8, 2, 1, 4096, 1792), (64, 4, 33, 1024, 512)] if ON_GPU else [
+    (8, 2, 5, 32, 16), (4, 4, 3, 24, 40), (16, 1, 9, 16, 16), (8, 2, 1, 16, 24)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", MOE_SHAPES, ids=lambda s: "E{}k{}T{}".format(*s[:3]))
+def test_fused_moe_matches_reference(shape, dtype):
+    num_experts, top_k, tokens, hidden, inter = shape
+    torch.manual_seed(0)
+    x = torch.randn(tokens, hidden, device=DEVICE, dtype=dtype)
+    w13 = (torch.randn(num_experts, 2 * inter, hidden, device=DEVICE) / hidden**0.5).to(dtype)
+    w2 = (torch.randn(num_experts, hidden, inter, device=DEVICE) / inter**0.5).to(dtype)
+    weights, ids = route_ref(torch.randn(tokens, num_experts, device=DEVICE, dtype=dtype), top_k, renormalize=True)
+    torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids), fused_moe_ref(x, w13, w2, weights, ids), **tol(dtype))
+
+
+def test_fused_moe_with_crowded_and_idle_experts():
+    """Every token routed to the same two experts (one expert's run spans several blocks), the other
+    experts idle."""
+    torch.manual_seed(1)
+    tokens, hidden, inter, num_experts = 37, 32, 16, 6
+    x = torch.randn(tokens, hidden, device=DEVICE)
+    w13, w2 = torch.randn(num_experts, 2 * inter, hidden, device=DEVICE) * 0.2, torch.randn(num_experts, hidden, inter, device=DEVICE) * 0.2
+    ids = torch.tensor([[4, 1]] * tokens, device=DEVICE)
+    weights = torch.softmax(torch.randn(tokens, 2, device=DEVICE), dim=-1)
+    torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids), fused_moe_ref(x, w13, w2, weights, ids), **tol(torch.float32))
+
+
+def test_align_by_expert_pads_each_expert_to_the_block():
+    ids = torch.tensor([[2, 0], [2, 3], [0, 2]], device=DEVICE)
+    pairs, block_expert, num_padded = align_by_expert(ids, num_experts=5, block_m=4)
+    assert num_padded.item() == 12  # experts 0, 2, 3 with 2, 3, 1 pairs: one block of 4 each
+    assert pairs.numel() == 6 + 5 * 3  # the shape depends on T, k and E only
+    rows = pairs[:12].view(3, 4).tolist()
+    assert rows == [[1, 4, 6, 6], [0, 2, 5, 6], [3, 6, 6, 6]]  # pair t*k+slot; 6 = T*k marks padding
+    assert block_expert.tolist()[:3] == [0, 2, 3] and set(block_expert.tolist()[3:]) == {5}
