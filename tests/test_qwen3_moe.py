@@ -88,3 +88,31 @@ def test_the_packed_expert_layout_loads_the_same_model(qwen3_moe_dir, case, tmp_
     save_file(packed, str(packed_dir / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ValueError, match="checkpoint lacks"):
         LLM(model=str(packed_dir), dtype="float32", device="cpu", max_model_len=256)
+
+
+def test_dummy_load_format_needs_only_the_config(qwen3_moe_dir, case, tmp_path):
+    """load_format="dummy" makes seeded random weights from config.json alone: no safetensors needed, the
+    same seed gives the same model, and it is not the checkpoint's model."""
+    config_only = tmp_path / "config_only"
+    shutil.copytree(qwen3_moe_dir, config_only, ignore=shutil.ignore_patterns("*.safetensors"))
+    prompts, from_checkpoint = case
+    _, first = greedy(str(config_only), prompts[:2], load_format="dummy")
+    _, again = greedy(str(config_only), prompts[:2], load_format="dummy")
+    assert first == again and first != from_checkpoint[:2]
+    with pytest.raises(FileNotFoundError, match="safetensors"):
+        LLM(model=str(config_only), dtype="float32", device="cpu", max_model_len=256)
+
+
+def test_the_30b_built_in_is_a_config_that_loads_dummy(tmp_path, monkeypatch):
+    """random-qwen3-30b-a3b is Qwen3-30B-A3B's shape with a tokenizer that has every id, and no weights on
+    disk; the engine arguments turn dummy loading on for it."""
+    from raygrid.engine.input_processor import build_engine_config
+    from raygrid.models.loader import load_hf_config
+
+    monkeypatch.setenv("RAYGRID_CACHE", str(tmp_path))
+    config = build_engine_config("random-qwen3-30b-a3b", device="cpu", max_model_len=4096)
+    assert config.model.load_format == "dummy"
+    hf = load_hf_config(config.model.model)
+    assert (hf.hidden_size, hf.num_hidden_layers, hf.num_attention_heads, hf.num_key_value_heads, hf.head_dim) == (2048, 48, 32, 4, 128)
+    assert (hf.num_experts, hf.num_experts_per_tok, hf.moe_intermediate_size, hf.vocab_size) == (128, 8, 768, 151936)
+    assert not list(Path(config.model.model).glob("*.safetensors"))

@@ -14,7 +14,7 @@ from raygrid.config import CacheConfig, EngineConfig, ModelConfig, ParallelConfi
 from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
-from raygrid.models.default_model import resolve_model_path
+from raygrid.models.default_model import DUMMY_BUILT_INS, resolve_model_path
 from raygrid.models.loader import load_hf_config
 
 PromptType = str | dict[str, Any]
@@ -39,6 +39,7 @@ def build_engine_config(
     max_logprobs: int = 20,
     seed: int = 0,
     enforce_eager: bool = False,
+    load_format: str = "auto",
     device: str = "auto",
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
@@ -50,8 +51,11 @@ def build_engine_config(
 ) -> EngineConfig:
     """The engine's configuration from vLLM-style keyword arguments, resolved against the checkpoint."""
     model_path = resolve_model_path(model)
+    if load_format == "auto" and model in DUMMY_BUILT_INS:
+        load_format = "dummy"  # a built-in of config and tokenizer only: its weights are made on the device
     config = EngineConfig(
-        model=ModelConfig(model=model_path, tokenizer=tokenizer, dtype=dtype, max_model_len=max_model_len, max_logprobs=max_logprobs, seed=seed, enforce_eager=enforce_eager),
+        model=ModelConfig(model=model_path, tokenizer=tokenizer, dtype=dtype, max_model_len=max_model_len, max_logprobs=max_logprobs,
+                          seed=seed, enforce_eager=enforce_eager, load_format=load_format),
         cache=CacheConfig(
             block_size=block_size,
             num_kv_blocks=num_kv_blocks,

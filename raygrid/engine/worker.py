@@ -39,7 +39,8 @@ class Worker:
         self.hf_config = load_hf_config(config.model.model)
         self.dtype = resolve_dtype(config.model.dtype, self.hf_config, self.device)
         torch.manual_seed(config.model.seed)
-        self.model = load_model(config.model.model, self.hf_config, self.dtype, self.device)
+        self.model = load_model(config.model.model, self.hf_config, self.dtype, self.device, config.model.load_format,
+                                config.model.seed)
         self.runner = ModelRunner(config, self.model, self.device, self.dtype, eos_token_ids)
         self._memory: dict[str, int] = {}
 

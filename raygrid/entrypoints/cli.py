@@ -23,6 +23,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="fix the root of the prefix-cache block hashes (replicas sharing it hash alike); default random")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
+                        help="'dummy': random weights made on the device from config.json alone (no checkpoint read)")
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
@@ -45,6 +47,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         prefix_caching_hash_seed=args.prefix_caching_hash_seed,
         seed=args.seed,
         enforce_eager=args.enforce_eager,
+        load_format=args.load_format,
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
         data_parallel_size=args.data_parallel_size,

@@ -171,6 +171,42 @@ def qwen3_0_6b_config(tokenizer):
     )
 
 
+def qwen3_30b_a3b_config(tokenizer):
+    """Qwen3-30B-A3B's architecture (hidden 2048, 48 layers, 32 heads / 4 kv heads, head_dim 128, 128 experts,
+    top-8, moe_intermediate 768, vocabulary 151936): 61 GB of bf16, so its weights are never written;
+    ``load_format="dummy"`` makes them on the device."""
+    from transformers import Qwen3MoeConfig
+
+    return Qwen3MoeConfig(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=40960,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.02, dtype="bfloat16",
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, architectures=["Qwen3MoeForCausalLM"],
+    )
+
+
+def write_config_only(path: Path, hf_config, tokenizer) -> None:
+    """config.json and the tokenizer, no weights (for ``load_format="dummy"``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    try:
+        hf_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def build_moe_bench_model(path: Path) -> None:
+    tokenizer = build_tokenizer(vocab_size=151936)
+    write_config_only(path, qwen3_30b_a3b_config(tokenizer), tokenizer)
+
+
 def build_default_model(path: Path) -> None:
     tokenizer = build_tokenizer()
     write_random_checkpoint(path, tiny_qwen3_config(tokenizer), tokenizer, seed=0)
@@ -183,4 +219,8 @@ def build_bench_model(path: Path) -> None:
     write_random_checkpoint(path, qwen3_0_6b_config(tokenizer), tokenizer, seed=0, dtype=torch.bfloat16)
 
 
-BUILT_IN_MODELS = {DEFAULT_MODEL_NAME: build_default_model, BENCH_MODEL_NAME: build_bench_model}
+MOE_BENCH_MODEL_NAME = "random-qwen3-30b-a3b"
+BUILT_IN_MODELS = {DEFAULT_MODEL_NAME: build_default_model, BENCH_MODEL_NAME: build_bench_model,
+                   MOE_BENCH_MODEL_NAME: build_moe_bench_model}
+# Built-ins with no weights on disk: they load with load_format="dummy".
+DUMMY_BUILT_INS = frozenset({MOE_BENCH_MODEL_NAME})
