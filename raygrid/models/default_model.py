@@ -106,22 +106,38 @@ def _fill_vocabulary(bpe: dict, vocab_size: int) -> None:
 
 
 def write_random_checkpoint(path: Path, hf_config, tokenizer, seed: int = 0, dtype=None, max_shard_size: str | None = None) -> None:
-    """Save a randomly initialised transformers model of ``hf_config`` with ``tokenizer`` into ``path``.
-
-    Written into a temporary directory first and renamed, so a half-written checkpoint is never seen."""
+    """Save a randomly initialised transformers model of ``hf_config`` with ``tokenizer`` into ``path``."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
-    try:
+    def write(tmp: Path) -> None:
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(hf_config)
         if dtype is not None:
             model = model.to(dtype)
         model.save_pretrained(tmp, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
         tokenizer.save_pretrained(tmp)
+
+    _write_atomically(Path(path), write)
+
+
+def write_config_only(path: Path, hf_config, tokenizer) -> None:
+    """config.json and the tokenizer, no weights (for ``load_format="dummy"``)."""
+
+    def write(tmp: Path) -> None:
+        hf_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    _write_atomically(Path(path), write)
+
+
+def _write_atomically(path: Path, write) -> None:
+    """``write`` into a temporary directory beside ``path``, then rename it: a half-written checkpoint is
+    never seen."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    try:
+        write(tmp)
         if path.exists():
             shutil.rmtree(path)
         tmp.rename(path)
@@ -184,22 +200,6 @@ def qwen3_30b_a3b_config(tokenizer):
         rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.02, dtype="bfloat16",
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, architectures=["Qwen3MoeForCausalLM"],
     )
-
-
-def write_config_only(path: Path, hf_config, tokenizer) -> None:
-    """config.json and the tokenizer, no weights (for ``load_format="dummy"``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
-    try:
-        hf_config.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if path.exists():
-            shutil.rmtree(path)
-        tmp.rename(path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
 
 
 def build_moe_bench_model(path: Path) -> None:
