@@ -273,3 +273,26 @@ def test_align_by_expert_pads_each_expert_to_the_block():
     rows = pairs[:12].view(3, 4).tolist()
     assert rows == [[1, 4, 6, 6], [0, 2, 5, 6], [3, 6, 6, 6]]  # pair t*k+slot; 6 = T*k marks padding
     assert block_expert.tolist()[:3] == [0, 2, 3] and set(block_expert.tolist()[3:]) == {5}
+
+
+@pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU: run on the device machine")
+def test_fused_moe_replays_in_a_cuda_graph_with_new_routing():
+    """Captured once, replayed with other hidden states and other routing: the shapes depend on the batch only."""
+    torch.manual_seed(2)
+    tokens, hidden, inter, num_experts, top_k = 64, 1024, 512, 32, 4
+    w13 = (torch.randn(num_experts, 2 * inter, hidden, device=DEVICE) / hidden**0.5).bfloat16()
+    w2 = (torch.randn(num_experts, hidden, inter, device=DEVICE) / inter**0.5).bfloat16()
+    x = torch.randn(tokens, hidden, device=DEVICE, dtype=torch.bfloat16)
+    logits = torch.randn(tokens, num_experts, device=DEVICE, dtype=torch.bfloat16)
+    for _ in range(2):  # warm up (compile) outside the graph
+        fused_moe(x, w13, w2, *route_ref(logits, top_k, True))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused_moe(x, w13, w2, *route_ref(logits, top_k, True))
+    for seed in range(3):
+        torch.manual_seed(10 + seed)
+        x.copy_(torch.randn_like(x))
+        logits.copy_(torch.randn_like(logits) * (seed + 1))
+        graph.replay()
+        torch.testing.assert_close(out, fused_moe_ref(x, w13, w2, *route_ref(logits, top_k, True)), **tol(torch.bfloat16))
