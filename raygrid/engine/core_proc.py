@@ -139,18 +139,19 @@ def _serve(config: EngineConfig, eos_token_ids: frozenset[int], inbox, outboxes:
                 for out in core.step():
                     client = owner.pop(out.req_id, 0) if out.finished else owner.get(out.req_id, 0)
                     by_client[client].append(out)
-                # Every client hears of every step, with or without outputs of its own: its gauges stay current.
-                for outbox, outputs in zip(outboxes, by_client):
-                    _send(outbox, ("outputs", _encode_outputs(outputs), *_status(core)), parent_pid)
+                _publish(core, outboxes, by_client, parent_pid)
             elif busy:  # the last requests were aborted: the counters went back to idle
-                for outbox in outboxes:
-                    _send(outbox, ("outputs", _encode_outputs([]), *_status(core)), parent_pid)
+                _publish(core, outboxes, [[] for _ in outboxes], parent_pid)
     finally:
         core.shutdown()
 
 
-def _status(core) -> tuple:
-    return core.stats(), core.step_timing(), core.healthy
+def _publish(core, outboxes: list, by_client: list[list[EngineCoreOutput]], parent_pid: int) -> None:
+    """One message a client for this step. Every client hears of every step, with or without outputs of its
+    own, so its gauges stay current; the counters are read once for all of them."""
+    status = (core.stats(), core.step_timing(), core.healthy)
+    for outbox, outputs in zip(outboxes, by_client):
+        _send(outbox, ("outputs", _encode_outputs(outputs), *status), parent_pid)
 
 
 class EngineProc:

@@ -95,8 +95,6 @@ class IncrementalDetokenizer:
         if self.lazy or not self.enabled:
             self._ids.extend(new_token_ids)
             self.token_ids.extend(new_token_ids)
-            if self._stream is None:
-                self._num_decoded = len(self._ids)  # flush() decodes them in one call
             return None
         for token_id in new_token_ids:
             delta = self.decode_token(token_id)

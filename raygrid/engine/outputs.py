@@ -131,13 +131,14 @@ class RequestOutput:
             if old is None:
                 old = mine[new.index] = CompletionOutput(new.index, "", [], None, [] if new.logprobs is not None else None)
                 self.outputs.append(old)
+                self.outputs.sort(key=lambda c: c.index)
+            # Each delta's lists are its own (slices made for it by the output processor): extended in place.
             old.text += new.text
-            old.token_ids = old.token_ids + new.token_ids  # the first delta's list may be shared with its sender
+            old.token_ids.extend(new.token_ids)
             if new.logprobs is not None:
-                old.logprobs = (old.logprobs or []) + new.logprobs
+                old.logprobs.extend(new.logprobs)
             old.cumulative_logprob = new.cumulative_logprob
             old.finish_reason, old.stop_reason = new.finish_reason, new.stop_reason
-        self.outputs.sort(key=lambda c: c.index)
         self.finished = later.finished
         self.num_cached_tokens = max(self.num_cached_tokens, later.num_cached_tokens)
         self.error = later.error or self.error

@@ -157,16 +157,21 @@ class LlamaForCausalLM(nn.Module):
 
     # ------------------------------------------------------------------ checkpoint loading
 
-    def _our_name(self, hf_name: str) -> tuple[str | None, object]:
-        """Our parameter for a checkpoint tensor (None: not on this rank), and the shard id."""
+    def _local_name(self, hf_name: str) -> str | None:
+        """The checkpoint name without "model.", its layer index made this stage's (None: another stage's layer)."""
         name = hf_name.removeprefix("model.")
-        if "rotary_emb.inv_freq" in name:
-            return None, None
         if name.startswith("layers."):
             index = int(name.split(".")[1])
             if index not in self.layer_range:
-                return None, None
+                return None
             name = f"layers.{index - self.layer_range.start}." + name.split(".", 2)[2]
+        return name
+
+    def _our_name(self, hf_name: str) -> tuple[str | None, object]:
+        """Our parameter for a checkpoint tensor (None: not on this rank), and the shard id."""
+        name = self._local_name(hf_name)
+        if name is None or "rotary_emb.inv_freq" in name:
+            return None, None
         if (name == "lm_head.weight" and self.lm_head is None) or (name.startswith("norm.") and self.norm is None):
             return None, None  # belongs to another pipeline stage (or is tied)
         if name == "embed_tokens.weight" and self.embed_tokens is None:

@@ -29,12 +29,9 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
         per_expert, packed = _PER_EXPERT.search(hf_name), _PACKED.search(hf_name)
         if per_expert is None and packed is None:
             return super()._our_name(hf_name)
-        # Map the layer index as the base class does, through a stand-in name with the same prefix.
-        prefix = hf_name[: (per_expert or packed).start()]
-        layer_name, _ = super()._our_name(prefix + ".mlp.gate.weight")
-        if layer_name is None:
+        experts = self._local_name(hf_name[: (per_expert or packed).start()] + ".mlp.experts")
+        if experts is None:
             return None, None  # another pipeline stage's layer
-        experts = layer_name.removesuffix(".gate.weight") + ".experts"
         if per_expert is not None:
             expert, part = int(per_expert.group(1)), per_expert.group(2)
             return f"{experts}.{'w2' if part == 'down' else 'w13'}", (expert, part)
