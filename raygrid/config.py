@@ -62,6 +62,10 @@ class ParallelConfig(_Strict):
     distributed_executor_backend: Literal["inprocess", "ray"] | None = None
     ray_address: str | None = Field(default=None, description="Ray cluster to join ('auto'); default: start a local one")
     ray_worker_cpus: float = Field(default=1.0, gt=0.0, description="CPUs a worker actor reserves")
+    compiled_graph: bool | None = Field(
+        default=None,
+        description="on Ray: send each step to the workers through a Ray Compiled Graph (default: when the workers have GPUs)",
+    )
     step_timeout_s: float = Field(
         default=300.0, gt=0.0,
         description="on Ray: a step whose workers make no progress for this long fails its replica (loading is exempt)",
@@ -119,13 +123,17 @@ class EngineConfig(_Strict):
         if budget is None:
             budget = 8192 if self.scheduler.enable_chunked_prefill else max(8192, max_len)
         async_scheduling = self.scheduler.async_scheduling
+        staged = self.parallel.pipeline_parallel_size > 1
         if async_scheduling is None:
             import torch
 
             on_gpu = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
-            async_scheduling = on_gpu and self.parallel.distributed_executor_backend == "inprocess"
-        elif async_scheduling and self.parallel.distributed_executor_backend != "inprocess":
-            raise ValueError("async_scheduling needs the in-process executor (one device)")
+            async_scheduling = on_gpu and not staged
+        elif async_scheduling and staged:
+            raise ValueError(
+                f"async_scheduling needs pipeline_parallel_size 1 (got {self.parallel.pipeline_parallel_size}): "
+                "pipeline stages already keep one batch in flight each"
+            )
         return EngineConfig(
             model=self.model.model_copy(update={"max_model_len": max_len}),
             cache=self.cache,

@@ -1,5 +1,7 @@
 """Distributed execution on a real local Ray cluster with gloo process groups (CPU): tensor, pipeline
-and data parallelism give the same greedy tokens as one process; a killed worker fails fast."""
+and data parallelism give the same greedy tokens as one process, and the same outputs for every sampling
+parameter with and without the compiled graph and async scheduling; a killed or hung worker fails its
+replica fast on both step transports."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import ray
 
 from raygrid import LLM, SamplingParams
 from tests.conftest import random_prompts
+from tests.test_execution_modes import params_per_prompt
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 
@@ -58,6 +61,53 @@ def test_parallel_greedy_matches_single_process(model_dirs, references, model, p
     assert all(o.error is None for o in outputs)
     if parallel.get("pipeline_parallel_size", 1) > 1:
         assert timing[0]["max_batches_in_flight"] == 2, "pipeline stages should each have a batch"
+
+
+def outputs_agree(got, expected, logprob_tol: float = 1e-4) -> None:
+    """Same tokens, finish and stop reasons; the same top logprob tokens, values within ``logprob_tol`` (the
+    ranks' partial sums meet in a different order than one process adds them)."""
+    for g, e in zip(got, expected, strict=True):
+        for gc_, ec in zip(g.outputs, e.outputs, strict=True):
+            assert (gc_.token_ids, gc_.finish_reason, gc_.stop_reason) == (ec.token_ids, ec.finish_reason, ec.stop_reason)
+            assert (gc_.logprobs is None) == (ec.logprobs is None)
+            for gs, es in zip(gc_.logprobs or [], ec.logprobs or [], strict=True):
+                assert gs.keys() == es.keys()
+                assert all(abs(gs[t].logprob - es[t].logprob) < logprob_tol for t in gs)
+
+
+def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(model_dirs, tokenizer):
+    """Penalties, min_tokens, stop tokens, seeded top-k/top-p/min-p sampling, n=2 and logprobs, one request
+    each, under TP=2 through the compiled graph with async scheduling (the GPU default), TP=2 through plain
+    actor calls, and PP=2 through the compiled graph: each gives what one process gives. (Requests finish
+    together here, which once left the ranks' batches in different row orders: each worker iterated the
+    finished ids as a set, in its own process's hash order.)"""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(10, len(tokenizer), seed=31)]
+    path = model_dirs["qwen3"]
+    single = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64)
+    stop = single.generate(prompts[3], SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids[2]
+    params = params_per_prompt(stop)
+    expected = single.generate(prompts, params, use_tqdm=False)
+    single.shutdown()
+    modes = {
+        "tp2-compiled-async": dict(tensor_parallel_size=2, compiled_graph=True, async_scheduling=True),
+        "tp2-actor-calls": dict(tensor_parallel_size=2, compiled_graph=False),
+        "pp2-compiled": dict(pipeline_parallel_size=2, compiled_graph=True),
+    }
+    for name, mode in modes.items():
+        llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64, **mode)
+        try:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+            in_flight = llm.engine.step_timing()[0]["max_batches_in_flight"]
+        finally:
+            llm.shutdown()
+        assert all(o.error is None for o in outputs), name
+        outputs_agree(outputs, expected)
+        assert in_flight == (1 if name == "tp2-actor-calls" else 2), f"{name}: {in_flight} batches in flight"
+
+
+def test_async_scheduling_with_pipeline_stages_is_a_clear_error(model_dirs):
+    with pytest.raises(ValueError, match=r"async_scheduling needs pipeline_parallel_size 1 \(got 2\)"):
+        LLM(model=model_dirs["qwen3"], device="cpu", max_model_len=256, pipeline_parallel_size=2, async_scheduling=True)
 
 
 def test_qwen3_moe_under_tp2_matches_transformers(qwen3_moe_dir, tokenizer):
@@ -119,8 +169,10 @@ def placement_groups_alive() -> int:
 FILL_THE_CLUSTER = dict(tensor_parallel_size=2, ray_worker_cpus=8)
 
 
-def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, tokenizer):
-    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, **FILL_THE_CLUSTER)
+@pytest.mark.parametrize("compiled_graph", [False, True], ids=["actor-calls", "compiled-graph"])
+def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, tokenizer, compiled_graph):
+    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, compiled_graph=compiled_graph,
+              **FILL_THE_CLUSTER)
     try:
         pid = worker_pid(llm, 0, 1)
         prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=3)]
@@ -132,6 +184,7 @@ def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, t
         killer.join()
         assert elapsed < 60, f"generate took {elapsed:.1f}s after the worker died"
         assert all(o.error and "failed" in o.error for o in outputs)
+        assert all("rank 1" in o.error for o in outputs), outputs[0].error
         assert all(len(o.outputs[0].token_ids) < 900 for o in outputs)
         assert llm.engine.healthy == [False]
         # Later requests are refused with an error rather than hanging.
@@ -164,16 +217,19 @@ def test_del_llm_releases_everything_on_ray(model_dirs):
                 ray.get_actor(name)
 
 
-def test_hung_worker_fails_its_replica_within_the_deadline_while_the_other_serves(model_dirs, tokenizer):
-    """SIGSTOP one worker (a real hang): its replica's requests fail within step_timeout_s, naming the rank,
-    and the other data-parallel replica keeps serving meanwhile."""
+@pytest.mark.parametrize("compiled_graph", [False, True], ids=["actor-calls", "compiled-graph"])
+def test_hung_worker_fails_its_replica_within_the_deadline_while_the_other_serves(model_dirs, tokenizer, compiled_graph):
+    """SIGSTOP one worker (a real hang) while its replica has requests: they fail within step_timeout_s,
+    naming the rank, and the other data-parallel replica keeps serving meanwhile."""
     llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, data_parallel_size=2,
-              step_timeout_s=3.0)
+              step_timeout_s=3.0, compiled_graph=compiled_graph)
     pid = worker_pid(llm, 0, 0)
     try:
         prompts = [{"prompt_token_ids": p} for p in random_prompts(8, len(tokenizer), seed=4)]
         params = SamplingParams(max_tokens=120, ignore_eos=True, temperature=0)
-        threading.Timer(1.0, lambda: os.kill(pid, signal.SIGSTOP)).start()
+        # The replica's first step starts at once, so the worker is stopped before it; a timer would race
+        # with a replica that finishes the whole batch in under a second.
+        os.kill(pid, signal.SIGSTOP)
         start = time.monotonic()
         outputs = llm.generate(prompts, params, use_tqdm=False)
         elapsed = time.monotonic() - start

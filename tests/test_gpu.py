@@ -116,3 +116,36 @@ def test_kv_sizing_counts_sampling_and_graphs(model_dirs):
         assert report["cuda_graph_bytes"] <= report["profiled_cuda_graph_bytes"] * 1.1 + 2**20, report
     finally:
         llm.shutdown()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_gpu_layouts_equal_one_gpu_for_every_sampling_parameter(model_dirs, tokenizer):
+    """TP=2 with its GPU defaults (CUDA graphs holding the all-reduces, async scheduling, the compiled
+    graph), TP=2 eager and synchronous, and PP=2 with graphs give what one GPU gives, eager and synchronous,
+    for every sampling feature; float32, so that the layouts' different sum orders stay far below the
+    tokens' margins. Each worker sees both GPUs and reaches the other as a peer (what NCCL's NVLink path needs)."""
+    from tests.test_distributed import outputs_agree
+    from tests.test_execution_modes import params_per_prompt
+
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(10, len(tokenizer), seed=36)]
+    common = dict(model=model_dirs["qwen3"], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32")
+    plain = LLM(**common, enforce_eager=True, async_scheduling=False)
+    try:
+        params = params_per_prompt(plain.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2])
+        expected = plain.generate(prompts, params, use_tqdm=False)
+    finally:
+        plain.shutdown()
+    for mode in (dict(tensor_parallel_size=2), dict(tensor_parallel_size=2, enforce_eager=True, async_scheduling=False),
+                 dict(pipeline_parallel_size=2)):
+        llm = LLM(**common, **mode)
+        try:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+            devices = llm.engine.collective_rpc("device_report")[0]
+            timing = llm.engine.step_timing()[0]
+        finally:
+            llm.shutdown()
+        assert all(o.error is None for o in outputs), mode
+        outputs_agree(outputs, expected, logprob_tol=1e-3)
+        assert sorted(d["device"] for d in devices) == ["cuda:0", "cuda:1"], devices
+        assert all(d["visible_devices"] == 2 and len(d["peer_access"]) == 1 for d in devices), devices
+        assert timing["max_batches_in_flight"] == (1 if mode.get("async_scheduling") is False else 2), (mode, timing)

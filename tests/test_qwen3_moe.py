@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from raygrid import LLM, SamplingParams
 from tests.conftest import hf_greedy, random_prompts
@@ -103,16 +103,23 @@ def test_dummy_load_format_needs_only_the_config(qwen3_moe_dir, case, tmp_path):
         LLM(model=str(config_only), dtype="float32", device="cpu", max_model_len=256)
 
 
-def test_the_30b_built_in_is_a_config_that_loads_dummy(tmp_path, monkeypatch):
-    """random-qwen3-30b-a3b is Qwen3-30B-A3B's shape with a tokenizer that has every id, and no weights on
-    disk; the engine arguments turn dummy loading on for it."""
+def test_the_big_built_ins_are_configs_that_load_dummy(tmp_path, monkeypatch):
+    """random-qwen3-30b-a3b (Qwen3-30B-A3B's shape) and random-llama3-8b (Llama-3-8B's) are a config and a
+    tokenizer that has every id, with no weights on disk; the engine arguments turn dummy loading on for them."""
     from raygrid.engine.input_processor import build_engine_config
     from raygrid.models.loader import load_hf_config
 
     monkeypatch.setenv("RAYGRID_CACHE", str(tmp_path))
-    config = build_engine_config("random-qwen3-30b-a3b", device="cpu", max_model_len=4096)
-    assert config.model.load_format == "dummy"
-    hf = load_hf_config(config.model.model)
-    assert (hf.hidden_size, hf.num_hidden_layers, hf.num_attention_heads, hf.num_key_value_heads, hf.head_dim) == (2048, 48, 32, 4, 128)
+    shapes = {}
+    for name in ("random-qwen3-30b-a3b", "random-llama3-8b"):
+        config = build_engine_config(name, device="cpu", max_model_len=4096)
+        assert config.model.load_format == "dummy"
+        assert not list(Path(config.model.model).glob("*.safetensors"))
+        hf = load_hf_config(config.model.model)
+        shapes[name] = (hf.architectures[0], hf.hidden_size, hf.num_hidden_layers, hf.num_attention_heads, hf.num_key_value_heads,
+                        hf.head_dim, hf.intermediate_size, hf.vocab_size, hf.tie_word_embeddings)
+        assert len(AutoTokenizer.from_pretrained(config.model.model)) == hf.vocab_size
+    assert shapes["random-llama3-8b"] == ("LlamaForCausalLM", 4096, 32, 32, 8, 128, 14336, 128256, False)
+    assert shapes["random-qwen3-30b-a3b"][:6] == ("Qwen3MoeForCausalLM", 2048, 48, 32, 4, 128)
+    hf = load_hf_config(build_engine_config("random-qwen3-30b-a3b", device="cpu", max_model_len=4096).model.model)
     assert (hf.num_experts, hf.num_experts_per_tok, hf.moe_intermediate_size, hf.vocab_size) == (128, 8, 768, 151936)
-    assert not list(Path(config.model.model).glob("*.safetensors"))

@@ -236,7 +236,7 @@ def test_stop_conditions_and_finished_ids_reach_the_workers():
     out = sched.schedule()
     (core_out,) = sample_all(sched, out, token=0)  # 0 is the EOS id
     assert core_out.finish_reason == "stop" and core_out.new_token_ids == [0]
-    assert sched.schedule().finished_req_ids == {"eos"}
+    assert sched.schedule().finished_req_ids == ["eos"]
 
     sched.add_request(make_request("len", 3, max_tokens=2))
     results = []
@@ -256,7 +256,7 @@ def test_abort_frees_blocks_of_running_and_waiting_requests():
     sched.abort_requests(["a", "b"])
     assert not sched.has_unfinished_requests()
     assert sched.kv.num_free_blocks == 63
-    assert sched.schedule().finished_req_ids == {"a", "b"}
+    assert sched.schedule().finished_req_ids == ["a", "b"]  # in the order they ended: every rank removes them in that order
 
 
 def test_a_result_for_a_request_preempted_while_in_flight_is_recomputed():

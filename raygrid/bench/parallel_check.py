@@ -1,7 +1,9 @@
 """`raygrid bench parallel`: the same greedy requests under several TP x PP layouts; checks that each
 layout matches the first (tokens, and the logprobs of the first output position), and times them.
 
-    raygrid bench parallel --model random-qwen3-0.6b --layouts 1x1 2x1 1x2 --num-prompts 32 --max-tokens 32
+    raygrid bench parallel --model random-qwen3-0.6b --layouts 1x1 2x1 1x2 2x1:eager --num-prompts 32 --max-tokens 32
+
+A layout is TPxPP, with ``:eager`` for no CUDA graphs (so graphs and eager compare under the same layout).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from raygrid.bench.throughput import device_name, make_workload
 
 
 def add_parallel_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--layouts", nargs="+", default=["1x1", "2x1", "1x2"], help="TPxPP, e.g. 2x1 for TP=2")
+    parser.add_argument("--layouts", nargs="+", default=["1x1", "2x1", "1x2"], help="TPxPP[:eager], e.g. 2x1 for TP=2")
     parser.add_argument("--num-prompts", type=int, default=32)
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=32)
@@ -24,11 +26,22 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-json", default=None)
 
 
-def run_layout(engine_kwargs: dict, tp: int, pp: int, prompts, max_tokens: int, logprobs: int) -> dict:
+def parse_layout(layout: str) -> tuple[int, int, bool]:
+    """'2x1' -> (tp 2, pp 1, graphs allowed); '2x1:eager' -> (2, 1, eager)."""
+    shape, _, mode = layout.partition(":")
+    if mode not in ("", "eager"):
+        raise ValueError(f"layout {layout!r}: the only mode is ':eager'")
+    tp, pp = (int(x) for x in shape.split("x"))
+    return tp, pp, mode == "eager"
+
+
+def run_layout(engine_kwargs: dict, layout: str, prompts, max_tokens: int, logprobs: int) -> dict:
     from raygrid import LLM, SamplingParams
 
+    tp, pp, eager = parse_layout(layout)
     backend = "ray" if tp * pp > 1 else "inprocess"
-    llm = LLM(**engine_kwargs, tensor_parallel_size=tp, pipeline_parallel_size=pp, distributed_executor_backend=backend)
+    kwargs = dict(engine_kwargs, enforce_eager=True) if eager else engine_kwargs
+    llm = LLM(**kwargs, tensor_parallel_size=tp, pipeline_parallel_size=pp, distributed_executor_backend=backend)
     try:
         params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs, detokenize=False)
         llm.generate([{"prompt_token_ids": p[:8]} for p in prompts[:2]], params, use_tqdm=False)  # warm up
@@ -41,10 +54,20 @@ def run_layout(engine_kwargs: dict, tp: int, pp: int, prompts, max_tokens: int, 
             "first_logprobs": [{t: lp.logprob for t, lp in o.outputs[0].logprobs[0].items()} for o in outputs],
             "elapsed_s": elapsed,
             "step_timing": [timing_since(before, llm.engine.step_timing()[0])],
+            "devices": worker_reports(llm, "device_report"),
         }
     finally:
         llm.shutdown()
         del llm
+
+
+def worker_reports(llm, method: str) -> list:
+    """``method`` of every worker (Ray: of each replica's workers, in rank order)."""
+    from raygrid.engine.core import EngineCore
+
+    if isinstance(llm.engine, EngineCore):
+        return [llm.engine.executor.collective_rpc(method)]
+    return llm.engine.collective_rpc(method)
 
 
 def timing_since(before: dict, after: dict) -> dict:
@@ -83,8 +106,7 @@ def run_parallel_check(args: argparse.Namespace, engine_kwargs: dict) -> dict:
     prompts, _ = make_workload(args.num_prompts, args.input_len, args.max_tokens, None, args.seed, load_hf_config(model_path).vocab_size)
     results = {}
     for layout in args.layouts:
-        tp, pp = (int(x) for x in layout.split("x"))
-        results[layout] = run_layout(engine_kwargs, tp, pp, prompts, args.max_tokens, args.logprobs)
+        results[layout] = run_layout(engine_kwargs, layout, prompts, args.max_tokens, args.logprobs)
         timing = results[layout]["step_timing"][0]
         print(f"{layout}: {results[layout]['elapsed_s']:.2f} s, {timing['num_steps']} steps, engine step {timing['engine_step_s'] * 1e3:.2f} ms, "
               f"worker execute {timing['worker_execute_s'] * 1e3:.2f} ms", flush=True)
@@ -94,7 +116,7 @@ def run_parallel_check(args: argparse.Namespace, engine_kwargs: dict) -> dict:
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["raygrid"] + sys.argv[1:]),
-        "layouts": {k: {"elapsed_s": v["elapsed_s"], "step_timing": v["step_timing"]} for k, v in results.items()},
+        "layouts": {k: {"elapsed_s": v["elapsed_s"], "step_timing": v["step_timing"], "devices": v["devices"]} for k, v in results.items()},
         "against_" + reference: {k: compare(results[reference], v) for k, v in results.items() if k != reference},
     }
     for layout, comparison in report["against_" + reference].items():

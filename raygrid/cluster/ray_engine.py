@@ -3,8 +3,9 @@
 Each data-parallel replica is a DriverActor with its own workers (TP x PP) in placement groups that this
 client reserves and therefore releases: on shutdown, when the client is garbage-collected or the
 interpreter exits, and when the replica fails. New requests go to the replica with the fewest unfinished
-requests. Replicas step independently: each has at most one step call in flight, carrying the requests
-and aborts that arrived since its last one, and ``step()`` returns the outputs of whichever replicas
+requests. Replicas step independently, each on its own loop: the front end keeps at most one exchange
+call in flight per replica, carrying the requests and aborts that arrived since the last one and bringing
+back the outputs the replica produced meanwhile, and ``step()`` returns the outputs of whichever replicas
 answer first, so a slow or hung replica never delays the others. A replica whose worker dies or hangs
 (its driver's step deadline) fails its in-flight requests with an error and is taken out of rotation.
 """
@@ -113,7 +114,7 @@ class RayEngineClient:
         answer produced (waiting at most a moment, so that new requests reach idle replicas soon)."""
         for replica in self.replicas:
             if replica.healthy and replica.step_ref is None and (replica.load or replica.adds or replica.aborts):
-                replica.step_ref = replica.driver.step.remote(replica.adds, replica.aborts)
+                replica.step_ref = replica.driver.exchange.remote(replica.adds, replica.aborts)
                 replica.step_started = time.monotonic()
                 replica.adds, replica.aborts = [], []
         in_flight = {r.step_ref: r for r in self.replicas if r.step_ref is not None}
@@ -126,7 +127,7 @@ class RayEngineClient:
         now = time.monotonic()
         for replica in in_flight.values():
             if replica.step_ref not in done and now - replica.step_started > self.driver_timeout_s:
-                error = TimeoutError(f"its driver did not answer a step for {self.driver_timeout_s:g} s (2 x step_timeout_s)")
+                error = TimeoutError(f"its driver did not answer for {self.driver_timeout_s:g} s (2 x step_timeout_s)")
                 outputs.extend(self._fail_replica(replica, error))
         for ref in done:
             replica = in_flight[ref]
@@ -145,7 +146,8 @@ class RayEngineClient:
     def _fail_replica(self, replica: _Replica, error: Exception) -> list[EngineCoreOutput]:
         index = self.replicas.index(replica)
         logger.error("engine replica %d failed: %s", index, error)
-        cause = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+        error = getattr(error, "cause", None) or error  # what the driver raised, not Ray's wrapping of it
+        cause = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
         message = f"engine replica {index} failed and is out of service: {cause}"
         failed = [rid for rid, owner in self._owner.items() if owner is replica]
         for rid in failed:
@@ -166,6 +168,10 @@ class RayEngineClient:
 
     def step_timing(self) -> list[dict[str, float]]:
         return [timing for _, timing in self._live_calls(lambda d: d.step_timing.remote())]
+
+    def collective_rpc(self, method: str, args: tuple = ()) -> list[list]:
+        """Per healthy replica, ``method`` on each of its workers, in rank order (run between steps)."""
+        return [results for _, results in self._live_calls(lambda d: d.collective_rpc.remote(method, args))]
 
     def worker_names(self, replica: int = 0) -> list[str]:
         return ray.get(self.replicas[replica].driver.worker_names.remote())

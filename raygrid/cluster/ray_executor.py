@@ -1,19 +1,26 @@
-"""RayExecutor: the workers of one replica as Ray actors, reached by collective RPC.
+"""RayExecutor: the workers of one replica as Ray actors.
 
-Each step's SchedulerOutput is put into the object store once and every worker reads the same
-object. Only the output rank (first TP rank of the last pipeline stage) returns what the scheduler
-needs, but every worker's result is awaited: a dead or failing worker fails the step at once
-instead of leaving its peers waiting in a collective.
+Each step's SchedulerOutput reaches the workers one of two ways:
+- a Ray Compiled Graph (the default on GPUs): one input node read by every worker's ``execute_model``,
+  compiled once after start-up, so that each step moves over channels Ray set up ahead (shared memory
+  between actors of a node) with no task submission or object-store round trip. Its readers wait by
+  spinning, a core each, which a worker with a GPU and a core of its own can afford;
+- ordinary actor calls (the default on CPU, where spinning readers would take the cores the model runs on):
+  the SchedulerOutput is put into the object store once and every worker reads the same object.
+Only the output rank (first TP rank of the last pipeline stage) returns what the scheduler needs, but every
+worker's result is awaited: a dead or failing worker fails the step at once instead of leaving its peers
+waiting in a collective, and a step that makes no progress for ``step_timeout_s`` fails the replica.
+Other calls (loading, KV sizing, resets) go to every worker as ordinary actor calls: ``collective_rpc``.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import ray
+from ray.dag import InputNode, MultiOutputNode
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raygrid.cluster.worker_actor import WorkerActor
@@ -23,6 +30,8 @@ from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.placement.placement import WorkerSlot, uses_gpu
 
 logger = logging.getLogger(__name__)
+
+_PING_TIMEOUT_S = 2.0  # a worker that cannot answer a ping this long after a missed deadline is the hung one
 
 
 class WorkerFailedError(ReplicaLostError):
@@ -64,19 +73,29 @@ class RayExecutor(Executor):
                 num_gpus=1 if self.use_gpu else 0,
                 num_cpus=parallel.ray_worker_cpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(slot.placement_group, placement_group_bundle_index=slot.bundle_index),
+                # Every GPU of the node stays visible, so NCCL can use NVLink between the replica's GPUs.
+                runtime_env={"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}} if self.use_gpu else None,
             ).remote(config, eos_token_ids, slot.rank)
             for slot, name in zip(self.slots, self.names)
         ]
         ip, port = ray.get(self.workers[0].address.remote())
         gather([w.init_worker.remote(f"tcp://{ip}:{port}") for w in self.workers], "loading the model")
         self.output_rank = self.grid.rank_of(pp=self.grid.pp - 1, tp=0)
-        # Threads that wait for the batches in flight (one per pipeline stage).
-        self._waiters = ThreadPoolExecutor(max_workers=self.grid.pp, thread_name_prefix="raygrid-step")
+        self.async_scheduling = bool(config.scheduler.async_scheduling)
+        self._actor_ranks = {w._actor_id.hex(): rank for rank, w in enumerate(self.workers)}
+        self._pid_ranks = {pid: rank for rank, pid in enumerate(ray.get([w.pid.remote() for w in self.workers]))}
+        self._dag = None
+        compiled = parallel.compiled_graph if parallel.compiled_graph is not None else self.use_gpu
+        if compiled:
+            with InputNode() as scheduler_output:
+                dag = MultiOutputNode([w.execute_model.bind(scheduler_output) for w in self.workers])
+            self._dag = dag.experimental_compile(_submit_timeout=self.step_timeout_s, _max_inflight_executions=self.max_concurrent_batches)
 
     @property
     def max_concurrent_batches(self) -> int:
-        # With pipeline stages, keep one batch in flight per stage so none of them idles.
-        return self.grid.pp
+        # Pipeline stages keep one batch in flight each so none of them idles; async scheduling sends the next
+        # step while one runs (the workers queue it, and take the tokens it needs from the step before).
+        return 2 if self.async_scheduling else self.grid.pp
 
     def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
         refs = [w.execute_method.remote(method, *args, **(kwargs or {})) for w in self.workers]
@@ -85,21 +104,61 @@ class RayExecutor(Executor):
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         return self.execute_model_async(scheduler_output).result()
 
-    def execute_model_async(self, scheduler_output: SchedulerOutput) -> Future:
-        shared = ray.put(scheduler_output)  # once, read by every worker
-        refs = [w.execute_model.remote(shared) for w in self.workers]
-        return self._waiters.submit(lambda: gather(refs, "execute_model", self.step_timeout_s)[self.output_rank])
+    def execute_model_async(self, scheduler_output: SchedulerOutput) -> "_StepInFlight":
+        if self._dag is None:
+            shared = ray.put(scheduler_output)  # once, read by every worker
+            refs = [w.execute_model.remote(shared) for w in self.workers]
+            return _StepInFlight(lambda: gather(refs, "execute_model", self.step_timeout_s)[self.output_rank])
+        try:
+            ref = self._dag.execute(scheduler_output)
+        except ray.exceptions.RayError as error:
+            raise self._failure(error) from error
+        return _StepInFlight(lambda: self._dag_result(ref))
+
+    def _dag_result(self, ref) -> ModelRunnerOutput:
+        try:
+            return ray.get(ref, timeout=self.step_timeout_s)[self.output_rank]
+        except ray.exceptions.RayError as error:
+            raise self._failure(error) from error
+
+    def _failure(self, error: Exception) -> WorkerFailedError:
+        """The replica-failing error for what a step raised, naming the rank when it can be told."""
+        if isinstance(error, ray.exceptions.RayChannelTimeoutError):
+            pings = [w.pid.remote() for w in self.workers]
+            ready, _ = ray.wait(pings, num_returns=len(pings), timeout=_PING_TIMEOUT_S)
+            ranks = [rank for rank, ping in enumerate(pings) if ping not in ready]
+            return WorkerFailedError(f"execute_model: rank(s) {ranks} made no progress for {self.step_timeout_s:g} s "
+                                     f"(step_timeout_s); the replica is failed")
+        rank = None
+        if isinstance(error, ray.exceptions.RayTaskError):
+            rank = self._pid_ranks.get(error.pid)
+        elif isinstance(error, ray.exceptions.ActorDiedError) and error.actor_id:
+            rank = self._actor_ranks.get(error.actor_id)
+        where = f" on rank {rank}" if rank is not None else ""
+        return WorkerFailedError(f"execute_model failed{where}: {error}")
 
     def worker_names(self) -> list[str]:
         """Ray actor names of the workers, in rank order (``ray.get_actor(name)`` finds them)."""
         return list(self.names)
 
     def shutdown(self) -> None:
-        """Kill the workers; the placement groups belong to whoever reserved them."""
-        self._waiters.shutdown(wait=False, cancel_futures=True)
+        """Tear the compiled graph down and kill the workers; the placement groups belong to whoever reserved them."""
+        dag, self._dag = getattr(self, "_dag", None), None
+        if dag is not None:
+            try:
+                dag.teardown(kill_actors=True)
+            except Exception:  # noqa: BLE001 - a dead worker fails the teardown's cancellation; they are killed below
+                pass
         for worker in self.workers:
             try:
                 ray.kill(worker)
             except Exception:  # noqa: BLE001 - already gone
                 pass
 
+
+
+class _StepInFlight:
+    """A step sent to the workers; ``result()`` waits for every worker and returns the output rank's."""
+
+    def __init__(self, wait: Callable[[], ModelRunnerOutput]) -> None:
+        self.result = wait

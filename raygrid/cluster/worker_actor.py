@@ -1,4 +1,10 @@
-"""WorkerActor: a Ray actor hosting one engine Worker (one GPU, or a CPU slot)."""
+"""WorkerActor: a Ray actor hosting one engine Worker (one GPU, or a CPU slot).
+
+A GPU worker sees every GPU of its node (the executor starts it with Ray's
+RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES) and uses the one Ray assigned to it. Were it to see its own
+GPU only, NCCL could not open its peers' memory, and the all-reduces of a tensor-parallel group would go
+through host memory instead of NVLink.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ class WorkerActor:
 
         device = None
         if self.config.device != "cpu" and torch.cuda.is_available():
-            device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU
+            device = torch.device("cuda", assigned_gpu_index())
         self.worker = Worker(self.config, self.eos_token_ids, rank=self.rank, init_method=init_method, device=device)
 
     def execute_method(self, method: str, *args, **kwargs):
@@ -47,3 +53,15 @@ class WorkerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def assigned_gpu_index() -> int:
+    """The index, among the devices this process sees, of the GPU Ray assigned to this actor. Ray's ids
+    are the node's device ids, which are positions in the node's CUDA_VISIBLE_DEVICES when it has one."""
+    assigned = ray.get_runtime_context().get_accelerator_ids()["GPU"]
+    if not assigned:
+        raise RuntimeError("this worker was given no GPU by Ray")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible and ",".join(assigned) == visible:
+        return 0  # Ray did set the variable (it ignored the request not to): the one visible device is ours
+    return visible.split(",").index(assigned[0]) if visible else int(assigned[0])

@@ -48,6 +48,7 @@ def build_engine_config(
     ray_address: str | None = None,
     ray_worker_cpus: float = 1.0,
     step_timeout_s: float = 300.0,
+    compiled_graph: bool | None = None,
 ) -> EngineConfig:
     """The engine's configuration from vLLM-style keyword arguments, resolved against the checkpoint."""
     model_path = resolve_model_path(model)
@@ -79,6 +80,7 @@ def build_engine_config(
             ray_address=ray_address,
             ray_worker_cpus=ray_worker_cpus,
             step_timeout_s=step_timeout_s,
+            compiled_graph=compiled_graph,
         ),
         device=device,
     )

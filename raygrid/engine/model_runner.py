@@ -14,7 +14,7 @@ from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.engine.sampler import Sampler, SamplingMetadata, row_seeds
 from raygrid.models.layers.attention import AttentionMetadata
-from raygrid.parallel.groups import get_pp_group, get_tp_group
+from raygrid.parallel.groups import get_pp_group
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +134,11 @@ class ModelRunner:
 
     @property
     def uses_cuda_graphs(self) -> bool:
-        # Not yet with tensor or pipeline parallelism: graphs holding NCCL collectives are unverified.
-        return (self.device.type == "cuda" and not self.config.model.enforce_eager
-                and self.pp.world_size == 1 and get_tp_group().world_size == 1)
+        return self.device.type == "cuda" and not self.config.model.enforce_eager
+
+    def _capture_decode_graphs(self, kv_caches: list[torch.Tensor], sizes: list[int] | None = None) -> DecodeGraphs:
+        stage_input = None if self.pp.is_first else (self.model.config.hidden_size, self.dtype)
+        return DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, sizes, stage_input)
 
     @property
     def max_graph_batch(self) -> int:
@@ -146,7 +148,7 @@ class ModelRunner:
         self.kv_caches = kv_caches
         if self.uses_cuda_graphs:
             free_before = free_device_memory()
-            self.graphs = DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device)
+            self.graphs = self._capture_decode_graphs(kv_caches)
             self.graph_memory_bytes = free_before - free_device_memory()
             logger.info("decode CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
 
@@ -343,7 +345,8 @@ class ModelRunner:
         num_reqs = self.batch.num_reqs
         graph_size = self.graphs.padded_size(num_reqs) if self.graphs is not None and meta.decode_only else None
         if graph_size is not None:
-            hidden = self.graphs.run(graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
+            hidden = self.graphs.run(graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor,
+                                     intermediate)
         else:
             hidden = self.model(input_ids, positions, self.kv_caches, meta, intermediate)
         req_ids = list(self.batch.req_ids)
@@ -420,7 +423,7 @@ class ModelRunner:
             return 0
         caches = self.allocate_kv_cache(2)  # the graph's padding rows only touch the null block
         free_before = free_device_memory()
-        graph = DecodeGraphs(self.model, caches, self.max_graph_batch, self.max_blocks_per_req, self.device, sizes=[self.max_graph_batch])
+        graph = self._capture_decode_graphs(caches, sizes=[self.max_graph_batch])
         taken = free_before - free_device_memory()
         del graph, caches
         torch.cuda.empty_cache()

@@ -39,8 +39,11 @@ class SchedulerOutput:
     scheduled_cached_reqs: CachedRequestData
     num_scheduled_tokens: dict[str, int]
     total_num_scheduled_tokens: int
-    # Requests the workers may forget (finished or aborted since the last step).
-    finished_req_ids: set[str]
+    # Requests the workers may forget (finished or aborted since the last step). A list: every rank removes
+    # them in this order, so that all ranks' persistent batches keep the same rows. (A set would iterate in
+    # each worker process's own string-hash order, and tensor-parallel ranks would then all-reduce
+    # different requests' rows together.)
+    finished_req_ids: list[str]
     # Numbers the scheduler's steps, so that their outputs can be matched to what was scheduled.
     step_id: int = 0
 

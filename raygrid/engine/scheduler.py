@@ -95,7 +95,8 @@ class Scheduler:
         self.waiting = WaitingQueue(self.policy)
         self.running: list[Request] = []
         # Finished since the last schedule(): the workers are told so they can drop their state.
-        self._finished_for_workers: set[str] = set()
+        # In the order they finished (a dict as an ordered set): see SchedulerOutput.finished_req_ids.
+        self._finished_for_workers: dict[str, None] = {}
         # Per step in flight: the incarnation (num_preemptions) of each scheduled request that has been
         # preempted before. An output whose request has been preempted since is stale and dropped.
         self._step_counter = itertools.count()
@@ -285,7 +286,7 @@ class Scheduler:
             if self.async_scheduling and req.num_computed_tokens == req.num_tokens + req.num_output_placeholders:
                 req.num_output_placeholders += 1  # it samples this step
         self._num_scheduled_tokens += total
-        finished, self._finished_for_workers = self._finished_for_workers, set()
+        finished, self._finished_for_workers = list(self._finished_for_workers), {}
         step_id = next(self._step_counter)
         incarnations = {r.request_id: r.num_preemptions for r in scheduled if r.num_preemptions}
         if incarnations:
@@ -358,7 +359,7 @@ class Scheduler:
         self.kv.free(req)
         del self.requests[req.request_id]
         if req.num_tokens_sent:
-            self._finished_for_workers.add(req.request_id)
+            self._finished_for_workers[req.request_id] = None
 
     # ---------------------------------------------------------------- reporting
 

@@ -76,6 +76,15 @@ class Worker:
         """What the KV sizing assumed and what the KV pool and CUDA graphs then took, in bytes."""
         return dict(self._memory)
 
+    def device_report(self) -> dict:
+        """Which device this worker drives, how many it sees, and which of those it can reach as peers
+        (NVLink or PCIe peer access, what NCCL's fast paths need)."""
+        if self.device.type != "cuda":
+            return {"device": str(self.device)}
+        index, count = self.device.index, torch.cuda.device_count()
+        return {"device": str(self.device), "name": torch.cuda.get_device_name(self.device), "visible_devices": count,
+                "peer_access": [i for i in range(count) if i != index and torch.cuda.can_device_access_peer(index, i)]}
+
     def reset_requests(self) -> None:
         """Forget every request (after a failed step the scheduler sends the survivors in full again)."""
         self.runner.reset_requests()

@@ -30,6 +30,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     parser.add_argument("--distributed-executor-backend", default=None, choices=["inprocess", "ray"])
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join ('auto'); default: start a local one")
+    parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                        help="schedule step N+1 while step N runs (default: on GPUs without pipeline stages)")
+    parser.add_argument("--compiled-graph", action=argparse.BooleanOptionalAction, default=None,
+                        help="on Ray: send steps to the workers through a Ray Compiled Graph (default: when the workers have GPUs)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -53,6 +57,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         data_parallel_size=args.data_parallel_size,
         distributed_executor_backend=args.distributed_executor_backend,
         ray_address=args.ray_address,
+        async_scheduling=args.async_scheduling,
+        compiled_graph=args.compiled_graph,
     )
 
 

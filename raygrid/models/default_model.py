@@ -202,6 +202,25 @@ def qwen3_30b_a3b_config(tokenizer):
     )
 
 
+def llama3_8b_config(tokenizer):
+    """Llama-3-8B's architecture (hidden 4096, 32 layers, 32 heads / 8 kv heads, intermediate 14336,
+    vocabulary 128256, untied head): 16 GB of bf16, so its weights are never written; ``load_format="dummy"``
+    makes them on the device (normal(0, 0.02), norms 1)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, initializer_range=0.02, dtype="bfloat16", attention_bias=False, mlp_bias=False,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, architectures=["LlamaForCausalLM"],
+    )
+
+
+def build_llama_bench_model(path: Path) -> None:
+    tokenizer = build_tokenizer(vocab_size=128256)
+    write_config_only(path, llama3_8b_config(tokenizer), tokenizer)
+
+
 def build_moe_bench_model(path: Path) -> None:
     tokenizer = build_tokenizer(vocab_size=151936)
     write_config_only(path, qwen3_30b_a3b_config(tokenizer), tokenizer)
@@ -220,7 +239,9 @@ def build_bench_model(path: Path) -> None:
 
 
 MOE_BENCH_MODEL_NAME = "random-qwen3-30b-a3b"
+# Llama-3-8B's shape: the model of the multi-GPU benchmarks.
+LLAMA_BENCH_MODEL_NAME = "random-llama3-8b"
 BUILT_IN_MODELS = {DEFAULT_MODEL_NAME: build_default_model, BENCH_MODEL_NAME: build_bench_model,
-                   MOE_BENCH_MODEL_NAME: build_moe_bench_model}
+                   MOE_BENCH_MODEL_NAME: build_moe_bench_model, LLAMA_BENCH_MODEL_NAME: build_llama_bench_model}
 # Built-ins with no weights on disk: they load with load_format="dummy".
-DUMMY_BUILT_INS = frozenset({MOE_BENCH_MODEL_NAME})
+DUMMY_BUILT_INS = frozenset({MOE_BENCH_MODEL_NAME, LLAMA_BENCH_MODEL_NAME})

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The multi-GPU runs of benchmarks/README.md, on one machine with 2 or more GPUs:
+#   benchmarks/scripts/multi_gpu.sh OUT check       # layouts against TP=1 (tokens, first logprobs), graphs vs eager
+#   benchmarks/scripts/multi_gpu.sh OUT throughput  # random-llama3-8b on W1: TP=1, TP=2, PP=2, and DP=2 on 512 requests
+# Each run writes OUT/<name>.json and OUT/<name>.log.
+set -u
+out=$1
+what=${2:-check}
+mkdir -p "$out"
+rg() { python3 -c 'import sys; from raygrid.entrypoints.cli import main; sys.argv = ["raygrid"] + sys.argv[1:]; sys.exit(main())' "$@"; }
+run() { name=$1; shift; echo "== $name: raygrid $*"; rg "$@" --output-json "$out/$name.json" > "$out/$name.log" 2>&1; echo "exit $?"; tail -4 "$out/$name.log"; }
+w1=(--dtype bfloat16 --random-range 100 1024 --no-progress)
+case $what in
+  check)
+    run parallel_qwen3_0.6b bench parallel --model random-qwen3-0.6b --dtype bfloat16 --layouts 1x1 2x1 2x1:eager 1x2 \
+      --num-prompts 64 --input-len 512 --max-tokens 64
+    run parallel_llama3_8b bench parallel --model random-llama3-8b --dtype bfloat16 --layouts 1x1 2x1 1x2 \
+      --num-prompts 32 --input-len 512 --max-tokens 32
+    ;;
+  throughput)
+    run w1_llama3_8b_tp1 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256
+    run w1_llama3_8b_tp2 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256 -tp 2
+    run w1_llama3_8b_pp2 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256 -pp 2
+    run w1_llama3_8b_dp2_512 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 512 -dp 2
+    run w1_llama3_8b_tp1_512 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 512
+    ;;
+esac
