@@ -102,7 +102,8 @@ def run_parallel_check(args: argparse.Namespace, engine_kwargs: dict) -> dict:
     from raygrid.models.loader import load_hf_config
 
     model_path = resolve_model_path(engine_kwargs["model"])
-    engine_kwargs = dict(engine_kwargs, model=model_path, max_model_len=engine_kwargs.get("max_model_len") or args.input_len + args.max_tokens + 16)
+    # The model keeps its name: a built-in of config and tokenizer only loads dummy weights by name.
+    engine_kwargs = dict(engine_kwargs, max_model_len=engine_kwargs.get("max_model_len") or args.input_len + args.max_tokens + 16)
     prompts, _ = make_workload(args.num_prompts, args.input_len, args.max_tokens, None, args.seed, load_hf_config(model_path).vocab_size)
     results = {}
     for layout in args.layouts:
@@ -112,7 +113,7 @@ def run_parallel_check(args: argparse.Namespace, engine_kwargs: dict) -> dict:
               f"worker execute {timing['worker_execute_s'] * 1e3:.2f} ms", flush=True)
     reference = args.layouts[0]
     report = {
-        "model": engine_kwargs["model"],
+        "model": model_path,
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["raygrid"] + sys.argv[1:]),

@@ -25,6 +25,7 @@ class WorkerActor:
         self.eos_token_ids = eos_token_ids
         self.rank = rank
         self.worker = None
+        self.device_index: int | None = None
         if config.device == "cpu" or not torch.cuda.is_available():
             # Many workers may share a few cores: one thread each avoids oversubscription.
             torch.set_num_threads(1)
@@ -43,12 +44,22 @@ class WorkerActor:
         device = None
         if self.config.device != "cpu" and torch.cuda.is_available():
             device = torch.device("cuda", assigned_gpu_index())
+            if "CUDA_VISIBLE_DEVICES" not in os.environ:
+                # Ray's compiled graph maps this actor's GPU id through the variable: name every device seen.
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(torch.cuda.device_count()))
+            from ray.experimental.channel import ChannelContext
+
+            ChannelContext.get_current().set_torch_device(device)
+        self.device_index = device.index if device is not None else None
         self.worker = Worker(self.config, self.eos_token_ids, rank=self.rank, init_method=init_method, device=device)
 
     def execute_method(self, method: str, *args, **kwargs):
         return getattr(self.worker, method)(*args, **kwargs)
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        # A compiled graph calls this on a thread of its own, whose current device starts at cuda:0.
+        if self.device_index is not None and torch.cuda.current_device() != self.device_index:
+            torch.cuda.set_device(self.device_index)
         return self.worker.execute_model(scheduler_output)
 
     def pid(self) -> int:
