@@ -110,6 +110,21 @@ def test_async_scheduling_with_pipeline_stages_is_a_clear_error(model_dirs):
         LLM(model=model_dirs["qwen3"], device="cpu", max_model_len=256, pipeline_parallel_size=2, async_scheduling=True)
 
 
+def test_dummy_weights_are_the_same_model_under_every_layout(model_dirs, references):
+    """load_format="dummy" draws each checkpoint tensor from its own name's generator and loads it through
+    the model's loaders, so TP=2 x PP=2 holds shards of the very weights one process holds: greedy tokens
+    agree (and differ from the checkpoint's, which dummy loading never reads)."""
+    prompts, expected = references
+    single = LLM(model=model_dirs["llama"], device="cpu", dtype="float32", max_model_len=256, load_format="dummy")
+    try:
+        dummy = [o.outputs[0].token_ids for o in single.generate(prompts, GREEDY, use_tqdm=False)]
+    finally:
+        single.shutdown()
+    _, outputs, _ = run_distributed(model_dirs["llama"], prompts, tensor_parallel_size=2, pipeline_parallel_size=2, load_format="dummy")
+    assert [o.outputs[0].token_ids for o in outputs] == dummy
+    assert dummy != expected["llama"]
+
+
 def test_qwen3_moe_under_tp2_matches_transformers(qwen3_moe_dir, tokenizer):
     """Each rank holds every expert with half of each expert's intermediate dimension; the partial
     outputs meet in one all-reduce. Greedy tokens equal transformers' own."""

@@ -21,9 +21,9 @@ case $what in
   throughput)
     run w1_llama3_8b_tp1 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256
     run w1_llama3_8b_tp2 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256 -tp 2
-    run w1_llama3_8b_pp2 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256 -pp 2
     run w1_llama3_8b_dp2_512 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 512 -dp 2
     run w1_llama3_8b_tp1_512 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 512
+    run w1_llama3_8b_pp2 bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256 -pp 2
     ;;
   all)
     "$0" "$out" check-small

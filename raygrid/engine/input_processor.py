@@ -14,7 +14,7 @@ from raygrid.config import CacheConfig, EngineConfig, ModelConfig, ParallelConfi
 from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
-from raygrid.models.default_model import DUMMY_BUILT_INS, resolve_model_path
+from raygrid.models.default_model import is_dummy_built_in, resolve_model_path
 from raygrid.models.loader import load_hf_config
 
 PromptType = str | dict[str, Any]
@@ -52,7 +52,7 @@ def build_engine_config(
 ) -> EngineConfig:
     """The engine's configuration from vLLM-style keyword arguments, resolved against the checkpoint."""
     model_path = resolve_model_path(model)
-    if load_format == "auto" and model in DUMMY_BUILT_INS:
+    if load_format == "auto" and is_dummy_built_in(model_path):
         load_format = "dummy"  # a built-in of config and tokenizer only: its weights are made on the device
     config = EngineConfig(
         model=ModelConfig(model=model_path, tokenizer=tokenizer, dtype=dtype, max_model_len=max_model_len, max_logprobs=max_logprobs,

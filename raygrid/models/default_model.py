@@ -245,3 +245,9 @@ BUILT_IN_MODELS = {DEFAULT_MODEL_NAME: build_default_model, BENCH_MODEL_NAME: bu
                    MOE_BENCH_MODEL_NAME: build_moe_bench_model, LLAMA_BENCH_MODEL_NAME: build_llama_bench_model}
 # Built-ins with no weights on disk: they load with load_format="dummy".
 DUMMY_BUILT_INS = frozenset({MOE_BENCH_MODEL_NAME, LLAMA_BENCH_MODEL_NAME})
+
+
+def is_dummy_built_in(model_path: str) -> bool:
+    """Is this directory the cached copy of a built-in that has no weights (by name or by its path)?"""
+    path = Path(model_path)
+    return path.name in DUMMY_BUILT_INS and path.parent == cache_dir() / "models"

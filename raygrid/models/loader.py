@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,23 +84,43 @@ def load_model(model_dir: str, hf_config, dtype: torch.dtype, device: torch.devi
     for module in model.modules():
         if hasattr(module, "cos_cache"):
             module.float()
-    if load_format == "dummy":
-        fill_dummy_weights(model, std=getattr(hf_config, "initializer_range", 0.02), seed=seed)
-        return model.eval()
-    loaded = model.load_weights(iterate_weights(model_dir))
+    weights = dummy_weights(hf_config, dtype, device, seed) if load_format == "dummy" else iterate_weights(model_dir)
+    loaded = model.load_weights(weights)
     missing = model.expected_loads() - loaded
     if missing:
         raise ValueError(f"model {model_dir!r}: checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
     return model.eval()
 
 
-def fill_dummy_weights(model: torch.nn.Module, std: float, seed: int) -> None:
-    """``load_format="dummy"``, as vLLM's: norm weights 1, everything else normal(0, std), drawn on the
-    parameters' own device (a 30B model in seconds, with no checkpoint written or read)."""
-    generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
+class DummyTensor:
+    """A made-up checkpoint tensor with CheckpointTensor's interface, drawn on ``narrow`` from a generator
+    keyed by its name: norms 1, everything else normal(0, std)."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, std: float, seed: int) -> None:
+        self.name, self.shape, self.dtype, self.device, self.std, self.seed = name, shape, dtype, device, std, seed
+        self._full: torch.Tensor | None = None
+
+    def narrow(self, dim: int, start: int, size: int) -> torch.Tensor:
+        if self._full is None:
+            self._full = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            if self.name.endswith("norm.weight"):
+                self._full.fill_(1.0)
             else:
-                param.normal_(0.0, std, generator=generator)
+                generator = torch.Generator(device=self.device).manual_seed(self.seed * 1_000_003 + zlib.crc32(self.name.encode()))
+                self._full.normal_(0.0, self.std, generator=generator)
+        return self._full.narrow(dim, start, size)
+
+
+def dummy_weights(hf_config, dtype: torch.dtype, device: torch.device, seed: int) -> Iterator[tuple[str, DummyTensor]]:
+    """``load_format="dummy"``, as vLLM's, but the same model under every layout: the checkpoint's tensors
+    (the names and shapes transformers gives this config) made up one at a time, each from its own name's
+    generator, and loaded through the model's own loaders, so a tensor-parallel rank or a pipeline stage
+    takes its part of the very tensors one device would hold. A tensor no rank of this layout asks for is
+    never drawn; a 30B model loads in seconds with no checkpoint written or read."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(hf_config)
+    std = getattr(hf_config, "initializer_range", 0.02)
+    for name, param in reference.named_parameters():
+        yield name, DummyTensor(name, tuple(param.shape), dtype, device, std, seed)
