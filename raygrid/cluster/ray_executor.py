@@ -108,7 +108,7 @@ class RayExecutor(Executor):
         if self._dag is None:
             shared = ray.put(scheduler_output)  # once, read by every worker
             refs = [w.execute_model.remote(shared) for w in self.workers]
-            return _StepInFlight(lambda: gather(refs, "execute_model", self.step_timeout_s)[self.output_rank])
+            return _StepInFlight(lambda: self._output(gather(refs, "execute_model", self.step_timeout_s)))
         try:
             ref = self._dag.execute(scheduler_output)
         except ray.exceptions.RayError as error:
@@ -117,9 +117,16 @@ class RayExecutor(Executor):
 
     def _dag_result(self, ref) -> ModelRunnerOutput:
         try:
-            return ray.get(ref, timeout=self.step_timeout_s)[self.output_rank]
+            outputs = ray.get(ref, timeout=self.step_timeout_s)
         except ray.exceptions.RayError as error:
             raise self._failure(error) from error
+        return self._output(outputs)
+
+    def _output(self, outputs: list[ModelRunnerOutput]) -> ModelRunnerOutput:
+        """The output rank's result, timed as the slowest worker's (what the step waited for)."""
+        output = outputs[self.output_rank]
+        output.execute_seconds = max(o.execute_seconds for o in outputs)
+        return output
 
     def _failure(self, error: Exception) -> WorkerFailedError:
         """The replica-failing error for what a step raised, naming the rank when it can be told."""

@@ -37,7 +37,7 @@ class EngineCore:
         self.num_steps = 0
         self.step_seconds = 0.0  # wall time inside step(): scheduling, execution (or waiting for it), updates
         self.max_batches_in_flight = 0
-        self.execute_seconds = 0.0  # worker-side time of those steps (output rank)
+        self.execute_seconds = 0.0  # worker-side time of those steps: taking the step to its tokens on the host (slowest rank)
         # Benchmarks set this to a list to get (finish time, scheduled tokens, scheduled requests) per step.
         self.step_trace: list[tuple[float, int, int]] | None = None
         logger.info("KV cache: %d blocks of %d tokens (%d tokens)", num_blocks, block_size, (num_blocks - 1) * block_size)
@@ -101,8 +101,10 @@ class EngineCore:
         return [True]  # a step that fails is recovered from; one that cannot be is raised
 
     def step_timing(self) -> list[dict[str, float]]:
-        """Per replica (one here): mean seconds per step as the engine sees it and as the output
-        worker spent it (inputs, forward, sampling); the difference is the control overhead."""
+        """Per replica (one here): mean seconds per step as the engine sees it, and from a worker taking the
+        step to its sampled tokens being on the host (inputs, forward, sampling, copy back; the slowest
+        rank's). On Ray, where each worker runs its steps one after another, the difference is the control
+        overhead: scheduling, the hops to the workers and back, and the output update."""
         steps = max(self.num_steps, 1)
         return [{
             "num_steps": self.num_steps,

@@ -60,7 +60,7 @@ class PendingRunnerOutput:
         self.req_ids = req_ids
         self.sample_rows = sample_rows
         self.logprobs = logprobs
-        self.execute_seconds = 0.0
+        self.started: float | None = None  # when the worker took the step (perf_counter)
         self.errors: dict[str, str] = {}
         self._host_tokens = None
         self._event = None
@@ -82,7 +82,9 @@ class PendingRunnerOutput:
             for row, token, lp in zip(self.sample_rows.tolist(), self._host_tokens.tolist(), self.logprobs):
                 sampled[row] = [token]
                 logprobs[row] = lp
-        return ModelRunnerOutput(self.req_ids, sampled, logprobs, execute_seconds=self.execute_seconds, errors=self.errors)
+        # From taking the step to its tokens on the host: inputs, forward, sampling and the copy back.
+        execute_seconds = time.perf_counter() - self.started if self.started is not None else 0.0
+        return ModelRunnerOutput(self.req_ids, sampled, logprobs, execute_seconds=execute_seconds, errors=self.errors)
 
 
 class ModelRunner:
@@ -329,7 +331,7 @@ class ModelRunner:
         start = time.perf_counter()
         refused = self._update_states(so)
         pending = self._execute(so)
-        pending.execute_seconds = time.perf_counter() - start
+        pending.started = start
         pending.errors = refused
         return pending if non_blocking else pending.result()
 
