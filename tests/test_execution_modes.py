@@ -13,6 +13,7 @@ from raygrid import LLM, SamplingParams
 from tests.conftest import hf_greedy, random_prompts
 
 MAX_TOKENS = 20
+VOCAB = 1024  # the tiny checkpoints' vocabulary
 
 
 def make_llm(model_dir, **kwargs):
@@ -33,7 +34,11 @@ def params_per_prompt(stop_token: int) -> list[SamplingParams]:
         SamplingParams(temperature=1.0, top_p=0.9, min_p=0.05, seed=12, logprobs=3, **base),
         SamplingParams(temperature=1.2, seed=13, repetition_penalty=1.2, frequency_penalty=0.5, presence_penalty=0.3, **base),
         SamplingParams(n=2, temperature=1.0, seed=14, min_tokens=4, stop_token_ids=[stop_token], **base),
-        SamplingParams(temperature=0, logprobs=0, **base),
+        # logit_bias makes the stop token likely and bad words ban it after any first token: a two-token word
+        # whose first token is, under async scheduling, still on the device when the ban is decided.
+        SamplingParams(temperature=0, logprobs=0, logit_bias={stop_token: 8.0}, bad_words_token_ids=[[t, stop_token] for t in range(VOCAB)],
+                       **base),
+        SamplingParams(temperature=1.0, seed=15, allowed_token_ids=[stop_token, 3, 5, 7, 11], **base),
     ]
 
 
@@ -48,7 +53,7 @@ def summarize(outputs):
 
 @pytest.mark.parametrize("model", ["qwen3", "llama"])
 def test_async_scheduling_equals_sync_for_every_sampling_parameter(model_dirs, tokenizer, model):
-    prompts = [{"prompt_token_ids": p} for p in random_prompts(10, len(tokenizer), seed=31)]
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(11, len(tokenizer), seed=31)]
     results = {}
     for mode in (False, True):
         llm = make_llm(model_dirs[model], async_scheduling=mode, max_num_batched_tokens=64)
@@ -63,6 +68,10 @@ def test_async_scheduling_equals_sync_for_every_sampling_parameter(model_dirs, t
     # The stop token was banned below min_tokens, then allowed.
     min_tokens_ids = results[False][3][0][0]
     assert results["stop"] not in min_tokens_ids[:6]
+    # Biased up, the stop token may come first, but the bad words keep it out after that; allowed tokens only.
+    biased = results[False][9][0][0]
+    assert results["stop"] not in biased[1:]
+    assert set(results[False][10][0][0]) <= {results["stop"], 3, 5, 7, 11}
 
 
 @pytest.mark.parametrize("model", ["qwen3", "llama"])

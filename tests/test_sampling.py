@@ -60,7 +60,7 @@ def test_penalties_follow_their_definitions():
         temperature=torch.ones(1), greedy=torch.zeros(1, dtype=torch.bool), all_greedy=False, top_k=None, top_p=None,
         min_p=None, repetition_penalty=torch.tensor([2.0]), frequency_penalty=torch.tensor([0.1]),
         presence_penalty=torch.tensor([0.5]), output_token_counts=counts, prompt_token_mask=prompt_mask,
-        banned_rows=None, banned_tokens=None, seeds=torch.zeros(1, dtype=torch.long), num_logprobs=[None],
+        adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None, seeds=torch.zeros(1, dtype=torch.long), num_logprobs=[None],
     )
     out = apply_penalties(logits, meta)
     expected = [2.0 / 2 - 0.1 * 2 - 0.5, -1.0 * 2, 0.5 / 2 - 0.1 - 0.5, 1.0]

@@ -7,11 +7,34 @@ Rows are kept dense: removing a request moves the last row into its place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from raygrid.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class LogitAdjustments:
+    """Additions to one step's logits: ``values[k]`` goes to (row ``rows[k]``, token ``tokens[k]``), but
+    only where ``requires[k]`` is -1 or equals the row's newest output token; ``allowed`` lists, per row,
+    the only tokens it may sample."""
+
+    rows: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    requires: list[int] = field(default_factory=list)
+    allowed: list[tuple[int, list[int]]] = field(default_factory=list)
+
+    def add(self, row: int, tokens: list[int], value: float, requires: int = -1) -> None:
+        self.rows += [row] * len(tokens)
+        self.tokens += tokens
+        self.values += [value] * len(tokens)
+        self.requires += [requires] * len(tokens)
+
+    @property
+    def conditional(self) -> bool:
+        return any(r >= 0 for r in self.requires)
 
 
 @dataclass
@@ -116,15 +139,38 @@ class InputBatch:
         self.block_table[row, start : start + len(block_ids)] = block_ids
         self.num_blocks[row] = start + len(block_ids)
 
-    def banned_tokens(self, rows: np.ndarray, num_outputs: np.ndarray) -> list[tuple[int, int]]:
-        """(position in ``rows``, token) pairs that may not be sampled: stop tokens while the row has
-        fewer than min_tokens outputs (``num_outputs``: its outputs before the token being sampled)."""
-        pairs = []
-        for i, row in enumerate(rows):
+    def logit_adjustments(self, rows: np.ndarray, positions: np.ndarray) -> "LogitAdjustments":
+        """What the sampling parameters of ``rows`` add to their logits for the tokens going to ``positions``:
+        bans (-inf) of EOS and stop tokens before min_tokens and of the last token of a bad word whose rest the
+        outputs end with, the logit_bias values, and each row's allowed_token_ids.
+
+        Under async scheduling a row's newest output may still be on the device (``positions`` is past the
+        tokens known here). A bad word that would need that token is then banned on a condition: that the
+        newest output equals the word's second-to-last token, which the sampler checks on the device."""
+        adjust = LogitAdjustments()
+        for i, row in enumerate(rows.tolist()):
             p = self.states[row].sampling_params
-            if p.min_tokens and num_outputs[i] < p.min_tokens:
-                stops = set(p.stop_token_ids)
-                if not p.ignore_eos:
-                    stops |= self.eos_token_ids
-                pairs.extend((i, t) for t in stops)
-        return pairs
+            num_prompt, known = int(self.num_prompt_tokens[row]), int(self.num_tokens[row])
+            num_outputs = int(positions[i]) - num_prompt  # outputs before the token being sampled
+            in_flight = int(positions[i]) > known  # the newest output is not known here yet
+            if p.min_tokens and num_outputs < p.min_tokens:
+                stops = set(p.stop_token_ids) | (set() if p.ignore_eos else self.eos_token_ids)
+                adjust.add(i, sorted(stops), float("-inf"))
+            for seq in p.bad_words_token_ids:
+                need = len(seq) - 1  # outputs that must precede the banned token
+                if need > num_outputs:
+                    continue
+                host_need = need - 1 if in_flight and need else need
+                tail = self.token_ids[row, known - host_need: known].tolist() if host_need else []
+                if tail != seq[:host_need]:
+                    continue
+                if in_flight and need:
+                    adjust.add(i, [seq[-1]], float("-inf"), requires=seq[-2])
+                else:
+                    adjust.add(i, [seq[-1]], float("-inf"))
+            if p.logit_bias:
+                for token, bias in p.logit_bias.items():
+                    adjust.add(i, [token], bias)
+            if p.allowed_token_ids is not None:
+                adjust.allowed.append((i, p.allowed_token_ids))
+        return adjust

@@ -171,6 +171,17 @@ class InputProcessor:
         )
         return self.tokenizer.encode(text, add_special_tokens=False)
 
+    def bad_words_token_ids(self, words: list[str]) -> list[list[int]]:
+        """Each bad word as the token sequences it can take in a text: alone and after a space, as vLLM
+        tokenizes them (a word inside a sentence usually carries its leading space in its first token)."""
+        sequences = []
+        for word in words:
+            for text in dict.fromkeys([word, word if word.startswith(" ") else " " + word]):
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                if ids and ids not in sequences:
+                    sequences.append(ids)
+        return sequences
+
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Check a request against this engine's limits; returns its max_tokens."""
         max_len = self.max_model_len
@@ -184,9 +195,10 @@ class InputProcessor:
         bad = [t for t in prompt_token_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
         if bad:
             raise InvalidRequest(f"prompt_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}", "prompt")
-        bad = [t for t in params.stop_token_ids if t >= self.vocab_size]
-        if bad:
-            raise InvalidRequest(f"stop_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}", "stop_token_ids")
+        for field, ids in params.token_ids_to_check().items():
+            bad = [t for t in ids if t >= self.vocab_size]
+            if bad:
+                raise InvalidRequest(f"{field} has ids outside [0, {self.vocab_size}): {bad[:5]}", field)
         max_logprobs = self.config.model.max_logprobs
         if params.logprobs is not None and params.logprobs > max_logprobs:
             raise InvalidRequest(f"logprobs ({params.logprobs}) must be <= max_logprobs ({max_logprobs})", "logprobs")
@@ -197,7 +209,11 @@ class InputProcessor:
         """Tokenize and validate; a request with ``n > 1`` becomes n child requests (seeds seed, seed+1, ...,
         wrapping around within int64)."""
         text, token_ids = self.tokenize_prompt(prompt)
+        if params.truncate_prompt_tokens is not None and len(token_ids) > params.truncate_prompt_tokens:
+            token_ids = token_ids[-params.truncate_prompt_tokens:]  # the prompt's end is what the model continues
         cache_salt = self.cache_salt(prompt)
+        if params.bad_words:
+            params = params.model_copy(update={"bad_words_token_ids": self.bad_words_token_ids(params.bad_words)})
         max_tokens = self.validate(token_ids, params)
         children = []
         for k in range(params.n):

@@ -266,7 +266,6 @@ class ModelRunner:
         before, which the host has not seen): ``positions`` counts it, and so do the penalty counts
         and the min_tokens check, so that async computes what synchronous scheduling computes."""
         b = self.batch
-        dev = self.device
         put = self.staging.put  # pinned and asynchronous: a pageable copy would wait for the running step
         temperature = b.temperature[rows]
         greedy = temperature < 1e-5
@@ -279,11 +278,7 @@ class ModelRunner:
         counts = prompt_mask = None
         if use_penalties:
             counts, prompt_mask = self._token_statistics(rows, positions)
-        banned = b.banned_tokens(rows, num_outputs=positions - b.num_prompt_tokens[rows])
-        banned_rows = banned_tokens = None
-        if banned:
-            banned_rows = torch.tensor([r for r, _ in banned], device=dev)
-            banned_tokens = torch.tensor([tok for _, tok in banned], device=dev).clamp_(0, self.vocab_size - 1)
+        adjust = self._logit_adjustments(rows, positions)
         seeds = row_seeds(b.seed[rows], b.seeded[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
         return SamplingMetadata(
             temperature=put("temperature", temperature),
@@ -297,11 +292,35 @@ class ModelRunner:
             presence_penalty=put("presence_penalty", b.presence_penalty[rows]) if use_penalties else None,
             output_token_counts=counts,
             prompt_token_mask=prompt_mask,
-            banned_rows=banned_rows,
-            banned_tokens=banned_tokens,
+            **adjust,
             seeds=put("seeds", seeds),
             num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
         )
+
+    def _logit_adjustments(self, rows: np.ndarray, positions: np.ndarray) -> dict:
+        """The SamplingMetadata fields of the batch's bans, biases and allowed tokens, on the device. A ban
+        that depends on a row's newest output, still on the device under async scheduling, is resolved
+        there against the previous step's samples."""
+        adjust = self.batch.logit_adjustments(rows, positions)
+        dev, vocab = self.device, self.vocab_size
+        fields = dict(adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None)
+        if adjust.rows:
+            values = torch.tensor(adjust.values, dtype=torch.float32, device=dev)
+            if adjust.conditional:
+                req_ids = self.batch.req_ids
+                sources = [self.prev_sampled_index[req_ids[rows[i]]] if need >= 0 else 0 for i, need in zip(adjust.rows, adjust.requires)]
+                newest = self.prev_sampled[torch.tensor(sources, device=dev)]
+                requires = torch.tensor(adjust.requires, device=dev)
+                values = torch.where((requires < 0) | (newest == requires), values, torch.zeros_like(values))
+            fields.update(adjust_rows=torch.tensor(adjust.rows, device=dev),
+                          adjust_tokens=torch.tensor(adjust.tokens, device=dev).clamp_(0, vocab - 1), adjust_values=values)
+        if adjust.allowed:
+            mask = torch.full((len(adjust.allowed), vocab), float("-inf"), device=dev)
+            mask_rows = [k for k, (_, ids) in enumerate(adjust.allowed) for _ in ids]
+            mask_tokens = [t for _, ids in adjust.allowed for t in ids]
+            mask[torch.tensor(mask_rows, device=dev), torch.tensor(mask_tokens, device=dev).clamp_(0, vocab - 1)] = 0.0
+            fields.update(allowed_rows=torch.tensor([i for i, _ in adjust.allowed], device=dev), allowed_mask=mask)
+        return fields
 
     def _token_statistics(self, rows: np.ndarray, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Per row: counts of each vocabulary token among the outputs before ``positions``, and which
@@ -398,7 +417,7 @@ class ModelRunner:
 
     def _profile_sampler(self, logits: torch.Tensor) -> None:
         """Sampling's largest footprint: penalties over a full-length history, min_p, top-k and top-p
-        (a full sort), banned tokens and ``max_logprobs`` top logprobs, on every row."""
+        (a full sort), a ban and a bias, an allowed-token mask and ``max_logprobs`` top logprobs, on every row."""
         rows, dev, max_len = logits.shape[0], self.device, self.config.model.max_model_len
         counts, prompt_mask = token_statistics(
             torch.zeros(rows, max_len, dtype=torch.int64, device=dev),
@@ -412,7 +431,9 @@ class ModelRunner:
             top_k=full(50, torch.int64), top_p=full(0.9), min_p=full(0.05),
             repetition_penalty=full(1.1), frequency_penalty=full(0.1), presence_penalty=full(0.1),
             output_token_counts=counts, prompt_token_mask=prompt_mask,
-            banned_rows=torch.arange(rows, device=dev), banned_tokens=torch.zeros(rows, dtype=torch.int64, device=dev),
+            adjust_rows=torch.arange(rows, device=dev).repeat(2), adjust_tokens=torch.zeros(2 * rows, dtype=torch.int64, device=dev),
+            adjust_values=torch.zeros(2 * rows, device=dev), allowed_rows=torch.arange(rows, device=dev),
+            allowed_mask=torch.zeros(rows, self.vocab_size, device=dev),
             seeds=full(1, torch.int64), num_logprobs=[self.config.model.max_logprobs] * rows,
         )
         self.sampler(logits, meta)

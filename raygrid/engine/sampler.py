@@ -1,6 +1,7 @@
 """Turns the last-position logits of each request into its next token.
 
-Order (vLLM's): snapshot raw logprobs, min-tokens mask, penalties (repetition, frequency, presence),
+Order (vLLM's): snapshot raw logprobs, allowed_token_ids, bans (bad words, stop tokens before min_tokens)
+and logit_bias, penalties (repetition, frequency, presence),
 greedy argmax where temperature < 1e-5, temperature, min_p, top_k, top_p, then sample.
 The draw is Gumbel-max (``kernels/sampling_ref.py``): argmax of logits / T plus Gumbel noise, which
 samples from softmax(logits / T) exactly with no softmax. Each row's noise comes from a seed of its
@@ -35,9 +36,14 @@ class SamplingMetadata:
     presence_penalty: torch.Tensor | None  # [B]
     output_token_counts: torch.Tensor | None  # [B, V] counts of each token among the outputs
     prompt_token_mask: torch.Tensor | None  # [B, V] True where the token is in the prompt
-    # Tokens forbidden this step (EOS and stop tokens before min_tokens): (row, token) pairs.
-    banned_rows: torch.Tensor | None
-    banned_tokens: torch.Tensor | None
+    # Added to (row, token) before the penalties: -inf bans (bad words, stop tokens before min_tokens) and
+    # logit_bias values; None when no row has any.
+    adjust_rows: torch.Tensor | None
+    adjust_tokens: torch.Tensor | None
+    adjust_values: torch.Tensor | None  # float32
+    # Rows restricted to their allowed_token_ids, and their [R, V] masks (0 allowed, -inf not); None if none.
+    allowed_rows: torch.Tensor | None
+    allowed_mask: torch.Tensor | None
     seeds: torch.Tensor  # [B] int64: this step's noise seed of each row
     num_logprobs: list[int | None]  # per row
 
@@ -50,8 +56,10 @@ class Sampler:
             logits = logits.float()  # once: the float conversions below are then no-ops
             raw_logprobs = torch.log_softmax(logits, dim=-1)
 
-        if meta.banned_rows is not None:
-            logits = logits.float().index_put((meta.banned_rows, meta.banned_tokens), torch.tensor(float("-inf"), device=logits.device))
+        if meta.allowed_rows is not None:
+            logits = logits.float().index_add(0, meta.allowed_rows, meta.allowed_mask)
+        if meta.adjust_rows is not None:
+            logits = logits.float().index_put((meta.adjust_rows, meta.adjust_tokens), meta.adjust_values, accumulate=True)
         if meta.repetition_penalty is not None:
             logits = apply_penalties(logits.float(), meta)
 

@@ -31,6 +31,36 @@ class SamplingParams(BaseModel):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     detokenize: bool = Field(default=True, description="False: return token ids only, no text")
+    logit_bias: dict[int, float] | None = Field(default=None, description="token id -> bias added to its logit, clamped to [-100, 100]")
+    allowed_token_ids: list[int] | None = Field(default=None, min_length=1, description="sample only among these tokens")
+    bad_words: list[str] | None = Field(default=None, description="words never to complete: the last token of each is banned "
+                                                                  "where the outputs so far end with the rest of it")
+    truncate_prompt_tokens: int | None = Field(default=None, ge=1, description="keep only the last k prompt tokens")
+    # Filled by the engine from bad_words (the token sequences each word can take); not for callers.
+    bad_words_token_ids: list[list[int]] = Field(default_factory=list)
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _clamp_bias(cls, value: dict[int, float] | None) -> dict[int, float] | None:
+        if value is None:
+            return None
+        if any(t < 0 for t in value):
+            raise ValueError("logit_bias token ids must be >= 0")
+        return {t: min(max(b, -100.0), 100.0) for t, b in value.items()}
+
+    @field_validator("allowed_token_ids")
+    @classmethod
+    def _allowed_non_negative(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and any(t < 0 for t in value):
+            raise ValueError("allowed_token_ids must be >= 0")
+        return value
+
+    @field_validator("bad_words")
+    @classmethod
+    def _bad_words_not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not w.strip() for w in value):
+            raise ValueError("bad_words must not hold empty words")
+        return value
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -64,6 +94,11 @@ class SamplingParams(BaseModel):
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
         return self
+
+    def token_ids_to_check(self) -> dict[str, list[int]]:
+        """The token ids of each field that names tokens, for the engine to check against its vocabulary."""
+        return {"stop_token_ids": self.stop_token_ids, "logit_bias": list(self.logit_bias or {}),
+                "allowed_token_ids": self.allowed_token_ids or []}
 
     @property
     def greedy(self) -> bool:

@@ -1,5 +1,7 @@
 """Request and response bodies of the OpenAI API (completions, chat completions, models, errors),
-with vLLM's extra sampling fields. Unknown fields are ignored, as the OpenAI API does."""
+with vLLM's extra sampling fields. A request field raygrid does not implement is refused with a 400 that
+names it, never dropped in silence; the fields that only describe the caller (``user``, ``metadata``,
+``store``, ``service_tier``, ``parallel_tool_calls``) are accepted and logged, as vLLM does."""
 
 from __future__ import annotations
 
@@ -16,16 +18,16 @@ def random_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
-class StreamOptions(_Lenient):
+class StreamOptions(_Strict):
     include_usage: bool = False
     continuous_usage_stats: bool = False
 
 
-class _SamplingFields(_Lenient):
+class _SamplingFields(_Strict):
     """Fields shared by both endpoints; range checks are SamplingParams' own."""
 
     model: str
@@ -38,7 +40,12 @@ class _SamplingFields(_Lenient):
     stream_options: StreamOptions | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    # Fields that describe the caller: accepted and logged, nothing else.
     user: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
     # vLLM extensions
     top_k: int | None = None
     min_p: float | None = None
@@ -49,6 +56,9 @@ class _SamplingFields(_Lenient):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     priority: int = 0
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    truncate_prompt_tokens: int | None = None
     cache_salt: str | None = Field(default=None, min_length=1, description="requests with different salts share no prefix-cache blocks")
 
     def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
@@ -65,12 +75,30 @@ class _SamplingFields(_Lenient):
             logprobs=logprobs,
             include_stop_str_in_output=self.include_stop_str_in_output,
             skip_special_tokens=self.skip_special_tokens,
+            logit_bias=self._logit_bias(),
+            allowed_token_ids=self.allowed_token_ids,
+            bad_words=self.bad_words,
+            truncate_prompt_tokens=self.truncate_prompt_tokens,
         )
         for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
             value = getattr(self, name)
             if value is not None:
                 fields[name] = value
         return SamplingParams(**fields)
+
+    def _logit_bias(self) -> dict[int, float] | None:
+        """OpenAI's logit_bias keys are token ids written as strings."""
+        if self.logit_bias is None:
+            return None
+        try:
+            return {int(token): bias for token, bias in self.logit_bias.items()}
+        except ValueError:
+            raise ValueError(f"logit_bias keys must be token ids, got {sorted(self.logit_bias)[:3]}") from None
+
+    def caller_fields(self) -> dict[str, Any]:
+        """What the request says about its caller, for the log."""
+        return {k: v for k in ("user", "metadata", "store", "service_tier", "parallel_tool_calls")
+                if (v := getattr(self, k, None)) is not None}
 
 
 class CompletionRequest(_SamplingFields):
@@ -79,17 +107,18 @@ class CompletionRequest(_SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool = False
     suffix: str | None = None
+    best_of: int | None = None
 
     def sampling_params(self) -> SamplingParams:
         return self._sampling_params(self.max_tokens, self.logprobs)
 
 
-class ChatContentPart(_Lenient):
+class ChatContentPart(_Strict):
     type: str
     text: str | None = None
 
 
-class ChatMessage(_Lenient):
+class ChatMessage(_Strict):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[ChatContentPart] | None = None
     name: str | None = None
@@ -113,6 +142,7 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     add_generation_prompt: bool = True
     chat_template: str | None = None
+    parallel_tool_calls: bool | None = None  # describes the caller's tools (none are run here): accepted and logged
 
     def sampling_params(self) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:

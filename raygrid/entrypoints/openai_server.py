@@ -69,7 +69,8 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
             loc = []  # the location is a character offset, not a field
         field = ".".join(loc) or "body"
         first = first or field
-        lines.append(f"{field}: {item.get('msg')}")
+        problem = "is not supported by raygrid" if item.get("type") == "extra_forbidden" else item.get("msg")
+        lines.append(f"{field}: {problem}")
     return "; ".join(lines) or str(error), first
 
 
@@ -128,6 +129,9 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             raise APIError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found", kind="NotFoundError")
 
     def make_params(build) -> SamplingParams:
+        request = getattr(build, "__self__", None)
+        if request is not None and (caller := request.caller_fields()):
+            logger.info("request from %s", caller)
         try:
             return build()
         except ValidationError as error:
@@ -257,6 +261,9 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             raise APIError(400, "echo is not supported", param="echo")
         if request.suffix:
             raise APIError(400, "suffix is not supported", param="suffix")
+        if request.best_of is not None and request.best_of != request.n:
+            raise APIError(400, f"best_of ({request.best_of}) is not supported: raygrid returns every one of the n completions it makes",
+                           param="best_of")
         params = make_params(request.sampling_params)
         has_text = isinstance(request.prompt, str) or any(isinstance(p, str) for p in request.prompt)
         # Off the event loop when there is text to tokenize; token ids need no thread hop.

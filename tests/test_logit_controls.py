@@ -1,0 +1,88 @@
+"""logit_bias, allowed_token_ids, bad_words and truncate_prompt_tokens, offline and through the server with
+the real openai client; and the server's 400 for a field raygrid does not implement. (That async scheduling,
+TP and PP compute the same for them is in test_execution_modes.py and test_distributed.py.)"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from raygrid import LLM, SamplingParams
+from tests.conftest import random_prompts
+
+
+@pytest.fixture(scope="module")
+def llm(qwen3_dir):
+    engine = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
+    yield engine
+    engine.shutdown()
+
+
+def tokens(llm, prompt, **params):
+    base = dict(max_tokens=12, ignore_eos=True, temperature=0)
+    return llm.generate({"prompt_token_ids": prompt}, SamplingParams(**{**base, **params}), use_tqdm=False)[0].outputs[0].token_ids
+
+
+def test_logit_bias_allowed_tokens_bad_words_and_truncation(llm, tokenizer):
+    prompt = random_prompts(1, len(tokenizer), seed=41)[0]
+    plain = tokens(llm, prompt)
+    assert tokens(llm, prompt, logit_bias={77: 100.0}) == [77] * 12
+    assert tokens(llm, prompt, temperature=1.0, seed=3, logit_bias={77: 100.0}) == [77] * 12
+    assert tokens(llm, prompt, logit_bias={plain[0]: -100.0})[0] != plain[0]
+    allowed = [9, 99, 999]
+    assert set(tokens(llm, prompt, temperature=1.5, seed=4, allowed_token_ids=allowed)) <= set(allowed)
+    # A bad word of one token that greedy writes: never written. One of two tokens: its second token never
+    # follows its first.
+    single = next(t for t in plain if tokenizer.encode(tokenizer.decode([t]), add_special_tokens=False) == [t])
+    assert single not in tokens(llm, prompt, bad_words=[tokenizer.decode([single])])
+    pair = next(((a, b) for a, b in zip(plain, plain[1:]) if tokenizer.encode(tokenizer.decode([a, b]), add_special_tokens=False) == [a, b]), None)
+    if pair is not None:
+        out = tokens(llm, prompt, bad_words=[tokenizer.decode(list(pair))])
+        assert not any((a, b) == pair for a, b in zip(out, out[1:]))
+        assert out != plain
+    # truncate_prompt_tokens keeps the prompt's last tokens.
+    assert tokens(llm, prompt, truncate_prompt_tokens=5) == tokens(llm, prompt[-5:])
+
+
+def test_bad_token_ids_are_refused_by_name(llm, tokenizer):
+    prompt = {"prompt_token_ids": random_prompts(1, len(tokenizer), seed=42)[0]}
+    for field, value in (("logit_bias", {10**6: 1.0}), ("allowed_token_ids", [10**6])):
+        (out,) = llm.generate(prompt, SamplingParams(**{field: value}), use_tqdm=False)
+        assert out.error and field in out.error and "outside [0, 1024)" in out.error
+    with pytest.raises(ValueError, match="allowed_token_ids"):
+        SamplingParams(allowed_token_ids=[])
+    with pytest.raises(ValueError, match="bad_words"):
+        SamplingParams(bad_words=[" "])
+    assert SamplingParams(logit_bias={1: 500.0}).logit_bias == {1: 100.0}  # clamped as OpenAI does
+
+
+def test_server_logit_controls_and_unsupported_fields(qwen3_dir, tokenizer):
+    import openai
+
+    from tests.test_openai_server import start_server, stop_server
+
+    proc, base = start_server(qwen3_dir)
+    try:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        forced = client.completions.create(model="tiny", prompt="hello", max_tokens=5, logit_bias={"77": 100}, user="u-1",
+                                           extra_body={"ignore_eos": True})
+        assert forced.choices[0].text == tokenizer.decode([77] * 5)
+        chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                              metadata={"team": "a"}, store=False, extra_body={"ignore_eos": True,
+                                                                                             "allowed_token_ids": [77]})
+        assert chat.choices[0].message.content == tokenizer.decode([77] * 4)
+        with httpx.Client(timeout=30) as http:
+            for path, body, field in (
+                ("completions", {"model": "tiny", "prompt": "x", "toolz": 1}, "toolz"),
+                ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": []}, "tools"),
+                ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+                 "response_format"),
+                ("completions", {"model": "tiny", "prompt": "x", "best_of": 3}, "best_of"),
+                ("completions", {"model": "tiny", "prompt": "x", "logit_bias": {"not-a-token": 1}}, "logit_bias"),
+            ):
+                response = http.post(f"{base}/v1/{path}", json=body)
+                assert response.status_code == 400, (body, response.text)
+                assert field in response.json()["error"]["message"], response.text
+    finally:
+        stop_server(proc)
+
