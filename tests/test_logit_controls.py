@@ -1,6 +1,8 @@
 """logit_bias, allowed_token_ids, bad_words and truncate_prompt_tokens, offline and through the server with
-the real openai client; and the server's 400 for a field raygrid does not implement. (That async scheduling,
-TP and PP compute the same for them is in test_execution_modes.py and test_distributed.py.)"""
+the real openai client; the server's 400 for a field raygrid does not implement; and its other vLLM routes
+(/v1/models/{id}, /tokenize, /detokenize), CORS, x-request-id and `raygrid serve MODEL`. (That async
+scheduling, TP and PP compute the same for the sampling fields is in test_execution_modes.py and
+test_distributed.py.)"""
 
 from __future__ import annotations
 
@@ -56,12 +58,12 @@ def test_bad_token_ids_are_refused_by_name(llm, tokenizer):
     assert SamplingParams(logit_bias={1: 500.0}).logit_bias == {1: 100.0}  # clamped as OpenAI does
 
 
-def test_server_logit_controls_and_unsupported_fields(qwen3_dir, tokenizer):
+def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenizer):
     import openai
 
     from tests.test_openai_server import start_server, stop_server
 
-    proc, base = start_server(qwen3_dir)
+    proc, base = start_server(qwen3_dir, "--allowed-origins", "http://app.example", positional_model=True)
     try:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
         forced = client.completions.create(model="tiny", prompt="hello", max_tokens=5, logit_bias={"77": 100}, user="u-1",
@@ -83,6 +85,53 @@ def test_server_logit_controls_and_unsupported_fields(qwen3_dir, tokenizer):
                 response = http.post(f"{base}/v1/{path}", json=body)
                 assert response.status_code == 400, (body, response.text)
                 assert field in response.json()["error"]["message"], response.text
+            # The other routes.
+            card = http.get(f"{base}/v1/models/tiny").json()
+            assert card["id"] == "tiny" and card["root"] == str(qwen3_dir)  # the positional MODEL was served
+            missing = http.get(f"{base}/v1/models/other")
+            assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+            counted = http.post(f"{base}/tokenize", json={"model": "tiny", "prompt": "hello world"}).json()
+            assert counted["tokens"] == tokenizer.encode("hello world") and counted["count"] == len(counted["tokens"])
+            chat_ids = http.post(f"{base}/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}).json()["tokens"]
+            assert tokenizer.decode(chat_ids).endswith("<|im_start|>assistant\n")
+            assert http.post(f"{base}/detokenize", json={"tokens": counted["tokens"]}).json() == {"prompt": "hello world"}
+            assert http.post(f"{base}/detokenize", json={"tokens": [10**6]}).status_code == 400
+            assert http.post(f"{base}/tokenize", json={"prompt": "x", "messages": []}).status_code == 400
+            # x-request-id: the caller's, or a fresh one.
+            assert http.get(f"{base}/v1/models", headers={"x-request-id": "abc"}).headers["x-request-id"] == "abc"
+            assert len(http.get(f"{base}/v1/models").headers["x-request-id"]) == 32
+            # CORS: a browser's preflight from the allowed origin is answered; another origin gets no grant.
+            preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
+            answer = http.options(f"{base}/v1/completions", headers=preflight)
+            assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == "http://app.example"
+            other = http.options(f"{base}/v1/completions", headers=dict(preflight, Origin="http://evil.example"))
+            assert "access-control-allow-origin" not in other.headers
     finally:
         stop_server(proc)
 
+
+
+def test_vllm_offline_helpers(llm, qwen3_dir, tmp_path):
+    """get_tokenizer, get_default_sampling_params (generation_config.json's sampling fields, used when generate
+    gets no SamplingParams), and chat's rendered prompt and chat_template_kwargs."""
+    import json
+    import shutil
+
+    assert llm.get_tokenizer() is llm.tokenizer
+    assert llm.get_default_sampling_params() == SamplingParams()  # the tiny checkpoint sets no sampling fields
+    template = "{{ greeting }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (out,) = llm.chat([{"role": "user", "content": "hi there"}], SamplingParams(max_tokens=2), use_tqdm=False,
+                      chat_template=template, chat_template_kwargs={"greeting": "HELLO "})
+    assert out.prompt == "HELLO hi there"
+    assert out.prompt_token_ids == llm.get_tokenizer().encode("HELLO hi there", add_special_tokens=False)
+
+    copy = tmp_path / "with_defaults"
+    shutil.copytree(qwen3_dir, copy)
+    generation = json.loads((copy / "generation_config.json").read_text())
+    (copy / "generation_config.json").write_text(json.dumps(dict(generation, temperature=0.6, top_k=20, top_p=0.95, do_sample=True)))
+    other = LLM(model=str(copy), device="cpu", dtype="float32", max_model_len=128)
+    try:
+        defaults = other.get_default_sampling_params()
+        assert (defaults.temperature, defaults.top_k, defaults.top_p, defaults.min_p) == (0.6, 20, 0.95, 0.0)
+    finally:
+        other.shutdown()

@@ -25,9 +25,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model_dir: str, *extra: str) -> tuple[subprocess.Popen, str]:
+def start_server(model_dir: str, *extra: str, positional_model: bool = False) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "raygrid.entrypoints.cli", "serve", "--model", model_dir, "--served-model-name", "tiny",
+    model = [model_dir] if positional_model else ["--model", model_dir]
+    cmd = [sys.executable, "-m", "raygrid.entrypoints.cli", "serve", *model, "--served-model-name", "tiny",
            "--port", str(port), "--device", "cpu", "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
            "--log-level", "warning", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

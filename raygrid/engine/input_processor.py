@@ -4,6 +4,7 @@ split ``n > 1`` into child requests."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,13 +164,30 @@ class InputProcessor:
             return prompt["prompt"], self.tokenizer.encode(prompt["prompt"])
         raise ValueError("a prompt is a string, {'prompt': str} or {'prompt_token_ids': [int, ...]}")
 
-    def apply_chat_template(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True) -> list[int]:
+    def apply_chat_template(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True,
+                            **template_kwargs) -> list[int]:
+        return self.render_chat(conversation, chat_template, add_generation_prompt, **template_kwargs)[1]
+
+    def render_chat(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True,
+                    **template_kwargs) -> tuple[str, list[int]]:
+        """The conversation through the chat template: its text and token ids. ``template_kwargs`` reach the
+        template (Qwen3's ``enable_thinking``, say)."""
         if chat_template is None and not self.tokenizer.chat_template:
             raise ValueError("the tokenizer has no chat_template; pass chat_template=...")
         text = self.tokenizer.apply_chat_template(
-            conversation, chat_template=chat_template, add_generation_prompt=add_generation_prompt, tokenize=False
+            conversation, chat_template=chat_template, add_generation_prompt=add_generation_prompt, tokenize=False, **template_kwargs
         )
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return text, self.tokenizer.encode(text, add_special_tokens=False)
+
+    def default_sampling_params(self) -> SamplingParams:
+        """The checkpoint's generation_config.json sampling defaults (temperature, top_p, top_k, min_p,
+        repetition_penalty), as vLLM applies them; SamplingParams() where it has none."""
+        path = Path(self.config.model.model) / "generation_config.json"
+        if not path.is_file():
+            return SamplingParams()
+        written = json.loads(path.read_text())  # only what the file sets: transformers' defaults (top_k 50) are not the model's
+        return SamplingParams(**{k: written[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+                                 if written.get(k) is not None})
 
     def bad_words_token_ids(self, words: list[str]) -> list[list[int]]:
         """Each bad word as the token sequences it can take in a text: alone and after a space, as vLLM

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -74,14 +75,25 @@ class LLM:
         use_tqdm: bool = True,
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
-        """Generate replies to one conversation or a list of them, through the tokenizer's chat template."""
+        """Generate replies to one conversation or a list of them, through the tokenizer's chat template
+        (``chat_template_kwargs`` reach the template). Each output's ``prompt`` is the rendered conversation."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        prompts = [
-            {"prompt_token_ids": self.processor.apply_chat_template(c, chat_template, add_generation_prompt)}
-            for c in conversations
-        ]
+        prompts = []
+        for conversation in conversations:
+            text, ids = self.processor.render_chat(conversation, chat_template, add_generation_prompt, **(chat_template_kwargs or {}))
+            prompts.append({"prompt": text, "prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    def get_tokenizer(self):
+        """The Hugging Face tokenizer the engine tokenizes and detokenizes with."""
+        return self.tokenizer
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """What ``generate`` uses when given no SamplingParams: the checkpoint's generation_config.json
+        defaults, as vLLM applies them."""
+        return self.processor.default_sampling_params()
 
     def get_stats(self) -> SchedulerStats:
         """Scheduler and KV cache counters: blocks free, preemptions, prefix-cache hits, tokens computed."""
@@ -98,7 +110,7 @@ class LLM:
 
     def _params_per_prompt(self, sampling_params, count: int) -> list[SamplingParams]:
         if sampling_params is None:
-            return [SamplingParams()] * count
+            return [self.get_default_sampling_params()] * count
         if isinstance(sampling_params, SamplingParams):
             return [sampling_params] * count
         if len(sampling_params) != count:

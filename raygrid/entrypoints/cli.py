@@ -91,6 +91,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from raygrid.entrypoints.api_server import run_server
 
+    if args.model_tag is not None:  # `raygrid serve MODEL`, as `vllm serve MODEL`
+        if args.model not in (DEFAULT_MODEL_NAME, args.model_tag):
+            raise ValueError(f"the model is given twice, as {args.model_tag!r} and --model {args.model!r}: give it once")
+        args.model = args.model_tag
     return run_server(args, engine_kwargs(args))
 
 
@@ -134,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
 
     serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    serve.add_argument("model_tag", nargs="?", default=None, metavar="MODEL", help="the model, as `vllm serve MODEL` (or --model)")
     add_engine_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -142,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-request-body-bytes", type=int, default=8 * 2**20, help="larger bodies get 413 before they are parsed")
     serve.add_argument("--body-read-timeout", type=float, default=30.0, help="seconds to wait for each part of a request body (408 after)")
     serve.add_argument("--header-read-timeout", type=float, default=30.0, help="seconds a connection may take to send a request's headers")
+    serve.add_argument("--allowed-origins", action="append", default=None,
+                       help="let browsers on this origin call the API (CORS); repeat for several, '*' for any")
     serve.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
     serve.add_argument("--max-queued-requests", type=int, default=4096, help="sequences in flight before new requests get 503")
     serve.add_argument("--log-level", default="info")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import uuid
 
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -45,6 +46,27 @@ class ApiKeyGuard:
                 await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class RequestIdHeader:
+    """Every response carries ``x-request-id``: the request's own, or a fresh one (to find a request in the logs)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((value for name, value in scope.get("headers", ()) if name == b"x-request-id"), None)
+        request_id = given or uuid.uuid4().hex.encode()
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                message = dict(message, headers=[*message.get("headers", []), (b"x-request-id", request_id)])
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 class BodyTooLarge(HTTPException):

@@ -15,13 +15,15 @@ from collections.abc import AsyncIterator
 import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import raygrid
-from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard, error_response
+from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard, RequestIdHeader, error_response
+from raygrid.entrypoints.utility_routes import utility_router
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
 from raygrid.engine.outputs import CompletionOutput, RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
@@ -76,14 +78,18 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
 
 def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: list[str] | None = None,
               max_request_body_bytes: int = 8 * 2**20, body_read_timeout_s: float = 30.0,
-              metrics_without_auth: bool = False) -> FastAPI:
+              metrics_without_auth: bool = False, allowed_origins: list[str] | None = None) -> FastAPI:
     names = served_model_names or [engine.model_name]
     max_len = engine.config.model.max_model_len
     app = FastAPI(title="raygrid OpenAI-compatible server", version=raygrid.__version__)
     app.add_middleware(BodyGuard, max_bytes=max_request_body_bytes, read_timeout_s=body_read_timeout_s)
+    app.add_middleware(RequestIdHeader)
     if api_key:  # added last, so it runs first: no body is read for a request without the key
         open_paths = frozenset({"/health", "/metrics"} if metrics_without_auth else {"/health"})
         app.add_middleware(ApiKeyGuard, api_key=api_key, open_paths=open_paths)
+    if allowed_origins:  # outermost: a browser's preflight OPTIONS carries no key
+        app.add_middleware(CORSMiddleware, allow_origins=allowed_origins, allow_methods=["*"], allow_headers=["*"],
+                           allow_credentials=True, expose_headers=["x-request-id"])
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(_request, error: RequestValidationError):
@@ -127,6 +133,8 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
     def check_model(model: str) -> None:
         if model not in names:
             raise APIError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found", kind="NotFoundError")
+
+    app.include_router(utility_router(engine, names, check_model, lambda status, message, param: APIError(status, message, param=param)))
 
     def make_params(build) -> SamplingParams:
         request = getattr(build, "__self__", None)
