@@ -77,8 +77,9 @@ def outputs_agree(got, expected, logprob_tol: float = 1e-4) -> None:
 
 def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(model_dirs, tokenizer):
     """Penalties, min_tokens, stop tokens, seeded top-k/top-p/min-p sampling, n=2 and logprobs, one request
-    each, under TP=2 through the compiled graph with async scheduling (the GPU default), TP=2 through plain
-    actor calls, and PP=2 through the compiled graph: each gives what one process gives. (Requests finish
+    each, under TP=2 through the compiled graph with async scheduling (the GPU default: the workers pipeline
+    their steps), TP=2 through plain actor calls with and without it, and PP=2 through the compiled graph: each
+    gives what one process gives. (Requests finish
     together here, which once left the ranks' batches in different row orders: each worker iterated the
     finished ids as a set, in its own process's hash order.)"""
     prompts = [{"prompt_token_ids": p} for p in random_prompts(11, len(tokenizer), seed=31)]
@@ -91,6 +92,7 @@ def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(mo
     modes = {
         "tp2-compiled-async": dict(tensor_parallel_size=2, compiled_graph=True, async_scheduling=True),
         "tp2-actor-calls": dict(tensor_parallel_size=2, compiled_graph=False),
+        "tp2-actor-calls-async": dict(tensor_parallel_size=2, compiled_graph=False, async_scheduling=True),
         "pp2-compiled": dict(pipeline_parallel_size=2, compiled_graph=True),
     }
     for name, mode in modes.items():

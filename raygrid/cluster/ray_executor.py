@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import deque
 from typing import Any, Callable
 
 import ray
@@ -84,17 +85,26 @@ class RayExecutor(Executor):
         self.async_scheduling = bool(config.scheduler.async_scheduling)
         self._actor_ranks = {w._actor_id.hex(): rank for rank, w in enumerate(self.workers)}
         self._pid_ranks = {pid: rank for rank, pid in enumerate(ray.get([w.pid.remote() for w in self.workers]))}
+        # With async scheduling the workers pipeline their steps (Worker.execute_model_pipelined): each send
+        # launches its step and answers the step launched before it. ``_sends`` holds, in order, each send's
+        # waiter and the step it answers (None: nothing); ``_pending_step`` is the step launched and not yet answered.
+        self._method = "execute_model_pipelined" if self.async_scheduling else "execute_model"
+        self._sends: deque[tuple[Callable[[], list], int | None]] = deque()
+        self._pending_step: int | None = None
+        self._num_steps = 0
         self._dag = None
         compiled = parallel.compiled_graph if parallel.compiled_graph is not None else self.use_gpu
         if compiled:
             with InputNode() as scheduler_output:
-                dag = MultiOutputNode([w.execute_model.bind(scheduler_output) for w in self.workers])
-            self._dag = dag.experimental_compile(_submit_timeout=self.step_timeout_s, _max_inflight_executions=self.max_concurrent_batches)
+                dag = MultiOutputNode([getattr(w, self._method).bind(scheduler_output) for w in self.workers])
+            # One more than the steps in flight: a flush may follow them.
+            self._dag = dag.experimental_compile(_submit_timeout=self.step_timeout_s, _max_inflight_executions=self.max_concurrent_batches + 1)
 
     @property
     def max_concurrent_batches(self) -> int:
         # Pipeline stages keep one batch in flight each so none of them idles; async scheduling sends the next
-        # step while one runs (the workers queue it, and take the tokens it needs from the step before).
+        # step while one runs (the workers launch it before answering the one before, and take the tokens it
+        # needs from that step's samples on the device).
         return 2 if self.async_scheduling else self.grid.pp
 
     def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
@@ -105,22 +115,43 @@ class RayExecutor(Executor):
         return self.execute_model_async(scheduler_output).result()
 
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> "_StepInFlight":
+        if not self.async_scheduling:
+            wait = self._send(scheduler_output)
+            return _StepInFlight(lambda: self._output(wait()))
+        step, self._num_steps = self._num_steps, self._num_steps + 1
+        self._sends.append((self._send(scheduler_output), self._pending_step))
+        self._pending_step = step
+        return _StepInFlight(lambda: self._pipelined_output(step))
+
+    def _pipelined_output(self, step: int) -> ModelRunnerOutput:
+        if self._pending_step == step:  # nothing was sent after it: ask for it alone
+            self._sends.append((self._send(None), step))
+            self._pending_step = None
+        while self._sends:
+            wait, answers = self._sends.popleft()
+            outputs = wait()
+            if answers == step:
+                return self._output(outputs)
+            # an answer to nothing, or to a step the engine dropped (it recovered from an error): read and let go
+        raise RuntimeError(f"step {step} was never sent")  # the engine asks for its steps in order; not reached
+
+    def _send(self, scheduler_output: SchedulerOutput | None) -> Callable[[], list]:
+        """Send a step to every worker; returns a waiter for their answers, in rank order."""
         if self._dag is None:
             shared = ray.put(scheduler_output)  # once, read by every worker
-            refs = [w.execute_model.remote(shared) for w in self.workers]
-            return _StepInFlight(lambda: self._output(gather(refs, "execute_model", self.step_timeout_s)))
+            refs = [getattr(w, self._method).remote(shared) for w in self.workers]
+            return lambda: gather(refs, "execute_model", self.step_timeout_s)
         try:
             ref = self._dag.execute(scheduler_output)
         except ray.exceptions.RayError as error:
             raise self._failure(error) from error
-        return _StepInFlight(lambda: self._dag_result(ref))
 
-    def _dag_result(self, ref) -> ModelRunnerOutput:
-        try:
-            outputs = ray.get(ref, timeout=self.step_timeout_s)
-        except ray.exceptions.RayError as error:
-            raise self._failure(error) from error
-        return self._output(outputs)
+        def wait() -> list:
+            try:
+                return ray.get(ref, timeout=self.step_timeout_s)
+            except ray.exceptions.RayError as error:
+                raise self._failure(error) from error
+        return wait
 
     def _output(self, outputs: list[ModelRunnerOutput]) -> ModelRunnerOutput:
         """The output rank's result, timed as the slowest worker's (what the step waited for)."""

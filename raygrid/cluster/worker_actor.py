@@ -57,10 +57,17 @@ class WorkerActor:
         return getattr(self.worker, method)(*args, **kwargs)
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
-        # A compiled graph calls this on a thread of its own, whose current device starts at cuda:0.
+        self._on_device()
+        return self.worker.execute_model(scheduler_output)
+
+    def execute_model_pipelined(self, scheduler_output: SchedulerOutput | None) -> ModelRunnerOutput | None:
+        self._on_device()
+        return self.worker.execute_model_pipelined(scheduler_output)
+
+    def _on_device(self) -> None:
+        # A compiled graph calls the step methods on a thread of its own, whose current device starts at cuda:0.
         if self.device_index is not None and torch.cuda.current_device() != self.device_index:
             torch.cuda.set_device(self.device_index)
-        return self.worker.execute_model(scheduler_output)
 
     def pid(self) -> int:
         return os.getpid()

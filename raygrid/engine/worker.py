@@ -8,7 +8,7 @@ import torch
 
 from raygrid.config import EngineConfig
 from raygrid.engine.model_runner import ModelRunner
-from raygrid.engine.outputs import SchedulerOutput
+from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.models.loader import load_hf_config, load_model, resolve_dtype
 from raygrid.parallel.groups import init_parallel_state
 
@@ -43,6 +43,7 @@ class Worker:
                                 config.model.seed)
         self.runner = ModelRunner(config, self.model, self.device, self.dtype, eos_token_ids)
         self._memory: dict[str, int] = {}
+        self._launched = None  # execute_model_pipelined's step in flight
 
     def determine_num_kv_blocks(self) -> int:
         """How many KV blocks fit: on GPU what is left of ``gpu_memory_utilization`` after the peak of the
@@ -88,6 +89,16 @@ class Worker:
     def reset_requests(self) -> None:
         """Forget every request (after a failed step the scheduler sends the survivors in full again)."""
         self.runner.reset_requests()
+        self._launched = None
 
     def execute_model(self, scheduler_output: SchedulerOutput, non_blocking: bool = False):
         return self.runner.execute_model(scheduler_output, non_blocking)
+
+    def execute_model_pipelined(self, scheduler_output: SchedulerOutput | None) -> ModelRunnerOutput | None:
+        """Launch this step, then return the output of the step launched before it (None if none was): the
+        host prepares a step while the device still runs the one before, as async scheduling does in one
+        process. ``None`` launches nothing and returns the step in flight. For a worker that gets its steps
+        one call at a time (a Ray actor), with async scheduling."""
+        launched = self.runner.execute_model(scheduler_output, non_blocking=True) if scheduler_output is not None else None
+        previous, self._launched = self._launched, launched
+        return previous.result() if previous is not None else None
