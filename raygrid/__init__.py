@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
+__all__ = ["LLM", "LLMEngine", "EngineArgs", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
 __version__ = "0.1.0"
 
 _HOMES = {
     "LLM": "raygrid.engine.llm",
+    "LLMEngine": "raygrid.engine.llm_engine",
+    "EngineArgs": "raygrid.engine.arg_utils",
     "SamplingParams": "raygrid.engine.sampling_params",
     "RequestOutput": "raygrid.engine.outputs",
     "CompletionOutput": "raygrid.engine.outputs",

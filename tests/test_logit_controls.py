@@ -110,28 +110,3 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         stop_server(proc)
 
 
-
-def test_vllm_offline_helpers(llm, qwen3_dir, tmp_path):
-    """get_tokenizer, get_default_sampling_params (generation_config.json's sampling fields, used when generate
-    gets no SamplingParams), and chat's rendered prompt and chat_template_kwargs."""
-    import json
-    import shutil
-
-    assert llm.get_tokenizer() is llm.tokenizer
-    assert llm.get_default_sampling_params() == SamplingParams()  # the tiny checkpoint sets no sampling fields
-    template = "{{ greeting }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    (out,) = llm.chat([{"role": "user", "content": "hi there"}], SamplingParams(max_tokens=2), use_tqdm=False,
-                      chat_template=template, chat_template_kwargs={"greeting": "HELLO "})
-    assert out.prompt == "HELLO hi there"
-    assert out.prompt_token_ids == llm.get_tokenizer().encode("HELLO hi there", add_special_tokens=False)
-
-    copy = tmp_path / "with_defaults"
-    shutil.copytree(qwen3_dir, copy)
-    generation = json.loads((copy / "generation_config.json").read_text())
-    (copy / "generation_config.json").write_text(json.dumps(dict(generation, temperature=0.6, top_k=20, top_p=0.95, do_sample=True)))
-    other = LLM(model=str(copy), device="cpu", dtype="float32", max_model_len=128)
-    try:
-        defaults = other.get_default_sampling_params()
-        assert (defaults.temperature, defaults.top_k, defaults.top_p, defaults.min_p) == (0.6, 20, 0.95, 0.0)
-    finally:
-        other.shutdown()

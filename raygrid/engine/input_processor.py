@@ -11,81 +11,20 @@ from typing import Any
 
 from transformers import AutoTokenizer, GenerationConfig
 
-from raygrid.config import CacheConfig, EngineConfig, ModelConfig, ParallelConfig, SchedulerConfig
+from raygrid.config import EngineConfig
+from raygrid.engine.arg_utils import EngineArgs
 from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
-from raygrid.models.default_model import is_dummy_built_in, resolve_model_path
 from raygrid.models.loader import load_hf_config
 
 PromptType = str | dict[str, Any]
 
 
-def build_engine_config(
-    model: str,
-    tokenizer: str | None = None,
-    dtype: str = "auto",
-    max_model_len: int | None = None,
-    max_num_seqs: int = 256,
-    max_num_batched_tokens: int | None = None,
-    block_size: int = 16,
-    num_kv_blocks: int | None = None,
-    enable_prefix_caching: bool = True,
-    prefix_caching_hash_seed: str | None = None,
-    enable_chunked_prefill: bool = True,
-    long_prefill_token_threshold: int = 0,
-    scheduling_policy: str = "fcfs",
-    async_scheduling: bool | None = None,
-    gpu_memory_utilization: float = 0.9,
-    max_logprobs: int = 20,
-    seed: int = 0,
-    enforce_eager: bool = False,
-    load_format: str = "auto",
-    device: str = "auto",
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
-    data_parallel_size: int = 1,
-    distributed_executor_backend: str | None = None,
-    ray_address: str | None = None,
-    ray_worker_cpus: float = 1.0,
-    step_timeout_s: float = 300.0,
-    compiled_graph: bool | None = None,
-) -> EngineConfig:
-    """The engine's configuration from vLLM-style keyword arguments, resolved against the checkpoint."""
-    model_path = resolve_model_path(model)
-    if load_format == "auto" and is_dummy_built_in(model_path):
-        load_format = "dummy"  # a built-in of config and tokenizer only: its weights are made on the device
-    config = EngineConfig(
-        model=ModelConfig(model=model_path, tokenizer=tokenizer, dtype=dtype, max_model_len=max_model_len, max_logprobs=max_logprobs,
-                          seed=seed, enforce_eager=enforce_eager, load_format=load_format),
-        cache=CacheConfig(
-            block_size=block_size,
-            num_kv_blocks=num_kv_blocks,
-            enable_prefix_caching=enable_prefix_caching,
-            prefix_caching_hash_seed=prefix_caching_hash_seed,
-            gpu_memory_utilization=gpu_memory_utilization,
-        ),
-        scheduler=SchedulerConfig(
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            enable_chunked_prefill=enable_chunked_prefill,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-            policy=scheduling_policy,
-            async_scheduling=async_scheduling,
-        ),
-        parallel=ParallelConfig(
-            tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size,
-            data_parallel_size=data_parallel_size,
-            distributed_executor_backend=distributed_executor_backend,
-            ray_address=ray_address,
-            ray_worker_cpus=ray_worker_cpus,
-            step_timeout_s=step_timeout_s,
-            compiled_graph=compiled_graph,
-        ),
-        device=device,
-    )
-    return config.resolve(load_hf_config(model_path).max_position_embeddings)
+def build_engine_config(model: str, **engine_kwargs) -> EngineConfig:
+    """The engine's configuration from vLLM-style keyword arguments (the fields of ``EngineArgs``),
+    resolved against the checkpoint."""
+    return EngineArgs(model=model, **engine_kwargs).create_engine_config()
 
 
 def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False,

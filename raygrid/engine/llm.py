@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config, create_engine
-from raygrid.engine.output_processor import OutputProcessor
+from raygrid.engine.arg_utils import EngineArgs
+from raygrid.engine.input_processor import PromptType
+from raygrid.engine.llm_engine import LLMEngine
 from raygrid.engine.outputs import RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
 from raygrid.engine.scheduler import SchedulerStats
@@ -19,24 +19,23 @@ logger = logging.getLogger(__name__)
 
 
 class LLM:
-    """Generate text from prompts with one engine replica.
+    """Generate text from prompts with one engine (one replica, or several on Ray).
 
-    Takes vLLM's engine arguments (see ``build_engine_config``): model, tokenizer, dtype, max_model_len,
+    Takes vLLM's engine arguments, the fields of ``EngineArgs``: model, tokenizer, dtype, max_model_len,
     max_num_seqs, max_num_batched_tokens, block_size, num_kv_blocks, enable_prefix_caching,
-    enable_chunked_prefill, long_prefill_token_threshold, scheduling_policy, gpu_memory_utilization,
-    max_logprobs, seed, device.
+    enable_chunked_prefill, scheduling_policy, gpu_memory_utilization, tensor_parallel_size, ... .
+    It runs an ``LLMEngine`` to completion.
 
     >>> llm = LLM(model="tiny-random-qwen3")
     >>> outputs = llm.generate(["Hello"], SamplingParams(max_tokens=8))
     """
 
     def __init__(self, model: str, **engine_kwargs) -> None:
-        self.config = build_engine_config(model, **engine_kwargs)
-        self.processor = InputProcessor(self.config)
-        self.tokenizer = self.processor.tokenizer
-        self.engine = create_engine(self.config, self.processor.eos_token_ids)
-        self.output_processor = OutputProcessor(self.tokenizer)
-        self._request_counter = itertools.count()
+        self.llm_engine = LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs))
+        self.config = self.llm_engine.config
+        self.processor = self.llm_engine.processor
+        self.tokenizer = self.llm_engine.tokenizer
+        self.engine = self.llm_engine.engine  # the EngineClient: stats, step timing, health
 
     # ------------------------------------------------------------------ public API
 
@@ -57,9 +56,9 @@ class LLM:
         results: list[RequestOutput | None] = [None] * len(prompts)
         order: dict[str, int] = {}
         for i, (prompt, params) in enumerate(zip(prompts, params_list)):
-            request_id = str(next(self._request_counter))
+            request_id = self.llm_engine.next_request_id()
             try:
-                self._add(self.processor.process(request_id, prompt, params, priority=priority[i] if priority else 0))
+                self.llm_engine.add_request(request_id, prompt, params, priority=priority[i] if priority else 0)
                 order[request_id] = i
             except (ValueError, RuntimeError) as error:  # bad input, or no healthy engine replica
                 logger.warning("request %d rejected: %s", i, error)
@@ -88,12 +87,12 @@ class LLM:
 
     def get_tokenizer(self):
         """The Hugging Face tokenizer the engine tokenizes and detokenizes with."""
-        return self.tokenizer
+        return self.llm_engine.get_tokenizer()
 
     def get_default_sampling_params(self) -> SamplingParams:
         """What ``generate`` uses when given no SamplingParams: the checkpoint's generation_config.json
         defaults, as vLLM applies them."""
-        return self.processor.default_sampling_params()
+        return self.llm_engine.get_default_sampling_params()
 
     def get_stats(self) -> SchedulerStats:
         """Scheduler and KV cache counters: blocks free, preemptions, prefix-cache hits, tokens computed."""
@@ -104,7 +103,7 @@ class LLM:
 
     def shutdown(self) -> None:
         """Release the engine's workers (Ray actors and their placement groups, if any)."""
-        self.engine.shutdown()
+        self.llm_engine.shutdown()
 
     # ------------------------------------------------------------------ the loop
 
@@ -117,27 +116,18 @@ class LLM:
             raise ValueError(f"sampling_params has {len(sampling_params)} entries for {count} prompts")
         return list(sampling_params)
 
-    def _add(self, processed: ProcessedRequest) -> None:
-        self.output_processor.add_request(processed)
-        for child in processed.children:
-            self.engine.add_request(child)
-
     def _run_engine(self, num_requests: int, use_tqdm: bool) -> list[RequestOutput]:
         finished: list[RequestOutput] = []
         bar = tqdm(total=num_requests, desc="Processed prompts", unit="req", disable=not use_tqdm or num_requests == 0)
-        num_output_tokens = 0
-        while self.engine.has_unfinished_requests():
-            core_outputs = self.engine.step()
-            num_output_tokens += sum(len(o.new_token_ids) for o in core_outputs)
-            outputs, to_abort = self.output_processor.process(core_outputs, emit_unfinished=False)
-            if to_abort:
-                self.engine.abort_requests(to_abort)
-            for output in outputs:
+        engine, tokens_before = self.llm_engine, self.llm_engine.num_generated_tokens
+        while engine.has_unfinished_requests():
+            for output in engine.step(emit_unfinished=False):
                 if output.finished:
                     finished.append(output)
                     bar.update(1)
             if bar.n and not bar.disable:
-                bar.set_postfix_str(f"out {num_output_tokens / max(bar.format_dict['elapsed'], 1e-9):.1f} tok/s", refresh=False)
+                rate = (engine.num_generated_tokens - tokens_before) / max(bar.format_dict["elapsed"], 1e-9)
+                bar.set_postfix_str(f"out {rate:.1f} tok/s", refresh=False)
         bar.close()
         return finished
 

@@ -100,6 +100,11 @@ class OutputProcessor:
                 self._forget(parent)
         return results, to_abort
 
+    def child_ids(self, request_id: str) -> list[str]:
+        """The engine-side ids of a request's children (none if it is unknown or finished)."""
+        parent = self.parents.get(request_id)
+        return list(parent.children) if parent is not None else []
+
     def abort(self, request_id: str) -> RequestOutput | None:
         """Mark a whole request aborted; returns its final output."""
         parent = self.parents.get(request_id)

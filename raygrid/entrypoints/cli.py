@@ -1,65 +1,21 @@
-"""The ``raygrid`` command: ``raygrid generate`` (and later serve / bench)."""
+"""The ``raygrid`` command: ``raygrid generate``, ``serve``, ``bench serve / throughput / parallel``. The engine's
+flags come from ``EngineArgs``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from raygrid.engine.arg_utils import EngineArgs
 from raygrid.models.default_model import DEFAULT_MODEL_NAME
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=DEFAULT_MODEL_NAME, help=f"checkpoint directory, or the built-in {DEFAULT_MODEL_NAME!r} (random weights: its text is noise)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--max-model-len", type=int, default=None)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--num-kv-blocks", type=int, default=None)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    parser.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
-    parser.add_argument("--prefix-caching-hash-seed", default=None,
-                        help="fix the root of the prefix-cache block hashes (replicas sharing it hash alike); default random")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
-    parser.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
-                        help="'dummy': random weights made on the device from config.json alone (no checkpoint read)")
-    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
-    parser.add_argument("--distributed-executor-backend", default=None, choices=["inprocess", "ray"])
-    parser.add_argument("--ray-address", default=None, help="Ray cluster to join ('auto'); default: start a local one")
-    parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
-                        help="schedule step N+1 while step N runs (default: on GPUs without pipeline stages)")
-    parser.add_argument("--compiled-graph", action=argparse.BooleanOptionalAction, default=None,
-                        help="on Ray: send steps to the workers through a Ray Compiled Graph (default: when the workers have GPUs)")
+    EngineArgs.add_cli_args(parser)
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
-    return dict(
-        model=args.model,
-        dtype=args.dtype,
-        device=args.device,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        block_size=args.block_size,
-        num_kv_blocks=args.num_kv_blocks,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        enable_prefix_caching=args.enable_prefix_caching,
-        prefix_caching_hash_seed=args.prefix_caching_hash_seed,
-        seed=args.seed,
-        enforce_eager=args.enforce_eager,
-        load_format=args.load_format,
-        tensor_parallel_size=args.tensor_parallel_size,
-        pipeline_parallel_size=args.pipeline_parallel_size,
-        data_parallel_size=args.data_parallel_size,
-        distributed_executor_backend=args.distributed_executor_backend,
-        ray_address=args.ray_address,
-        async_scheduling=args.async_scheduling,
-        compiled_graph=args.compiled_graph,
-    )
+    return EngineArgs.from_cli_args(args).as_kwargs()
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

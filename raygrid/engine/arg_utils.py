@@ -1,0 +1,124 @@
+"""EngineArgs: the engine's arguments, written once (vLLM's name and fields).
+
+The CLI flags (``EngineArgs.add_cli_args``), the keyword arguments of ``LLM`` and ``AsyncLLM`` and the
+resolved ``EngineConfig`` (``create_engine_config``) all come from the fields below, so an argument is
+added in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Literal
+
+from raygrid.config import CacheConfig, EngineConfig, ModelConfig, ParallelConfig, SchedulerConfig
+from raygrid.models.default_model import DEFAULT_MODEL_NAME, is_dummy_built_in, resolve_model_path
+
+
+def _arg(default, help: str, short: str | None = None):  # noqa: A002 - argparse's word
+    return field(default=default, metadata={"help": help, "short": short})
+
+
+@dataclass
+class EngineArgs:
+    model: str = _arg(DEFAULT_MODEL_NAME, "checkpoint directory, or a built-in: tiny-random-qwen3, random-qwen3-0.6b, "
+                                          "random-llama3-8b, random-qwen3-30b-a3b (random weights: their text is noise)")
+    tokenizer: str | None = _arg(None, "tokenizer directory (default: the model's)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = _arg("auto", "weights and activations")
+    device: Literal["auto", "cpu", "cuda"] = _arg("auto", "where the model runs")
+    max_model_len: int | None = _arg(None, "longest prompt + output (default: the checkpoint's)")
+    max_num_seqs: int = _arg(256, "requests in one step at most")
+    max_num_batched_tokens: int | None = _arg(None, "tokens in one step at most (default 8192)")
+    block_size: int = _arg(16, "tokens per KV cache block")
+    num_kv_blocks: int | None = _arg(None, "fix the KV pool's size (default: sized from memory)")
+    enable_prefix_caching: bool = _arg(True, "reuse the KV blocks of earlier requests' shared prefixes")
+    prefix_caching_hash_seed: str | None = _arg(None, "fix the root of the prefix-cache block hashes (replicas sharing it "
+                                                       "hash alike); default random")
+    enable_chunked_prefill: bool = _arg(True, "split long prompts over several steps")
+    long_prefill_token_threshold: int = _arg(0, "cap the tokens one prompt takes in a step (0: no cap)")
+    scheduling_policy: Literal["fcfs", "priority"] = _arg("fcfs", "which request waits, and which is preempted first")
+    async_scheduling: bool | None = _arg(None, "schedule step N+1 while step N runs (default: on GPUs without pipeline stages)")
+    gpu_memory_utilization: float = _arg(0.9, "share of GPU memory the engine may take")
+    max_logprobs: int = _arg(20, "most logprobs a request may ask for")
+    seed: int = _arg(0, "engine seed (weights of dummy loading, noise of unseeded requests)")
+    enforce_eager: bool = _arg(False, "no CUDA graphs")
+    load_format: Literal["auto", "dummy"] = _arg("auto", "'dummy': random weights made on the device from config.json alone")
+    tensor_parallel_size: int = _arg(1, "GPUs per tensor-parallel group", short="-tp")
+    pipeline_parallel_size: int = _arg(1, "pipeline stages", short="-pp")
+    data_parallel_size: int = _arg(1, "engine replicas", short="-dp")
+    distributed_executor_backend: Literal["inprocess", "ray"] | None = _arg(None, "default: ray for more than one device")
+    ray_address: str | None = _arg(None, "Ray cluster to join ('auto'); default: start a local one")
+    ray_worker_cpus: float = _arg(1.0, "CPUs a worker actor reserves")
+    step_timeout_s: float = _arg(300.0, "on Ray: a step with no progress for this long fails its replica")
+    compiled_graph: bool | None = _arg(None, "on Ray: steps through a Ray Compiled Graph (default: when the workers have GPUs)")
+
+    # ------------------------------------------------------------------ the CLI
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """One flag a field: ``--max-model-len``, ``--enforce-eager/--no-enforce-eager``, ``-tp``..."""
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            flags = [f"--{f.name.replace('_', '-')}"] + ([f.metadata["short"]] if f.metadata.get("short") else [])
+            kind, optional = _unwrap(hints[f.name])
+            kwargs: dict = dict(dest=f.name, default=f.default, help=f.metadata["help"])
+            if kind is bool:
+                kwargs["action"] = argparse.BooleanOptionalAction
+            elif typing.get_origin(kind) is Literal:
+                kwargs["choices"] = list(typing.get_args(kind))
+            else:
+                kwargs["type"] = kind
+            parser.add_argument(*flags, **kwargs)
+        # The older spelling of --no-enable-prefix-caching.
+        parser.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false", help=argparse.SUPPRESS)
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> "EngineArgs":
+        return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+    def as_kwargs(self) -> dict:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ the engine's configuration
+
+    def create_engine_config(self) -> EngineConfig:
+        """The configuration these arguments describe, resolved against the checkpoint (its context
+        length); a bad value raises a ValueError naming the field and its limit."""
+        from raygrid.models.loader import load_hf_config
+
+        model_path = resolve_model_path(self.model)
+        load_format = self.load_format
+        if load_format == "auto" and is_dummy_built_in(model_path):
+            load_format = "dummy"  # a built-in of config and tokenizer only: its weights are made on the device
+        config = EngineConfig(
+            model=ModelConfig(model=model_path, tokenizer=self.tokenizer, dtype=self.dtype, max_model_len=self.max_model_len,
+                              max_logprobs=self.max_logprobs, seed=self.seed, enforce_eager=self.enforce_eager,
+                              load_format=load_format),
+            cache=CacheConfig(block_size=self.block_size, num_kv_blocks=self.num_kv_blocks,
+                              enable_prefix_caching=self.enable_prefix_caching,
+                              prefix_caching_hash_seed=self.prefix_caching_hash_seed,
+                              gpu_memory_utilization=self.gpu_memory_utilization),
+            scheduler=SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                                      enable_chunked_prefill=self.enable_chunked_prefill,
+                                      long_prefill_token_threshold=self.long_prefill_token_threshold,
+                                      policy=self.scheduling_policy, async_scheduling=self.async_scheduling),
+            parallel=ParallelConfig(tensor_parallel_size=self.tensor_parallel_size, pipeline_parallel_size=self.pipeline_parallel_size,
+                                    data_parallel_size=self.data_parallel_size,
+                                    distributed_executor_backend=self.distributed_executor_backend, ray_address=self.ray_address,
+                                    ray_worker_cpus=self.ray_worker_cpus, step_timeout_s=self.step_timeout_s,
+                                    compiled_graph=self.compiled_graph),
+            device=self.device,
+        )
+        return config.resolve(load_hf_config(model_path).max_position_embeddings)
+
+
+def _unwrap(hint) -> tuple[type, bool]:
+    """``int | None`` -> (int, True); ``bool`` -> (bool, False)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return inner[0], True
+    return hint, False

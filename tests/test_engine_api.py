@@ -1,0 +1,90 @@
+"""vLLM's offline engine API: EngineArgs (the one definition of the engine's arguments, CLI flags included),
+LLMEngine's add_request / step / abort_request loop as vLLM's example scripts use it, and LLM's helpers."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from raygrid import LLM, EngineArgs, LLMEngine, SamplingParams
+from tests.conftest import random_prompts
+
+
+@pytest.fixture(scope="module")
+def llm(qwen3_dir):
+    engine = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
+    yield engine
+    engine.shutdown()
+
+
+def test_engine_args_make_every_cli_flag():
+    parser = EngineArgs.add_cli_args(argparse.ArgumentParser())
+    args = parser.parse_args(["--model", "m", "-tp", "2", "--max-model-len", "128", "--no-enable-prefix-caching",
+                              "--enforce-eager", "--dtype", "bfloat16", "--async-scheduling", "--step-timeout-s", "5"])
+    engine_args = EngineArgs.from_cli_args(args)
+    assert (engine_args.model, engine_args.tensor_parallel_size, engine_args.max_model_len, engine_args.enable_prefix_caching,
+            engine_args.enforce_eager, engine_args.dtype, engine_args.async_scheduling, engine_args.step_timeout_s) == (
+        "m", 2, 128, False, True, "bfloat16", True, 5.0)
+    assert EngineArgs.from_cli_args(parser.parse_args([])) == EngineArgs()  # the flags' defaults are the fields'
+    assert EngineArgs.from_cli_args(parser.parse_args(["--no-prefix-caching"])).enable_prefix_caching is False
+    flags = {action.dest for action in parser._actions}
+    assert {f.name for f in dataclasses.fields(EngineArgs)} <= flags
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--dtype", "int3"])
+    with pytest.raises(TypeError, match="max_model_length"):
+        EngineArgs(max_model_length=5)
+
+
+def test_llm_engine_loop_as_vllms_example(qwen3_dir, llm, tokenizer):
+    """vLLM's llm_engine_example.py, with only the import changed: add requests, step until done, read the
+    finished outputs; they equal LLM.generate's. abort_request ends a request with finish_reason 'abort'."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(3, len(tokenizer), seed=43)]
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    engine = LLMEngine.from_engine_args(EngineArgs(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256))
+    try:
+        for i, prompt in enumerate(prompts):
+            engine.add_request(str(i), prompt, params)
+        engine.add_request("doomed", prompts[0], SamplingParams(max_tokens=200, ignore_eos=True))
+        finished, steps = {}, 0
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    finished[out.request_id] = out
+            steps += 1
+            if steps == 2:
+                engine.abort_request("doomed")
+        with pytest.raises(ValueError, match="prompt"):
+            engine.add_request("bad", {"prompt_token_ids": []}, params)
+    finally:
+        engine.shutdown()
+    expected = llm.generate(prompts, params, use_tqdm=False)
+    assert [finished[str(i)].outputs[0].token_ids for i in range(3)] == [o.outputs[0].token_ids for o in expected]
+    assert "doomed" not in finished and steps < 50, "the aborted request (200 tokens) kept the engine stepping"
+
+
+def test_vllm_offline_helpers(llm, qwen3_dir, tmp_path):
+    """get_tokenizer, get_default_sampling_params (generation_config.json's sampling fields, used when generate
+    gets no SamplingParams), and chat's rendered prompt and chat_template_kwargs."""
+    import json
+    import shutil
+
+    assert llm.get_tokenizer() is llm.tokenizer
+    assert llm.get_default_sampling_params() == SamplingParams()  # the tiny checkpoint sets no sampling fields
+    template = "{{ greeting }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (out,) = llm.chat([{"role": "user", "content": "hi there"}], SamplingParams(max_tokens=2), use_tqdm=False,
+                      chat_template=template, chat_template_kwargs={"greeting": "HELLO "})
+    assert out.prompt == "HELLO hi there"
+    assert out.prompt_token_ids == llm.get_tokenizer().encode("HELLO hi there", add_special_tokens=False)
+
+    copy = tmp_path / "with_defaults"
+    shutil.copytree(qwen3_dir, copy)
+    generation = json.loads((copy / "generation_config.json").read_text())
+    (copy / "generation_config.json").write_text(json.dumps(dict(generation, temperature=0.6, top_k=20, top_p=0.95, do_sample=True)))
+    other = LLM(model=str(copy), device="cpu", dtype="float32", max_model_len=128)
+    try:
+        defaults = other.get_default_sampling_params()
+        assert (defaults.temperature, defaults.top_k, defaults.top_p, defaults.min_p) == (0.6, 20, 0.95, 0.0)
+    finally:
+        other.shutdown()
