@@ -72,6 +72,9 @@ class WorkerActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
 
 def assigned_gpu_index() -> int:
     """The index, among the devices this process sees, of the GPU Ray assigned to this actor. Ray's ids
