@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+import raygrid
 from raygrid import LLM, SamplingParams
 
 MAX_MODEL_LEN = 512
@@ -139,11 +140,15 @@ def test_streamed_chunks_have_openais_wire_shape(server):
     assert [c["delta"]["role"] for c in chunks[0]["choices"]] == ["assistant", "assistant"]
     assert all("role" not in c["delta"] for chunk in chunks[1:] for c in chunk["choices"])
     assert {c["finish_reason"] for chunk in chunks for c in chunk["choices"]} == {None, "length"}
+    assert {chunk["system_fingerprint"] for chunk in chunks} == {f"raygrid-{raygrid.__version__}"}
     with_usage = _sse_chunks(server, "/v1/chat/completions", {**chat, "stream_options": {"include_usage": True}})
     assert all(chunk["usage"] is None for chunk in with_usage[:-1])
     assert with_usage[-1]["choices"] == [] and with_usage[-1]["usage"]["completion_tokens"] == 8
     completion = {"model": "tiny", "prompt": "hi", "max_tokens": 3, "ignore_eos": True, "stream": True}
-    assert all("usage" not in chunk for chunk in _sse_chunks(server, "/v1/completions", completion))
+    plain = _sse_chunks(server, "/v1/completions", completion)
+    assert all("usage" not in chunk and chunk["system_fingerprint"].startswith("raygrid-") for chunk in plain)
+    whole = httpx.post(f"{server}/v1/chat/completions", json={**chat, "stream": False}, timeout=30).json()
+    assert whole["system_fingerprint"] == f"raygrid-{raygrid.__version__}"
     with_usage = _sse_chunks(server, "/v1/completions", {**completion, "stream_options": {"include_usage": True}})
     assert all(chunk["usage"] is None for chunk in with_usage[:-1]) and with_usage[-1]["usage"]["completion_tokens"] == 3
 

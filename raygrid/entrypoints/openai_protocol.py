@@ -18,6 +18,16 @@ def random_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+def system_fingerprint() -> str:
+    """What OpenAI's ``system_fingerprint`` stands for: the backend's configuration, here raygrid's version."""
+    from raygrid import __version__
+
+    return f"raygrid-{__version__}"
+
+
+SYSTEM_FINGERPRINT = system_fingerprint()
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -178,6 +188,7 @@ class CompletionResponse(BaseModel):
     object: Literal["text_completion"] = "text_completion"
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
+    system_fingerprint: str | None = SYSTEM_FINGERPRINT
     choices: list[CompletionChoice]
     usage: UsageInfo | None = None
 
@@ -214,6 +225,7 @@ class ChatCompletionResponse(BaseModel):
     object: Literal["chat.completion"] = "chat.completion"
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
+    system_fingerprint: str | None = SYSTEM_FINGERPRINT
     choices: list[ChatCompletionChoice]
     usage: UsageInfo
 
@@ -237,6 +249,7 @@ class ChatCompletionChunk(BaseModel):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
     model: str
+    system_fingerprint: str | None = SYSTEM_FINGERPRINT
     choices: list[ChatCompletionStreamChoice]
     usage: UsageInfo | None = None
 

@@ -41,6 +41,7 @@ from raygrid.entrypoints.openai_protocol import (
     ErrorInfo,
     ErrorResponse,
     ModelCard,
+    SYSTEM_FINGERPRINT,
     ModelList,
     TopLogprob,
     UsageInfo,
@@ -322,7 +323,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                     # The hot path of streaming: the chunk (CompletionResponse's shape) as a plain dict, no pydantic.
                     body = {
                         "id": request_id, "object": "text_completion", "created": created, "model": request.model,
-                        "choices": [{"index": index, "text": completion.text,
+                        "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [{"index": index, "text": completion.text,
                                      "logprobs": logprobs.model_dump() if logprobs is not None else None,
                                      "finish_reason": completion.finish_reason, "stop_reason": completion.stop_reason}],
                     }
@@ -385,7 +386,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         # OpenAI's, "usage" is there (null until the last chunk) only when asked for.
         def chunk(choices, usage=None):
             body = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": request.model,
-                    "choices": choices}
+                    "system_fingerprint": SYSTEM_FINGERPRINT, "choices": choices}
             if include_usage:
                 body["usage"] = usage
             return sse_json(body)
