@@ -73,6 +73,14 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
                                               metadata={"team": "a"}, store=False, extra_body={"ignore_eos": True,
                                                                                              "allowed_token_ids": [77]})
         assert chat.choices[0].message.content == tokenizer.decode([77] * 4)
+        # A token that holds part of a UTF-8 character: its text is U+FFFD, its bytes are its own.
+        partial = next(i for i in range(len(tokenizer)) if tokenizer.decode([i]) == "\ufffd")
+        forced = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                                logprobs=True, top_logprobs=2, logit_bias={str(partial): 100})
+        (first,) = forced.choices[0].logprobs.content
+        assert first.token == "\ufffd" and first.bytes == list(tokenizer.convert_ids_to_tokens(partial).encode("latin-1")) != [239, 191, 189]
+        # (The top logprobs are the model's own, before the bias.) Whole tokens' bytes spell their text.
+        assert all(bytes(top.bytes).decode("utf-8") == top.token for top in first.top_logprobs if top.token != "\ufffd")
         with httpx.Client(timeout=30) as http:
             for path, body, field in (
                 ("completions", {"model": "tiny", "prompt": "x", "toolz": 1}, "toolz"),

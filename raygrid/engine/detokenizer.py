@@ -123,3 +123,37 @@ class IncrementalDetokenizer:
         delta = self.output_text[self._num_streamed_chars : end]
         self._num_streamed_chars = end
         return delta
+
+
+class TokenBytes:
+    """The bytes one token stands for, which its decoded text cannot give when the token holds part of a
+    UTF-8 character (it decodes alone to U+FFFD). Byte-level BPE tokens (GPT-2's byte-to-character map) and
+    SentencePiece byte tokens (``<0xE4>``) are mapped back to their bytes; other tokens give their text's UTF-8."""
+
+    def __init__(self, tokenizer) -> None:
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        self.tokenizer = tokenizer
+        self._byte_of = {char: byte for byte, char in bytes_to_unicode().items()}
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._byte_level = backend is not None and type(backend.decoder).__name__ == "ByteLevel"
+        self._special = set(getattr(tokenizer, "all_special_tokens", []))
+        self._cache: dict[int, list[int]] = {}
+
+    def __call__(self, token_id: int) -> list[int]:
+        cached = self._cache.get(token_id)
+        if cached is None:
+            cached = self._cache[token_id] = list(self._bytes(token_id))
+        return cached
+
+    def _bytes(self, token_id: int) -> bytes:
+        piece = self.tokenizer.convert_ids_to_tokens(token_id)
+        if piece is None:
+            return b""
+        if piece in self._special:
+            return piece.encode("utf-8")
+        if self._byte_level and all(c in self._byte_of for c in piece):
+            return bytes(self._byte_of[c] for c in piece)
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            return bytes([int(piece[3:5], 16)])
+        return piece.replace("\u2581", " ").encode("utf-8")

@@ -25,6 +25,7 @@ import raygrid
 from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard, RequestIdHeader, error_response
 from raygrid.entrypoints.utility_routes import utility_router
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
+from raygrid.engine.detokenizer import TokenBytes
 from raygrid.engine.outputs import CompletionOutput, RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
 from raygrid.entrypoints.openai_protocol import (
@@ -82,6 +83,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
               metrics_without_auth: bool = False, allowed_origins: list[str] | None = None) -> FastAPI:
     names = served_model_names or [engine.model_name]
     max_len = engine.config.model.max_model_len
+    token_bytes = TokenBytes(engine.processor.tokenizer)
     app = FastAPI(title="raygrid OpenAI-compatible server", version=raygrid.__version__)
     app.add_middleware(BodyGuard, max_bytes=max_request_body_bytes, read_timeout_s=body_read_timeout_s)
     app.add_middleware(RequestIdHeader)
@@ -368,7 +370,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                 ChatCompletionChoice(
                     index=completion.index,
                     message=AssistantMessage(content=completion.text),
-                    logprobs=chat_logprobs(completion, params.logprobs) if params.logprobs is not None else None,
+                    logprobs=chat_logprobs(completion, params.logprobs, token_bytes) if params.logprobs is not None else None,
                     finish_reason=completion.finish_reason,
                     stop_reason=completion.stop_reason,
                 )
@@ -402,7 +404,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             async for _, output in merge([stream]):
                 for completion in output.outputs:
                     completion_tokens += len(completion.token_ids)
-                    logprobs = chat_logprobs(completion, params.logprobs).model_dump() if params.logprobs is not None else None
+                    logprobs = chat_logprobs(completion, params.logprobs, token_bytes).model_dump() if params.logprobs is not None else None
                     choice = {"index": completion.index, "delta": {"content": completion.text}, "logprobs": logprobs,
                               "finish_reason": completion.finish_reason}
                     yield chunk([choice], usage_now() if continuous else None)
@@ -442,7 +444,12 @@ def merge_deltas(outputs: list[RequestOutput]) -> list[CompletionOutput]:
 
 
 def _top_entries(entry, k: int):
-    return sorted((lp for lp in entry.values() if lp.rank <= k), key=lambda lp: lp.rank)
+    return [lp for _, lp in _top_items(entry, k)]
+
+
+def _top_items(entry, k: int):
+    """The (token id, Logprob) pairs of the k most likely tokens, most likely first."""
+    return sorted(((t, lp) for t, lp in entry.items() if lp.rank <= k), key=lambda item: item[1].rank)
 
 
 def completion_logprobs(completion: CompletionOutput, k: int, text_offset: int) -> CompletionLogprobs:
@@ -458,18 +465,18 @@ def completion_logprobs(completion: CompletionOutput, k: int, text_offset: int) 
     return out
 
 
-def chat_logprobs(completion: CompletionOutput, k: int) -> ChatChoiceLogprobs:
+def chat_logprobs(completion: CompletionOutput, k: int, token_bytes: TokenBytes) -> ChatChoiceLogprobs:
+    """OpenAI's chat logprobs; ``bytes`` are each token's own (a token holding part of a character decodes to U+FFFD)."""
     content = []
     for token_id, entry in zip(completion.token_ids, completion.logprobs or []):
         sampled = entry[token_id]
-        token = sampled.decoded_token or ""
         content.append(
             ChatTokenLogprob(
-                token=token,
+                token=sampled.decoded_token or "",
                 logprob=sampled.logprob,
-                bytes=list(token.encode("utf-8")),
-                top_logprobs=[TopLogprob(token=lp.decoded_token or "", logprob=lp.logprob, bytes=list((lp.decoded_token or "").encode("utf-8")))
-                              for lp in _top_entries(entry, k)],
+                bytes=token_bytes(token_id),
+                top_logprobs=[TopLogprob(token=lp.decoded_token or "", logprob=lp.logprob, bytes=token_bytes(top_id))
+                              for top_id, lp in _top_items(entry, k)],
             )
         )
     return ChatChoiceLogprobs(content=content)
