@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from raygrid.engine.arg_utils import EngineArgs
+from raygrid.entrypoints.reasoning import REASONING_PARSERS
 from raygrid.models.default_model import DEFAULT_MODEL_NAME
 
 
@@ -105,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--header-read-timeout", type=float, default=30.0, help="seconds a connection may take to send a request's headers")
     serve.add_argument("--allowed-origins", action="append", default=None,
                        help="let browsers on this origin call the API (CORS); repeat for several, '*' for any")
+    serve.add_argument("--reasoning-parser", default=None, choices=sorted(REASONING_PARSERS),
+                       help="split the chat reply's thinking (<think>...</think>) into reasoning_content")
     serve.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
     serve.add_argument("--max-queued-requests", type=int, default=4096, help="sequences in flight before new requests get 503")
     serve.add_argument("--log-level", default="info")

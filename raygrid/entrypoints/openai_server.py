@@ -22,12 +22,11 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import raygrid
-from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard, RequestIdHeader, error_response
-from raygrid.entrypoints.utility_routes import utility_router
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
 from raygrid.engine.detokenizer import TokenBytes
 from raygrid.engine.outputs import CompletionOutput, RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
+from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard, RequestIdHeader, error_response
 from raygrid.entrypoints.openai_protocol import (
     AssistantMessage,
     ChatChoiceLogprobs,
@@ -48,6 +47,8 @@ from raygrid.entrypoints.openai_protocol import (
     UsageInfo,
     random_id,
 )
+from raygrid.entrypoints.reasoning import REASONING_PARSERS
+from raygrid.entrypoints.utility_routes import utility_router
 
 logger = logging.getLogger(__name__)
 encode_json = msgspec.json.Encoder().encode
@@ -80,8 +81,10 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
 
 def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: list[str] | None = None,
               max_request_body_bytes: int = 8 * 2**20, body_read_timeout_s: float = 30.0,
-              metrics_without_auth: bool = False, allowed_origins: list[str] | None = None) -> FastAPI:
+              metrics_without_auth: bool = False, allowed_origins: list[str] | None = None,
+              reasoning_parser: str | None = None) -> FastAPI:
     names = served_model_names or [engine.model_name]
+    reasoning = REASONING_PARSERS[reasoning_parser]() if reasoning_parser else None
     max_len = engine.config.model.max_model_len
     token_bytes = TokenBytes(engine.processor.tokenizer)
     app = FastAPI(title="raygrid OpenAI-compatible server", version=raygrid.__version__)
@@ -362,6 +365,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         stream = await start(prompt_ids, params, request, request_id)
         if request.stream:
             return streaming(stream_chat(request, request_id, prompt_ids, stream, params))
+        opened = prompt_opens_thinking(prompt_ids)
         (outputs,) = await collect([stream], raw)
         choices, completion_tokens = [], 0
         for completion in merge_deltas(outputs):
@@ -369,7 +373,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             choices.append(
                 ChatCompletionChoice(
                     index=completion.index,
-                    message=AssistantMessage(content=completion.text),
+                    message=assistant_message(completion.text, opened),
                     logprobs=chat_logprobs(completion, params.logprobs, token_bytes) if params.logprobs is not None else None,
                     finish_reason=completion.finish_reason,
                     stop_reason=completion.stop_reason,
@@ -377,6 +381,15 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             )
         usage = UsageInfo(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens, total_tokens=len(prompt_ids) + completion_tokens)
         return ChatCompletionResponse(id=request_id, model=request.model, choices=choices, usage=usage)
+
+    def prompt_opens_thinking(prompt_ids: list[int]) -> bool:
+        return reasoning is not None and reasoning.opens_thinking(engine.processor.tokenizer.decode(prompt_ids[-8:]))
+
+    def assistant_message(text: str, opened: bool) -> AssistantMessage:
+        if reasoning is None:
+            return AssistantMessage(content=text)
+        thought, answer = reasoning.split(text, opened)
+        return AssistantMessage(content=answer, reasoning_content=thought)
 
     async def stream_chat(request: ChatCompletionRequest, request_id: str, prompt_ids, stream, params: SamplingParams) -> AsyncIterator[str]:
         created = int(time.time())
@@ -397,6 +410,9 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                     "total_tokens": prompt_tokens + completion_tokens}
 
+        # With a reasoning parser, each choice's text goes through its own splitter into reasoning and answer.
+        opened = prompt_opens_thinking(prompt_ids)
+        splitters = [reasoning.stream(opened) for _ in range(params.n)] if reasoning is not None else None
         # The first chunk of each choice carries the role, as OpenAI's does; later deltas carry content only.
         yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
                      for i in range(params.n)])
@@ -405,8 +421,14 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                 for completion in output.outputs:
                     completion_tokens += len(completion.token_ids)
                     logprobs = chat_logprobs(completion, params.logprobs, token_bytes).model_dump() if params.logprobs is not None else None
-                    choice = {"index": completion.index, "delta": {"content": completion.text}, "logprobs": logprobs,
-                              "finish_reason": completion.finish_reason}
+                    delta = {"content": completion.text}
+                    if splitters is not None:
+                        thought, answer = splitters[completion.index].feed(completion.text)
+                        if completion.finish_reason is not None:
+                            more_thought, more_answer = splitters[completion.index].finish()
+                            thought, answer = thought + more_thought, answer + more_answer
+                        delta = {"reasoning_content": thought, "content": answer} if thought else {"content": answer}
+                    choice = {"index": completion.index, "delta": delta, "logprobs": logprobs, "finish_reason": completion.finish_reason}
                     yield chunk([choice], usage_now() if continuous else None)
             if include_usage:
                 yield chunk([], usage_now())

@@ -1,6 +1,7 @@
 """logit_bias, allowed_token_ids, bad_words and truncate_prompt_tokens, offline and through the server with
 the real openai client; the server's 400 for a field raygrid does not implement; and its other vLLM routes
-(/v1/models/{id}, /tokenize, /detokenize), CORS, x-request-id and `raygrid serve MODEL`. (That async
+(/v1/models/{id}, /tokenize, /detokenize), CORS, x-request-id, `raygrid serve MODEL` and the Qwen3 reasoning
+parser. (That async
 scheduling, TP and PP compute the same for the sampling fields is in test_execution_modes.py and
 test_distributed.py.)"""
 
@@ -63,7 +64,8 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
 
     from tests.test_openai_server import start_server, stop_server
 
-    proc, base = start_server(qwen3_dir, "--allowed-origins", "http://app.example", positional_model=True)
+    proc, base = start_server(qwen3_dir, "--allowed-origins", "http://app.example", "--reasoning-parser", "qwen3",
+                              positional_model=True)
     try:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
         forced = client.completions.create(model="tiny", prompt="hello", max_tokens=5, logit_bias={"77": 100}, user="u-1",
@@ -81,6 +83,16 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         assert first.token == "\ufffd" and first.bytes == list(tokenizer.convert_ids_to_tokens(partial).encode("latin-1")) != [239, 191, 189]
         # (The top logprobs are the model's own, before the bias.) Whole tokens' bytes spell their text.
         assert all(bytes(top.bytes).decode("utf-8") == top.token for top in first.top_logprobs if top.token != "\ufffd")
+        # The reasoning parser: a reply that does not think is all content; a prompt that opens the thinking
+        # (a template ending in <think>) makes a reply with no </think> all reasoning, streamed or not.
+        assert chat.choices[0].message.reasoning_content is None
+        thinking = dict(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+                        extra_body={"ignore_eos": True, "chat_template": "{{ messages[0]['content'] }}<think>\n"})
+        whole = client.chat.completions.create(**thinking, temperature=0)
+        assert whole.choices[0].message.reasoning_content and whole.choices[0].message.content == ""
+        parts = [c.choices[0].delta for c in client.chat.completions.create(**thinking, temperature=0, stream=True) if c.choices]
+        assert "".join(getattr(d, "reasoning_content", None) or "" for d in parts) == whole.choices[0].message.reasoning_content
+        assert "".join(d.content or "" for d in parts) == ""
         with httpx.Client(timeout=30) as http:
             for path, body, field in (
                 ("completions", {"model": "tiny", "prompt": "x", "toolz": 1}, "toolz"),
@@ -118,3 +130,35 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         stop_server(proc)
 
 
+
+
+REPLIES = [
+    "<think>\nweigh it up</think>\n\nthe answer",
+    "  <think>short</think>answer with </th and <thi inside",
+    "no thinking here, just < and <th text",
+    "<think>cut off before the end",
+    "<thi",
+]
+
+
+@pytest.mark.parametrize("reply", REPLIES)
+@pytest.mark.parametrize("prompt_opened", [False, True])
+def test_reasoning_stream_splits_as_the_whole_reply_at_every_cut(reply, prompt_opened):
+    """Streamed in pieces of every size, the Qwen3 parser sends what it gives for the whole reply."""
+    from raygrid.entrypoints.reasoning import Qwen3ReasoningParser
+
+    parser = Qwen3ReasoningParser()
+    whole_reasoning, whole_content = parser.split(reply, prompt_opened)
+    for size in range(1, len(reply) + 1):
+        stream = parser.stream(prompt_opened)
+        reasoning = content = ""
+        for start in range(0, len(reply), size):
+            r, c = stream.feed(reply[start:start + size])
+            reasoning, content = reasoning + r, content + c
+        r, c = stream.finish()
+        reasoning, content = reasoning + r, content + c
+        assert (reasoning or None, content) == (whole_reasoning or None, whole_content), size
+    if not prompt_opened:
+        expected = {REPLIES[0]: ("weigh it up", "the answer"), REPLIES[1]: ("short", "answer with </th and <thi inside"),
+                    REPLIES[2]: (None, REPLIES[2]), REPLIES[3]: ("cut off before the end", ""), REPLIES[4]: (None, "<thi")}
+        assert (whole_reasoning, whole_content) == expected[reply]
