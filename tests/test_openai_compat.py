@@ -162,3 +162,33 @@ def test_reasoning_stream_splits_as_the_whole_reply_at_every_cut(reply, prompt_o
         expected = {REPLIES[0]: ("weigh it up", "the answer"), REPLIES[1]: ("short", "answer with </th and <thi inside"),
                     REPLIES[2]: (None, REPLIES[2]), REPLIES[3]: ("cut off before the end", ""), REPLIES[4]: (None, "<thi")}
         assert (whole_reasoning, whole_content) == expected[reply]
+
+
+def test_server_uses_the_checkpoints_generation_defaults(qwen3_dir, tmp_path):
+    """As vLLM: a request that leaves temperature, top_k or top_p out gets generation_config.json's values
+    (seeded, the omitted fields draw what the same values sent explicitly draw, and not what the API defaults draw)."""
+    import json
+    import shutil
+
+    import openai
+
+    from tests.test_openai_server import start_server, stop_server
+
+    copy = tmp_path / "with_defaults"
+    shutil.copytree(qwen3_dir, copy)
+    generation = json.loads((copy / "generation_config.json").read_text())
+    (copy / "generation_config.json").write_text(json.dumps(dict(generation, temperature=0.3, top_k=5)))
+    proc, base = start_server(str(copy))
+    try:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+
+        def text(**extra):
+            out = client.completions.create(model="tiny", prompt="one two three", max_tokens=12, seed=7,
+                                            extra_body={"ignore_eos": True, **extra})
+            return out.choices[0].text
+
+        omitted = text()
+        assert omitted == text(temperature=0.3, top_k=5)
+        assert omitted != text(temperature=1.0, top_k=0)
+    finally:
+        stop_server(proc)

@@ -71,7 +71,9 @@ class _SamplingFields(_Strict):
     truncate_prompt_tokens: int | None = None
     cache_salt: str | None = Field(default=None, min_length=1, description="requests with different salts share no prefix-cache blocks")
 
-    def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    def _sampling_params(self, max_tokens: int | None, logprobs: int | None, defaults: SamplingParams | None) -> SamplingParams:
+        """``defaults``: what the server uses for the fields the request leaves out (the checkpoint's
+        generation_config.json sampling fields, as vLLM applies them)."""
         fields: dict[str, Any] = dict(
             n=self.n,
             presence_penalty=self.presence_penalty,
@@ -92,6 +94,8 @@ class _SamplingFields(_Strict):
         )
         for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
             value = getattr(self, name)
+            if value is None and defaults is not None:
+                value = getattr(defaults, name)
             if value is not None:
                 fields[name] = value
         return SamplingParams(**fields)
@@ -119,8 +123,8 @@ class CompletionRequest(_SamplingFields):
     suffix: str | None = None
     best_of: int | None = None
 
-    def sampling_params(self) -> SamplingParams:
-        return self._sampling_params(self.max_tokens, self.logprobs)
+    def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
+        return self._sampling_params(self.max_tokens, self.logprobs, defaults)
 
 
 class ChatContentPart(_Strict):
@@ -154,12 +158,12 @@ class ChatCompletionRequest(_SamplingFields):
     chat_template: str | None = None
     parallel_tool_calls: bool | None = None  # describes the caller's tools (none are run here): accepted and logged
 
-    def sampling_params(self) -> SamplingParams:
+    def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs to be true")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        return self._sampling_params(max_tokens, logprobs)
+        return self._sampling_params(max_tokens, logprobs, defaults)
 
 
 class UsageInfo(BaseModel):

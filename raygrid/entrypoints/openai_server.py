@@ -142,12 +142,13 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
 
     app.include_router(utility_router(engine, names, check_model, lambda status, message, param: APIError(status, message, param=param)))
 
-    def make_params(build) -> SamplingParams:
-        request = getattr(build, "__self__", None)
-        if request is not None and (caller := request.caller_fields()):
+    generation_defaults = engine.processor.default_sampling_params()
+
+    def make_params(request: CompletionRequest | ChatCompletionRequest) -> SamplingParams:
+        if caller := request.caller_fields():
             logger.info("request from %s", caller)
         try:
-            return build()
+            return request.sampling_params(generation_defaults)
         except ValidationError as error:
             message, param = describe_validation_error(error)
             raise APIError(400, message, param=param) from None
@@ -278,7 +279,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         if request.best_of is not None and request.best_of != request.n:
             raise APIError(400, f"best_of ({request.best_of}) is not supported: raygrid returns every one of the n completions it makes",
                            param="best_of")
-        params = make_params(request.sampling_params)
+        params = make_params(request)
         has_text = isinstance(request.prompt, str) or any(isinstance(p, str) for p in request.prompt)
         # Off the event loop when there is text to tokenize; token ids need no thread hop.
         prompts = await asyncio.to_thread(normalize_prompts, request.prompt, engine) if has_text else normalize_prompts(request.prompt, engine)
@@ -348,7 +349,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: ChatCompletionRequest, raw: Request):
         check_model(request.model)
-        params = make_params(request.sampling_params)
+        params = make_params(request)
         try:
             conversation = [{"role": m.role, "content": m.text()} for m in request.messages]
             # Off the event loop: a large conversation must not stall /health and the streams in flight.
