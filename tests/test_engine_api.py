@@ -88,3 +88,34 @@ def test_vllm_offline_helpers(llm, qwen3_dir, tmp_path):
         assert (defaults.temperature, defaults.top_k, defaults.top_p, defaults.min_p) == (0.6, 20, 0.95, 0.0)
     finally:
         other.shutdown()
+
+
+@pytest.mark.parametrize("mode", [dict(), dict(max_num_batched_tokens=32, async_scheduling=True)], ids=["whole", "chunked-async"])
+def test_prompt_logprobs_match_transformers(qwen3_dir, tokenizer, mode):
+    """SamplingParams(prompt_logprobs=k): the first prompt token has None, each later one its logprob and the
+    top k, as transformers' logits give them (float32), whole or in 32-token chunks; a second identical request
+    (whose prompt the prefix cache holds) still gets every entry, and logprob k's are checked against the truth."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    prompt = random_prompts(1, len(tokenizer), min_len=80, max_len=80, seed=45)[0]
+    hf = AutoModelForCausalLM.from_pretrained(qwen3_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        truth = torch.log_softmax(hf(torch.tensor([prompt])).logits[0].float(), dim=-1)
+    llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256, **mode)
+    try:
+        params = SamplingParams(max_tokens=2, prompt_logprobs=3, temperature=0)
+        first, again = (llm.generate({"prompt_token_ids": prompt}, params, use_tqdm=False)[0] for _ in range(2))
+    finally:
+        llm.shutdown()
+    for out in (first, again):
+        entries = out.prompt_logprobs
+        assert len(entries) == len(prompt) and entries[0] is None
+        for position, entry in enumerate(entries[1:]):
+            token = prompt[position + 1]
+            row = truth[position]
+            assert abs(entry[token].logprob - row[token].item()) < 1e-4
+            top = row.topk(3)
+            assert {t for t, lp in entry.items() if lp.rank <= 3} == set(top.indices.tolist())
+            assert entry[token].rank == int((row > row[token]).sum()) + 1
+    assert [e for e in first.prompt_logprobs[1:]] == [e for e in again.prompt_logprobs[1:]]

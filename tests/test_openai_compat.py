@@ -83,6 +83,24 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         assert first.token == "\ufffd" and first.bytes == list(tokenizer.convert_ids_to_tokens(partial).encode("latin-1")) != [239, 191, 189]
         # (The top logprobs are the model's own, before the bias.) Whole tokens' bytes spell their text.
         assert all(bytes(top.bytes).decode("utf-8") == top.token for top in first.top_logprobs if top.token != "\ufffd")
+        # echo: the prompt comes back first, with its tokens' logprobs (the first has none), as lm-eval's
+        # loglikelihood tasks read them; max_tokens 0 generates nothing.
+        prompt = "the quick brown fox jumps"
+        prompt_ids = tokenizer.encode(prompt)
+        scored = client.completions.create(model="tiny", prompt=prompt, echo=True, logprobs=2, max_tokens=0)
+        choice = scored.choices[0]
+        assert choice.text == prompt and scored.usage.completion_tokens == 0
+        assert len(choice.logprobs.tokens) == len(prompt_ids) and "".join(choice.logprobs.tokens) == prompt
+        assert choice.logprobs.token_logprobs[0] is None and all(lp <= 0 for lp in choice.logprobs.token_logprobs[1:])
+        offline = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
+        try:
+            truth = offline.generate(prompt, SamplingParams(max_tokens=1, prompt_logprobs=2), use_tqdm=False)[0].prompt_logprobs
+        finally:
+            offline.shutdown()
+        assert all(abs(lp - truth[i][t].logprob) < 1e-4 for i, (t, lp) in enumerate(zip(prompt_ids, choice.logprobs.token_logprobs)) if i)
+        more = client.completions.create(model="tiny", prompt=prompt, echo=True, logprobs=1, max_tokens=3, extra_body={"ignore_eos": True})
+        assert more.choices[0].text.startswith(prompt) and len(more.choices[0].logprobs.tokens) == len(prompt_ids) + 3
+        assert more.choices[0].logprobs.token_logprobs[: len(prompt_ids)] == choice.logprobs.token_logprobs
         # The reasoning parser: a reply that does not think is all content; a prompt that opens the thinking
         # (a template ending in <think>) makes a reply with no </think> all reasoning, streamed or not.
         assert chat.choices[0].message.reasoning_content is None

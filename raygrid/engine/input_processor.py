@@ -157,8 +157,10 @@ class InputProcessor:
             if bad:
                 raise InvalidRequest(f"{field} has ids outside [0, {self.vocab_size}): {bad[:5]}", field)
         max_logprobs = self.config.model.max_logprobs
-        if params.logprobs is not None and params.logprobs > max_logprobs:
-            raise InvalidRequest(f"logprobs ({params.logprobs}) must be <= max_logprobs ({max_logprobs})", "logprobs")
+        for field in ("logprobs", "prompt_logprobs"):
+            value = getattr(params, field)
+            if value is not None and value > max_logprobs:
+                raise InvalidRequest(f"{field} ({value}) must be <= max_logprobs ({max_logprobs})", field)
         room = max_len - len(prompt_token_ids)
         return room if params.max_tokens is None else min(params.max_tokens, room)
 

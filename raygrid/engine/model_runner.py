@@ -11,12 +11,14 @@ import torch
 from raygrid.config import EngineConfig
 from raygrid.engine.cuda_graphs import DecodeGraphs
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
-from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
-from raygrid.engine.sampler import Sampler, SamplingMetadata, row_seeds
+from raygrid.engine.outputs import ModelRunnerOutput, SampleLogprobs, SchedulerOutput
+from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs, row_seeds
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.groups import get_pp_group
 
 logger = logging.getLogger(__name__)
+
+_PROMPT_LOGPROB_ROWS = 512  # prompt positions whose logits one slice holds (512 x a 152k vocabulary x 4 bytes = 311 MB)
 
 
 class StagingBuffers:
@@ -56,8 +58,10 @@ class PendingRunnerOutput:
     """A step whose sampled tokens are still being copied to the host. ``result()`` waits for them
     (the step's one host-device sync) and builds the ModelRunnerOutput."""
 
-    def __init__(self, req_ids: list[str], sample_rows: np.ndarray, tokens: torch.Tensor | None, logprobs: list) -> None:
+    def __init__(self, req_ids: list[str], sample_rows: np.ndarray, tokens: torch.Tensor | None, logprobs: list,
+                 prompt_logprobs: dict | None = None) -> None:
         self.req_ids = req_ids
+        self.prompt_logprobs = prompt_logprobs or {}
         self.sample_rows = sample_rows
         self.logprobs = logprobs
         self.started: float | None = None  # when the worker took the step (perf_counter)
@@ -84,7 +88,8 @@ class PendingRunnerOutput:
                 logprobs[row] = lp
         # From taking the step to its tokens on the host: inputs, forward, sampling and the copy back.
         execute_seconds = time.perf_counter() - self.started if self.started is not None else 0.0
-        return ModelRunnerOutput(self.req_ids, sampled, logprobs, execute_seconds=execute_seconds, errors=self.errors)
+        return ModelRunnerOutput(self.req_ids, sampled, logprobs, execute_seconds=execute_seconds, errors=self.errors,
+                                 prompt_logprobs=self.prompt_logprobs)
 
 
 class ModelRunner:
@@ -374,14 +379,39 @@ class ModelRunner:
         if not self.pp.is_last:
             self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
             return PendingRunnerOutput(req_ids, np.zeros(0, dtype=np.int64), None, [])
+        prompt_logprobs = self._prompt_logprobs(hidden, meta)
         if not len(sample_rows):
-            return PendingRunnerOutput(req_ids, sample_rows, None, [])
+            return PendingRunnerOutput(req_ids, sample_rows, None, [], prompt_logprobs)
         logits = self.model.compute_logits(hidden[logits_indices])
         tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows, sample_positions))
         # The next step may need these tokens as inputs before the host has seen them.
         self.prev_sampled = tokens
         self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}
-        return PendingRunnerOutput(req_ids, sample_rows, tokens, row_logprobs)
+        return PendingRunnerOutput(req_ids, sample_rows, tokens, row_logprobs, prompt_logprobs)
+
+    def _prompt_logprobs(self, hidden: torch.Tensor, meta: AttentionMetadata) -> dict[str, tuple[int, list[SampleLogprobs]]]:
+        """For the requests that ask for prompt_logprobs: the entries of the prompt tokens this step's
+        positions predict (position p predicts prompt token p + 1), in slices of rows so that a long prompt
+        chunk never holds all its logits at once."""
+        out = {}
+        batch = self.batch
+        for row, state in enumerate(batch.states):
+            k = state.sampling_params.prompt_logprobs
+            if k is None:
+                continue
+            first_row, seq_len = meta.query_start_loc[row], meta.seq_lens[row]
+            start = seq_len - (meta.query_start_loc[row + 1] - first_row)  # the first position computed now
+            end = min(seq_len, state.num_prompt_tokens - 1)  # the last prompt token is predicted by nothing here
+            if end <= start:
+                continue
+            targets = torch.as_tensor(batch.token_ids[row, start + 1 : end + 1], device=self.device)
+            entries: list[SampleLogprobs] = []
+            for lo in range(0, end - start, _PROMPT_LOGPROB_ROWS):
+                hi = min(lo + _PROMPT_LOGPROB_ROWS, end - start)
+                logits = self.model.compute_logits(hidden[first_row + lo : first_row + hi]).float()
+                entries += gather_logprobs(torch.log_softmax(logits, dim=-1), targets[lo:hi], [k] * (hi - lo))
+            out[state.req_id] = (start + 1, entries)
+        return out
 
     # ------------------------------------------------------------------ memory profiling
 

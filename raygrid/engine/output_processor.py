@@ -38,6 +38,10 @@ class ParentState:
     error: str | None = None
     # Delta mode (streaming): each output carries only what is new since the last one.
     delta: bool = False
+    # prompt_logprobs: [None] and then one entry per prompt token as they come, from the first child (all
+    # children share the prompt).
+    prompt_logprobs: list | None = None
+    prompt_logprobs_child: str | None = None
 
     num_unfinished: int = 0  # children still running
 
@@ -64,6 +68,8 @@ class OutputProcessor:
             )
             self.parent_of[child.request_id] = processed.request_id
         parent.num_unfinished = len(parent.children)
+        if processed.children and processed.children[0].sampling_params.prompt_logprobs is not None:
+            parent.prompt_logprobs, parent.prompt_logprobs_child = [None], processed.children[0].request_id
         self.parents[processed.request_id] = parent
 
     def process(self, outputs: list[EngineCoreOutput], emit_unfinished: bool = True) -> tuple[list[RequestOutput], list[str]]:
@@ -81,6 +87,8 @@ class OutputProcessor:
             parent.num_cached_tokens = max(parent.num_cached_tokens, out.num_cached_tokens)
             if out.error:
                 parent.error = out.error
+            if out.new_prompt_logprobs and out.req_id == parent.prompt_logprobs_child:
+                parent.prompt_logprobs.extend(self._logprob_entry(sample, True) for sample in out.new_prompt_logprobs)
             stop = child.detokenizer.update(out.new_token_ids)
             self._add_logprobs(child, out.new_logprobs)
             if stop is not None:
@@ -126,12 +134,16 @@ class OutputProcessor:
         if child.logprobs is None:
             return
         for sample in new_logprobs:
-            text = self._token_text if child.params.detokenize else (lambda _: None)
-            entry = {sample.token_ids[0]: Logprob(sample.logprobs[0], sample.sampled_rank, text(sample.token_ids[0]))}
-            for rank, (token_id, logprob) in enumerate(zip(sample.token_ids[1:], sample.logprobs[1:]), start=1):
-                entry.setdefault(token_id, Logprob(logprob, rank, text(token_id)))
-            child.logprobs.append(entry)
+            child.logprobs.append(self._logprob_entry(sample, child.params.detokenize))
             child.cumulative_logprob += sample.logprobs[0]
+
+    def _logprob_entry(self, sample: SampleLogprobs, detokenize: bool) -> dict[int, Logprob]:
+        """{token: Logprob} of one position: the chosen (sampled, or the prompt's) token and the top-k."""
+        text = self._token_text if detokenize else (lambda _: None)
+        entry = {sample.token_ids[0]: Logprob(sample.logprobs[0], sample.sampled_rank, text(sample.token_ids[0]))}
+        for rank, (token_id, logprob) in enumerate(zip(sample.token_ids[1:], sample.logprobs[1:]), start=1):
+            entry.setdefault(token_id, Logprob(logprob, rank, text(token_id)))
+        return entry
 
     def _token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -168,4 +180,5 @@ class OutputProcessor:
             finished=parent.finished,
             num_cached_tokens=parent.num_cached_tokens,
             error=parent.error,
+            prompt_logprobs=list(parent.prompt_logprobs) if parent.prompt_logprobs is not None else None,
         )

@@ -70,6 +70,9 @@ class ModelRunnerOutput:
     execute_seconds: float = 0.0
     # Requests the worker could not take (what validation missed), with the reason: they alone fail.
     errors: dict[str, str] = field(default_factory=dict)
+    # Requests with prompt_logprobs whose prompt this step computed: (the prompt position the first entry
+    # is for, one entry per prompt token predicted, the predicted token first).
+    prompt_logprobs: dict[str, tuple[int, list[SampleLogprobs]]] = field(default_factory=dict)
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, gc=False):
@@ -86,6 +89,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, gc=False):
     queue_time: float | None = None
     # Set when the request failed in the engine (a worker died); finish_reason is then "abort".
     error: str | None = None
+    # prompt_logprobs: the entries of the prompt tokens this step computed, in order (prompt token 1 first).
+    new_prompt_logprobs: list[SampleLogprobs] = msgspec.field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -124,10 +129,14 @@ class RequestOutput:
     num_cached_tokens: int = 0
     # Set when the request was rejected (bad prompt or parameters); outputs is then empty.
     error: str | None = None
+    # With SamplingParams.prompt_logprobs: one entry per prompt token, None for the first (nothing predicts it).
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
     def add(self, later: RequestOutput) -> None:
         """Fold a later delta output of the same request into this one (as vLLM's RequestOutput.add): each
         completion's new text, tokens and logprobs are appended, and the later finish state wins."""
+        if later.prompt_logprobs is not None:  # each output carries the prompt's entries so far
+            self.prompt_logprobs = later.prompt_logprobs
         mine = {c.index: c for c in self.outputs}
         for new in later.outputs:
             old = mine.get(new.index)

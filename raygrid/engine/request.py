@@ -72,6 +72,7 @@ class Request:
         self.num_output_placeholders = 0
         # Prompt tokens found in the prefix cache the first time the request was scheduled (-1: not yet).
         self.num_cached_tokens = -1
+        self.num_prompt_logprobs_sent = 0  # prompt_logprobs: prompt tokens whose entries went out (a recompute skips them)
         self.first_scheduled_time: float | None = None
         self.num_preemptions = 0  # also the incarnation: outputs of steps scheduled before a preemption are stale
         # Chained hashes of the full blocks of all_token_ids, filled in by the KV cache manager.

@@ -28,6 +28,8 @@ class SamplingParams(BaseModel):
     stop_token_ids: list[int] = Field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = Field(default=None, ge=0, description="top logprobs returned per output token")
+    prompt_logprobs: int | None = Field(default=None, ge=0, description="top logprobs returned per prompt token (the first "
+                                                                       "has none); such a request takes no prefix-cache hits")
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     detokenize: bool = Field(default=True, description="False: return token ids only, no text")

@@ -195,7 +195,8 @@ class Scheduler:
             req = self.waiting.peek()
             hits: list[KVCacheBlock] = []
             num_hit_tokens = 0
-            if req.num_computed_tokens == 0:
+            if req.num_computed_tokens == 0 and req.sampling_params.prompt_logprobs is None:
+                # (A request that wants its prompt's logprobs computes the whole prompt: a hit has no logits.)
                 hits, num_hit_tokens = self.kv.get_computed_blocks(req)
             num_new = self._num_tokens_to_schedule(req, num_hit_tokens, budget)
             if num_new == 0:
@@ -314,10 +315,14 @@ class Scheduler:
             outputs.append(EngineCoreOutput(req_id, [], [], finish_reason="abort", error=f"the engine could not take this request ({reason})"))
         for req_id, token_ids, logprobs in zip(runner_out.req_ids, runner_out.sampled_token_ids, runner_out.logprobs):
             req = self.requests.get(req_id)
-            if req is None or req.is_finished or not token_ids:
-                continue  # aborted meanwhile, or only part of the prompt was computed
-            if req.num_preemptions != incarnations.get(req_id, 0):
-                continue  # preempted since this step was scheduled: it will recompute this token
+            if req is None or req.is_finished or req.num_preemptions != incarnations.get(req_id, 0):
+                continue  # aborted meanwhile, or preempted since this step was scheduled (it will recompute)
+            prompt_logprobs = self._new_prompt_logprobs(req, runner_out.prompt_logprobs.get(req_id))
+            if not token_ids:
+                if prompt_logprobs:  # a prompt chunk of a request that wants its prompt's logprobs
+                    outputs.append(EngineCoreOutput(req_id, [], [], num_cached_tokens=max(req.num_cached_tokens, 0),
+                                                    new_prompt_logprobs=prompt_logprobs))
+                continue  # only part of the prompt was computed
             new_tokens: list[int] = []
             status = None
             req.num_output_placeholders = max(req.num_output_placeholders - len(token_ids), 0)
@@ -332,6 +337,7 @@ class Scheduler:
                 new_token_ids=new_tokens,
                 new_logprobs=[logprobs] if logprobs is not None else [],
                 num_cached_tokens=max(req.num_cached_tokens, 0),
+                new_prompt_logprobs=prompt_logprobs,
             )
             if req.num_output_tokens == len(new_tokens) and req.first_scheduled_time is not None:
                 out.queue_time = req.first_scheduled_time - req.arrival_time
@@ -341,6 +347,17 @@ class Scheduler:
                 out.finish_reason, out.stop_reason = status.finish_reason, req.stop_reason
             outputs.append(out)
         return outputs
+
+    @staticmethod
+    def _new_prompt_logprobs(req: Request, computed: tuple[int, list] | None) -> list:
+        """The prompt logprob entries of this step not sent before (a request recomputed after a preemption
+        computes its prompt again)."""
+        if computed is None:
+            return []
+        first, entries = computed  # entries[i] is for prompt token first + i
+        fresh = entries[max(req.num_prompt_logprobs_sent - first, 0):]
+        req.num_prompt_logprobs_sent = max(req.num_prompt_logprobs_sent, first + len(entries))
+        return fresh
 
     def _check_stop(self, req: Request, token_id: int) -> RequestStatus | None:
         params = req.sampling_params

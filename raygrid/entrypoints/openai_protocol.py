@@ -71,7 +71,8 @@ class _SamplingFields(_Strict):
     truncate_prompt_tokens: int | None = None
     cache_salt: str | None = Field(default=None, min_length=1, description="requests with different salts share no prefix-cache blocks")
 
-    def _sampling_params(self, max_tokens: int | None, logprobs: int | None, defaults: SamplingParams | None) -> SamplingParams:
+    def _sampling_params(self, max_tokens: int | None, logprobs: int | None, defaults: SamplingParams | None,
+                         prompt_logprobs: int | None = None) -> SamplingParams:
         """``defaults``: what the server uses for the fields the request leaves out (the checkpoint's
         generation_config.json sampling fields, as vLLM applies them)."""
         fields: dict[str, Any] = dict(
@@ -85,6 +86,7 @@ class _SamplingFields(_Strict):
             stop_token_ids=self.stop_token_ids or [],
             ignore_eos=self.ignore_eos,
             logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=self.include_stop_str_in_output,
             skip_special_tokens=self.skip_special_tokens,
             logit_bias=self._logit_bias(),
@@ -123,8 +125,16 @@ class CompletionRequest(_SamplingFields):
     suffix: str | None = None
     best_of: int | None = None
 
+    @property
+    def echo_only(self) -> bool:
+        """echo with max_tokens 0: the prompt (and its logprobs) back, nothing generated."""
+        return self.echo and self.max_tokens == 0
+
     def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
-        return self._sampling_params(self.max_tokens, self.logprobs, defaults)
+        # echo_only still runs one step (a request samples once its prompt is computed); the token is dropped.
+        max_tokens = 1 if self.echo_only else self.max_tokens
+        prompt_logprobs = self.logprobs if self.echo and self.logprobs is not None else None
+        return self._sampling_params(max_tokens, self.logprobs, defaults, prompt_logprobs)
 
 
 class ChatContentPart(_Strict):

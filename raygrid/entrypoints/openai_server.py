@@ -272,8 +272,8 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
     @app.post("/v1/completions")
     async def completions(request: CompletionRequest, raw: Request):
         check_model(request.model)
-        if request.echo:
-            raise APIError(400, "echo is not supported", param="echo")
+        if request.echo and request.stream:
+            raise APIError(400, "echo is not supported with stream: true", param="echo")
         if request.suffix:
             raise APIError(400, "suffix is not supported", param="suffix")
         if request.best_of is not None and request.best_of != request.n:
@@ -294,14 +294,30 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             return streaming(stream_completions(request, request_id, prompts, streams, n))
         results = await collect(streams, raw)
         choices, completion_tokens = [], 0
+        tokenizer = engine.processor.tokenizer
         for i, outputs in enumerate(results):
-            for completion in merge_deltas(outputs):
+            merged = merge_outputs(outputs)
+            echoed = ""
+            if request.echo:  # the prompt first, as OpenAI's legacy API: its text, and with logprobs its tokens'
+                echoed = request_prompt_text(request.prompt, i) or tokenizer.decode(prompts[i])
+            for completion in merged.outputs:
+                if request.echo_only:
+                    completion = CompletionOutput(completion.index, "", [], None, [] if params.logprobs is not None else None,
+                                                  finish_reason="length")
                 completion_tokens += len(completion.token_ids)
+                logprobs = None
+                if params.logprobs is not None:
+                    logprobs = CompletionLogprobs()
+                    if request.echo:
+                        logprobs = prompt_logprobs_as_completion(prompts[i], merged.prompt_logprobs, params.logprobs, tokenizer)
+                    more = completion_logprobs(completion, params.logprobs, len(echoed))
+                    for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                        getattr(logprobs, name).extend(getattr(more, name))
                 choices.append(
                     CompletionChoice(
                         index=i * n + completion.index,
-                        text=completion.text,
-                        logprobs=completion_logprobs(completion, params.logprobs, 0) if params.logprobs is not None else None,
+                        text=echoed + completion.text,
+                        logprobs=logprobs,
                         finish_reason=completion.finish_reason,
                         stop_reason=completion.stop_reason,
                     )
@@ -458,12 +474,41 @@ def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:
 
 def merge_deltas(outputs: list[RequestOutput]) -> list[CompletionOutput]:
     """Fold a request's delta outputs back into one CompletionOutput per completion."""
-    if not outputs:
-        return []
-    merged = RequestOutput(outputs[0].request_id, None, [], [], False)
+    return merge_outputs(outputs).outputs
+
+
+def merge_outputs(outputs: list[RequestOutput]) -> RequestOutput:
+    """Fold a request's delta outputs back into one RequestOutput (its prompt logprobs included)."""
+    merged = RequestOutput(outputs[0].request_id if outputs else "", None, [], [], False)
     for output in outputs:
         merged.add(output)
-    return merged.outputs
+    return merged
+
+
+def request_prompt_text(prompt, index: int) -> str | None:
+    """The text of the index-th prompt of a completions request, when it was given as text."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and index < len(prompt) and isinstance(prompt[index], str):
+        return prompt[index]
+    return None
+
+
+def prompt_logprobs_as_completion(prompt_ids: list[int], entries, k: int, tokenizer) -> CompletionLogprobs:
+    """The prompt's tokens in OpenAI's legacy logprobs shape: the first has no logprob (nothing predicts it)."""
+    out = CompletionLogprobs()
+    offset = 0
+    for position, token_id in enumerate(prompt_ids):
+        entry = entries[position] if entries is not None and position < len(entries) else None
+        token = entry[token_id].decoded_token if entry is not None else None
+        if token is None:
+            token = tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        out.tokens.append(token)
+        out.text_offset.append(offset)
+        offset += len(token)
+        out.token_logprobs.append(entry[token_id].logprob if entry is not None else None)
+        out.top_logprobs.append({(lp.decoded_token or ""): lp.logprob for lp in _top_entries(entry, k)} if entry is not None else None)
+    return out
 
 
 def _top_entries(entry, k: int):
