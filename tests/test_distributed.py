@@ -67,6 +67,10 @@ def outputs_agree(got, expected, logprob_tol: float = 1e-4) -> None:
     """Same tokens, finish and stop reasons; the same top logprob tokens, values within ``logprob_tol`` (the
     ranks' partial sums meet in a different order than one process adds them)."""
     for g, e in zip(got, expected, strict=True):
+        assert (g.prompt_logprobs is None) == (e.prompt_logprobs is None)
+        for gs, es in zip(g.prompt_logprobs or [], e.prompt_logprobs or [], strict=True):
+            assert (gs is None) == (es is None) and (gs is None or gs.keys() == es.keys())
+            assert gs is None or all(abs(gs[t].logprob - es[t].logprob) < logprob_tol for t in gs)
         for gc_, ec in zip(g.outputs, e.outputs, strict=True):
             assert (gc_.token_ids, gc_.finish_reason, gc_.stop_reason) == (ec.token_ids, ec.finish_reason, ec.stop_reason)
             assert (gc_.logprobs is None) == (ec.logprobs is None)

@@ -27,7 +27,7 @@ def params_per_prompt(stop_token: int) -> list[SamplingParams]:
     return [
         SamplingParams(temperature=0, repetition_penalty=1.3, **base),
         SamplingParams(temperature=0, presence_penalty=1.5, **base),
-        SamplingParams(temperature=0, frequency_penalty=1.0, logprobs=2, **base),
+        SamplingParams(temperature=0, frequency_penalty=1.0, logprobs=2, prompt_logprobs=2, **base),
         SamplingParams(temperature=0, min_tokens=6, stop_token_ids=[stop_token], **base),
         SamplingParams(temperature=0, stop_token_ids=[stop_token], **base),
         SamplingParams(temperature=0.8, top_k=20, seed=11, **base),
@@ -47,6 +47,8 @@ def summarize(outputs):
         [(c.token_ids, c.finish_reason, c.stop_reason,
           None if c.logprobs is None else [sorted((t, round(lp.logprob, 4)) for t, lp in step.items()) for step in c.logprobs])
          for c in o.outputs]
+        + [None if o.prompt_logprobs is None else [step and sorted((t, round(lp.logprob, 4)) for t, lp in step.items())
+                                                  for step in o.prompt_logprobs]]
         for o in outputs
     ]
 
