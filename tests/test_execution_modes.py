@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from raygrid import LLM, SamplingParams
+from raygrid import LLM, EngineArgs, LLMEngine, SamplingParams
 from tests.conftest import hf_greedy, random_prompts
 
 MAX_TOKENS = 20
@@ -117,18 +117,18 @@ def test_preempted_in_the_step_that_granted_it_tokens_resumes_correctly(llama_di
                  scheduling_policy="priority", max_model_len=48)
 
     def run(**engine_kwargs):
-        llm = LLM(model=llama_dir, dtype="float32", device="cpu", **engine_kwargs)
-        llm._add(llm.processor.process("low", {"prompt_token_ids": low_prompt}, low_params, priority=5))
+        engine = LLMEngine.from_engine_args(EngineArgs(model=llama_dir, dtype="float32", device="cpu", **engine_kwargs))
+        engine.add_request("low", {"prompt_token_ids": low_prompt}, low_params, priority=5)
         outputs, step = {}, 0
-        while llm.engine.has_unfinished_requests() or step <= 2:
+        while engine.has_unfinished_requests() or step <= 2:
             if step == 2:
-                llm._add(llm.processor.process("high", {"prompt_token_ids": high_prompt}, high_params, priority=0))
-            for out in llm.engine.step():
-                outputs.setdefault(out.req_id, []).extend(out.new_token_ids)
+                engine.add_request("high", {"prompt_token_ids": high_prompt}, high_params, priority=0)
+            for out in engine.step():
+                outputs[out.request_id] = out.outputs[0].token_ids
             step += 1
-        return llm, outputs
+        return engine, outputs
 
-    tight_llm, got = run(**tight)
-    assert tight_llm.get_stats().num_preemptions > 0
+    tight_engine, got = run(**tight)
+    assert tight_engine.engine.stats().num_preemptions > 0
     _, expected = run(**dict(tight, num_kv_blocks=64))
-    assert got == expected
+    assert got == expected and len(got["low"]) == 7
