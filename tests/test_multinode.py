@@ -1,6 +1,6 @@
 """Two Ray nodes (ray.cluster_utils.Cluster: two raylets on this machine): pipeline stages land on different
-nodes, and steps reach them through the compiled graph's cross-node channels and through actor calls alike;
-greedy tokens equal one process's."""
+nodes, steps reach them by actor calls (the default there: Ray 2.60's cross-node compiled-graph channels crashed
+a raylet here, ray-project/ray#63229), and greedy tokens equal one process's."""
 
 from __future__ import annotations
 
@@ -29,14 +29,15 @@ def test_pipeline_stages_on_two_nodes(two_nodes, qwen3_dir, tokenizer):
     single = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
     expected = [o.outputs[0].token_ids for o in single.generate(prompts, params, use_tqdm=False)]
     single.shutdown()
-    for compiled in (True, False):
-        llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256, pipeline_parallel_size=2,
-                  compiled_graph=compiled)
-        try:
-            names = llm.engine.worker_names()
-            nodes = {ray.get(ray.get_actor(name).node_id.remote()) for name in names}
-            outputs = llm.generate(prompts, params, use_tqdm=False)
-        finally:
-            llm.shutdown()
-        assert len(nodes) == 2, "each stage should have a node of its own (one CPU each)"
-        assert [o.outputs[0].token_ids for o in outputs] == expected, f"compiled_graph={compiled}"
+    llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256, pipeline_parallel_size=2)
+    try:
+        names = llm.engine.worker_names()
+        nodes = {ray.get(ray.get_actor(name).node_id.remote()) for name in names}
+        transports = llm.engine.transports()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+    finally:
+        llm.shutdown()
+    assert len(nodes) == 2, "each stage should have a node of its own (one CPU each)"
+    assert transports == ["actor calls"]
+    assert [o.outputs[0].token_ids for o in outputs] == expected
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2, "a raylet died"

@@ -136,6 +136,10 @@ class DriverActor:
     def worker_names(self) -> list[str]:
         return self.executor.worker_names()
 
+    def transport(self) -> str:
+        """How steps reach the workers: "compiled graph" or "actor calls"."""
+        return self.executor.transport
+
     def reset_prefix_cache(self) -> bool:
         return self._on_loop(self.core.reset_prefix_cache)
 

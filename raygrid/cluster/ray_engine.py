@@ -173,6 +173,10 @@ class RayEngineClient:
         """Per healthy replica, ``method`` on each of its workers, in rank order (run between steps)."""
         return [results for _, results in self._live_calls(lambda d: d.collective_rpc.remote(method, args))]
 
+    def transports(self) -> list[str]:
+        """Per healthy replica: how its steps reach its workers ("compiled graph" or "actor calls")."""
+        return [t for _, t in self._live_calls(lambda d: d.transport.remote())]
+
     def worker_names(self, replica: int = 0) -> list[str]:
         return ray.get(self.replicas[replica].driver.worker_names.remote())
 

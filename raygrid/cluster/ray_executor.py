@@ -93,7 +93,14 @@ class RayExecutor(Executor):
         self._pending_step: int | None = None
         self._num_steps = 0
         self._dag = None
-        compiled = parallel.compiled_graph if parallel.compiled_graph is not None else self.use_gpu
+        # The default needs GPUs and one node: across nodes Ray 2.60's compiled-graph channels can crash a
+        # raylet ("experimental_mutable_object_provider.cc:154 ... Channel closed", ray-project/ray#63229; seen
+        # here in tests/test_multinode.py), so a replica spread over nodes takes actor calls unless told otherwise.
+        nodes = set(ray.get([w.node_id.remote() for w in self.workers])) | {ray.get_runtime_context().get_node_id()}
+        compiled = parallel.compiled_graph if parallel.compiled_graph is not None else (self.use_gpu and len(nodes) == 1)
+        if compiled and len(nodes) > 1:
+            logger.warning("compiled_graph=True across %d nodes: Ray's cross-node channels can crash a raylet (ray#63229)", len(nodes))
+        self.transport = "compiled graph" if compiled else "actor calls"
         if compiled:
             with InputNode() as scheduler_output:
                 dag = MultiOutputNode([getattr(w, self._method).bind(scheduler_output) for w in self.workers])
