@@ -63,7 +63,7 @@ class EngineArgs:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             flags = [f"--{f.name.replace('_', '-')}"] + ([f.metadata["short"]] if f.metadata.get("short") else [])
-            kind, optional = _unwrap(hints[f.name])
+            kind = _unwrap(hints[f.name])
             kwargs: dict = dict(dest=f.name, default=f.default, help=f.metadata["help"])
             if kind is bool:
                 kwargs["action"] = argparse.BooleanOptionalAction
@@ -116,9 +116,8 @@ class EngineArgs:
         return config.resolve(load_hf_config(model_path).max_position_embeddings)
 
 
-def _unwrap(hint) -> tuple[type, bool]:
-    """``int | None`` -> (int, True); ``bool`` -> (bool, False)."""
+def _unwrap(hint):
+    """The type a flag parses: ``int | None`` -> int, ``bool`` -> bool."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return inner[0], True
-    return hint, False
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint

@@ -295,6 +295,10 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         results = await collect(streams, raw)
         choices, completion_tokens = [], 0
         tokenizer = engine.processor.tokenizer
+
+        def decode_one(token_id: int) -> str:
+            return tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
         for i, outputs in enumerate(results):
             merged = merge_outputs(outputs)
             echoed = ""
@@ -308,11 +312,11 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                 logprobs = None
                 if params.logprobs is not None:
                     logprobs = CompletionLogprobs()
-                    if request.echo:
-                        logprobs = prompt_logprobs_as_completion(prompts[i], merged.prompt_logprobs, params.logprobs, tokenizer)
-                    more = completion_logprobs(completion, params.logprobs, len(echoed))
-                    for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
-                        getattr(logprobs, name).extend(getattr(more, name))
+                    if request.echo:  # the prompt's first token has no entry: nothing predicts it
+                        entries = merged.prompt_logprobs or []
+                        entries = entries + [None] * (len(prompts[i]) - len(entries))
+                        append_legacy_logprobs(logprobs, prompts[i], entries, params.logprobs, 0, decode_one)
+                    append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], params.logprobs, len(echoed))
                 choices.append(
                     CompletionChoice(
                         index=i * n + completion.index,
@@ -494,23 +498,6 @@ def request_prompt_text(prompt, index: int) -> str | None:
     return None
 
 
-def prompt_logprobs_as_completion(prompt_ids: list[int], entries, k: int, tokenizer) -> CompletionLogprobs:
-    """The prompt's tokens in OpenAI's legacy logprobs shape: the first has no logprob (nothing predicts it)."""
-    out = CompletionLogprobs()
-    offset = 0
-    for position, token_id in enumerate(prompt_ids):
-        entry = entries[position] if entries is not None and position < len(entries) else None
-        token = entry[token_id].decoded_token if entry is not None else None
-        if token is None:
-            token = tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        out.tokens.append(token)
-        out.text_offset.append(offset)
-        offset += len(token)
-        out.token_logprobs.append(entry[token_id].logprob if entry is not None else None)
-        out.top_logprobs.append({(lp.decoded_token or ""): lp.logprob for lp in _top_entries(entry, k)} if entry is not None else None)
-    return out
-
-
 def _top_entries(entry, k: int):
     return [lp for _, lp in _top_items(entry, k)]
 
@@ -520,16 +507,23 @@ def _top_items(entry, k: int):
     return sorted(((t, lp) for t, lp in entry.items() if lp.rank <= k), key=lambda item: item[1].rank)
 
 
-def completion_logprobs(completion: CompletionOutput, k: int, text_offset: int) -> CompletionLogprobs:
-    out = CompletionLogprobs()
-    for token_id, entry in zip(completion.token_ids, completion.logprobs or []):
-        sampled = entry[token_id]
-        token = sampled.decoded_token or ""
+def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entries: list, k: int, text_offset: int,
+                           text_of=lambda _token_id: "") -> None:
+    """Append positions to OpenAI's legacy logprobs shape, their text offsets counted from ``text_offset``. An
+    entry of None (a prompt's first token) has no logprob; a token with no decoded text takes ``text_of``'s."""
+    for token_id, entry in zip(token_ids, entries):
+        chosen = entry[token_id] if entry is not None else None
+        token = chosen.decoded_token if chosen is not None and chosen.decoded_token is not None else text_of(token_id)
         out.tokens.append(token)
-        out.token_logprobs.append(sampled.logprob)
+        out.token_logprobs.append(chosen.logprob if chosen is not None else None)
         out.text_offset.append(text_offset)
         text_offset += len(token)
-        out.top_logprobs.append({(lp.decoded_token or ""): lp.logprob for lp in _top_entries(entry, k)})
+        out.top_logprobs.append({(lp.decoded_token or ""): lp.logprob for lp in _top_entries(entry, k)} if entry is not None else None)
+
+
+def completion_logprobs(completion: CompletionOutput, k: int, text_offset: int) -> CompletionLogprobs:
+    out = CompletionLogprobs()
+    append_legacy_logprobs(out, completion.token_ids, completion.logprobs or [], k, text_offset)
     return out
 
 
