@@ -15,7 +15,7 @@ from raygrid.kernels.elementwise_ref import (  # noqa: E402
     rms_norm_ref,
     silu_and_mul_ref,
 )
-from raygrid.kernels.moe_ref import fused_moe_ref, route_ref  # noqa: E402
+from raygrid.kernels.moe_ref import align_by_expert_ref, fused_moe_ref, route_ref  # noqa: E402
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
 from raygrid.kernels.sampling_ref import gumbel_scores  # noqa: E402
 from raygrid.kernels.triton_attention import (  # noqa: E402
@@ -23,7 +23,7 @@ from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_prefill,
     store_kv,
 )
-from raygrid.kernels.triton_moe import align_by_expert, fused_moe  # noqa: E402
+from raygrid.kernels.triton_moe import TILES, align_by_expert, fused_moe  # noqa: E402
 from raygrid.kernels.triton_ops import qk_norm_rotary, rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
 from raygrid.kernels.triton_sampling import gumbel_argmax, philox_uniform  # noqa: E402
 
@@ -265,14 +265,41 @@ def test_fused_moe_with_crowded_and_idle_experts():
     torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids), fused_moe_ref(x, w13, w2, weights, ids), **tol(torch.float32))
 
 
+def runs_by_block(pairs, block_m):
+    """The sorted pair indices of each block: the kernel may order pairs within an expert's run freely."""
+    return [sorted(pairs[i : i + block_m].tolist()) for i in range(0, pairs.numel() - block_m + 1, block_m)]
+
+
 def test_align_by_expert_pads_each_expert_to_the_block():
     ids = torch.tensor([[2, 0], [2, 3], [0, 2]], device=DEVICE)
     pairs, block_expert, num_padded = align_by_expert(ids, num_experts=5, block_m=4)
     assert num_padded.item() == 12  # experts 0, 2, 3 with 2, 3, 1 pairs: one block of 4 each
     assert pairs.numel() == 6 + 5 * 3  # the shape depends on T, k and E only
-    rows = pairs[:12].view(3, 4).tolist()
-    assert rows == [[1, 4, 6, 6], [0, 2, 5, 6], [3, 6, 6, 6]]  # pair t*k+slot; 6 = T*k marks padding
+    assert runs_by_block(pairs[:12], 4) == [[1, 4, 6, 6], [0, 2, 5, 6], [3, 6, 6, 6]]  # t*k+slot; 6 = T*k pads
     assert block_expert.tolist()[:3] == [0, 2, 3] and set(block_expert.tolist()[3:]) == {5}
+
+
+@pytest.mark.parametrize("num_experts,top_k,tokens,block_m", [(128, 8, 300, 16), (7, 3, 200, 64), (16, 2, 1, 16)])
+def test_align_by_expert_matches_reference(num_experts, top_k, tokens, block_m):
+    """Pairs past one program's chunk (256), an expert count that is a power of two and one that is not."""
+    torch.manual_seed(3)
+    ids = torch.stack([torch.randperm(num_experts, device=DEVICE)[:top_k] for _ in range(tokens)])
+    ids[: tokens // 3] = ids[0]  # a crowded expert set next to idle ones
+    got, want = align_by_expert(ids, num_experts, block_m), align_by_expert_ref(ids, num_experts, block_m)
+    assert got[2].tolist() == want[2].tolist() and torch.equal(got[1], want[1])
+    assert runs_by_block(got[0], block_m) == runs_by_block(want[0], block_m)
+
+
+def test_fused_moe_under_each_tile_configuration():
+    """Every row of the tile table (big blocks, L2 grouping) on a batch that spans several row blocks."""
+    torch.manual_seed(4)
+    tokens, hidden, inter, num_experts, top_k = 70, 160, 100, 4, 2  # two column tiles, a partial group
+    x = torch.randn(tokens, hidden, device=DEVICE)
+    w13, w2 = torch.randn(num_experts, 2 * inter, hidden, device=DEVICE) * 0.2, torch.randn(num_experts, hidden, inter, device=DEVICE) * 0.2
+    weights, ids = route_ref(torch.randn(tokens, num_experts, device=DEVICE), top_k, renormalize=True)
+    want = fused_moe_ref(x, w13, w2, weights, ids)
+    for _, gate_up, down in TILES:
+        torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids, tiles=(gate_up, down)), want, **tol(torch.float32))
 
 
 @pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU: run on the device machine")

@@ -15,6 +15,9 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
     from torch.profiler import ProfilerActivity, profile
 
     from raygrid import SamplingParams
+    from raygrid.bench.memory_floor import decode_floor
+    from raygrid.models.default_model import resolve_model_path
+    from raygrid.models.loader import load_hf_config, resolve_dtype
 
     core = llm.engine
     rng = np.random.default_rng(1)
@@ -48,12 +51,19 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
             kernels.append({"name": event.key[:120], "calls_per_step": event.count / steps, "us_per_step": device_us / steps})
     kernels.sort(key=lambda k: -k["us_per_step"])
     gpu_us = sum(k["us_per_step"] for k in kernels)
+    model_config = core.config.model_config
+    hf_config = load_hf_config(resolve_model_path(model_config.model))
+    dtype_bytes = resolve_dtype(model_config.dtype, hf_config, torch.device("cuda")).itemsize
+    # The timed steps start after the prefills and three more steps: mid-window context per request.
+    floor = decode_floor(hf_config, num_reqs, num_reqs * (prompt_len + 3 + steps), dtype_bytes)
     summary = {
         "num_running": num_reqs,
         "context_len_start": prompt_len,
         "wall_ms_per_step": wall_per_step * 1e3,
         "gpu_busy_ms_per_step": gpu_us / 1e3,
         "cpu_only_ms_per_step": wall_per_step * 1e3 - gpu_us / 1e3,
+        "memory_floor": floor,
+        "wall_over_floor": wall_per_step * 1e3 / floor["floor_ms"],
         "top_kernels": kernels[:25],
     }
     name = f"{out_dir}/profile_decode_{num_reqs}x{prompt_len}"
@@ -61,5 +71,7 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
         json.dump(summary, f, indent=2)
     with open(f"{name}.txt", "w", encoding="utf-8") as f:
         f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
-    print(f"decode step with {num_reqs} running from context {prompt_len}: wall {summary['wall_ms_per_step']:.2f} ms, GPU busy {summary['gpu_busy_ms_per_step']:.2f} ms")
+    print(f"decode step with {num_reqs} running from context {prompt_len}: wall {summary['wall_ms_per_step']:.2f} ms, "
+          f"GPU busy {summary['gpu_busy_ms_per_step']:.2f} ms, memory floor {floor['floor_ms']:.2f} ms "
+          f"({summary['wall_over_floor']:.2f}x)")
     return summary

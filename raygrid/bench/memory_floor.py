@@ -1,0 +1,38 @@
+"""The memory floor of a decode step: the bytes a step must read from device memory (the weights it
+touches and the KV cache it attends over) at the device's bandwidth. A decode step cannot be faster;
+how close a step comes to it says how much is left to gain."""
+
+from __future__ import annotations
+
+H200_BANDWIDTH = 4.2e12  # bytes/s: what a large device-to-device copy reaches on an H200 (4.8 TB/s on paper)
+
+
+def is_moe_layer(hf_config, layer: int) -> bool:
+    return (getattr(hf_config, "num_experts", 0) > 0 and layer not in (getattr(hf_config, "mlp_only_layers", None) or [])
+            and (layer + 1) % getattr(hf_config, "decoder_sparse_step", 1) == 0)
+
+
+def experts_touched(num_experts: int, top_k: int, num_tokens: int) -> float:
+    """Expected experts that receive at least one of ``num_tokens`` tokens under uniform routing."""
+    return num_experts * (1 - (1 - top_k / num_experts) ** num_tokens)
+
+
+def decode_floor(hf_config, num_reqs: int, context_tokens: int, dtype_bytes: int = 2,
+                 bandwidth: float = H200_BANDWIDTH) -> dict:
+    """One decode step of ``num_reqs`` requests that attend over ``context_tokens`` tokens in all (one
+    device, no parallelism): bytes of weights touched, bytes of KV read, and the floor in ms."""
+    c = hf_config
+    hidden, layers = c.hidden_size, c.num_hidden_layers
+    head_dim = getattr(c, "head_dim", None) or hidden // c.num_attention_heads
+    attention = hidden * head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
+    weights = layers * attention + c.vocab_size * hidden + num_reqs * hidden  # the head, and the embedding rows
+    for layer in range(layers):
+        if is_moe_layer(c, layer):
+            touched = experts_touched(c.num_experts, c.num_experts_per_tok, num_reqs)
+            weights += touched * 3 * hidden * c.moe_intermediate_size + c.num_experts * hidden
+        else:
+            weights += 3 * hidden * c.intermediate_size
+    kv = layers * 2 * c.num_key_value_heads * head_dim * context_tokens
+    weight_bytes, kv_bytes = weights * dtype_bytes, kv * dtype_bytes
+    return {"weight_bytes": int(weight_bytes), "kv_bytes": int(kv_bytes), "bandwidth_bytes_per_s": bandwidth,
+            "floor_ms": (weight_bytes + kv_bytes) / bandwidth * 1e3}
