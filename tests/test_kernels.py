@@ -265,9 +265,13 @@ def test_fused_moe_with_crowded_and_idle_experts():
     torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids), fused_moe_ref(x, w13, w2, weights, ids), **tol(torch.float32))
 
 
-def runs_by_block(pairs, block_m):
-    """The sorted pair indices of each block: the kernel may order pairs within an expert's run freely."""
-    return [sorted(pairs[i : i + block_m].tolist()) for i in range(0, pairs.numel() - block_m + 1, block_m)]
+def runs_by_expert(pairs, block_expert, block_m):
+    """Each expert's pair indices, sorted: the kernel may order the pairs of an expert's run freely,
+    across the run's blocks too."""
+    runs = {}
+    for block, expert in enumerate(block_expert.tolist()):
+        runs.setdefault(expert, []).extend(pairs[block * block_m : (block + 1) * block_m].tolist())
+    return {expert: sorted(run) for expert, run in runs.items()}
 
 
 def test_align_by_expert_pads_each_expert_to_the_block():
@@ -275,7 +279,8 @@ def test_align_by_expert_pads_each_expert_to_the_block():
     pairs, block_expert, num_padded = align_by_expert(ids, num_experts=5, block_m=4)
     assert num_padded.item() == 12  # experts 0, 2, 3 with 2, 3, 1 pairs: one block of 4 each
     assert pairs.numel() == 6 + 5 * 3  # the shape depends on T, k and E only
-    assert runs_by_block(pairs[:12], 4) == [[1, 4, 6, 6], [0, 2, 5, 6], [3, 6, 6, 6]]  # t*k+slot; 6 = T*k pads
+    runs = runs_by_expert(pairs, block_expert, 4)
+    assert [runs[0], runs[2], runs[3]] == [[1, 4, 6, 6], [0, 2, 5, 6], [3, 6, 6, 6]]  # t*k+slot; 6 = T*k pads
     assert block_expert.tolist()[:3] == [0, 2, 3] and set(block_expert.tolist()[3:]) == {5}
 
 
@@ -287,7 +292,7 @@ def test_align_by_expert_matches_reference(num_experts, top_k, tokens, block_m):
     ids[: tokens // 3] = ids[0]  # a crowded expert set next to idle ones
     got, want = align_by_expert(ids, num_experts, block_m), align_by_expert_ref(ids, num_experts, block_m)
     assert got[2].tolist() == want[2].tolist() and torch.equal(got[1], want[1])
-    assert runs_by_block(got[0], block_m) == runs_by_block(want[0], block_m)
+    assert runs_by_expert(got[0], got[1], block_m) == runs_by_expert(want[0], want[1], block_m)
 
 
 def test_fused_moe_under_each_tile_configuration():

@@ -20,11 +20,10 @@ from raygrid.kernels.triton_ops import silu_and_mul
 
 
 @triton.jit
-def _count_experts_kernel(ids_ptr, cursor_ptr, block_expert_ptr, num_padded_ptr, sorted_pairs_ptr, num_pairs, num_experts,
-                          max_rows, block_m, E_BINS: tl.constexpr, BLOCK: tl.constexpr):
+def _count_experts_kernel(ids_ptr, cursor_ptr, block_expert_ptr, num_padded_ptr, num_pairs, num_experts, max_rows,
+                          block_m, E_BINS: tl.constexpr, BLOCK: tl.constexpr):
     """One program: each expert's pair count, padded to ``block_m``; the start of each expert's run (into
-    ``cursor``, which the place kernel advances), the expert of every block, the rows in use, and
-    ``sorted_pairs`` filled with the padding index."""
+    ``cursor``, which the place kernel advances), the expert of every block, and the rows in use."""
     counts = tl.zeros((E_BINS,), dtype=tl.int32)
     for off in range(0, num_pairs, BLOCK):
         idx = off + tl.arange(0, BLOCK)
@@ -36,11 +35,8 @@ def _count_experts_kernel(ids_ptr, cursor_ptr, block_expert_ptr, num_padded_ptr,
     ends = tl.cumsum(padded, 0)
     tl.store(cursor_ptr + bins, ends - padded, mask=bins < num_experts)
     tl.store(num_padded_ptr, tl.sum(padded, 0))
-    for off in range(0, max_rows, BLOCK):
-        rows = off + tl.arange(0, BLOCK)
-        tl.store(sorted_pairs_ptr + rows, tl.full((BLOCK,), 0, tl.int32) + num_pairs, mask=rows < max_rows)
-    for off in range(0, tl.cdiv(max_rows, block_m), BLOCK):
-        blocks = off + tl.arange(0, BLOCK)
+    for off in range(0, tl.cdiv(max_rows, block_m), 256):
+        blocks = off + tl.arange(0, 256)
         # A block's expert is the number of experts whose run ends at or before the block's first row.
         first_row = blocks * block_m
         expert = tl.sum(((ends[None, :] <= first_row[:, None]) & (bins[None, :] < num_experts)).to(tl.int32), 1)
@@ -59,19 +55,19 @@ def _place_pairs_kernel(ids_ptr, cursor_ptr, sorted_pairs_ptr, num_pairs, BLOCK:
 
 
 def align_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int):
-    """As ``moe_ref.align_by_expert_ref``, in two launches: ``sorted_pairs`` (pair indices t*k + slot grouped
+    """As ``moe_ref.align_by_expert_ref``, in a fill and two launches: ``sorted_pairs`` (pair indices t*k + slot grouped
     by expert, each expert's run padded to ``block_m`` with the invalid index T*k), ``block_expert`` (the
     expert of each block of ``block_m`` rows; ``num_experts`` past the end) and ``num_padded`` (one element:
     rows in use). Only the order of pairs within an expert's run may differ from the reference."""
     flat = topk_ids.flatten().to(torch.int32)
     num_pairs = flat.numel()
     max_rows = num_pairs + num_experts * (block_m - 1)
-    sorted_pairs = torch.empty(max_rows, dtype=torch.int32, device=flat.device)
+    sorted_pairs = torch.full((max_rows,), num_pairs, dtype=torch.int32, device=flat.device)
     block_expert = torch.empty(triton.cdiv(max_rows, block_m), dtype=torch.int32, device=flat.device)
     num_padded = torch.empty(1, dtype=torch.int32, device=flat.device)
     cursor = torch.empty(num_experts, dtype=torch.int32, device=flat.device)
-    _count_experts_kernel[(1,)](flat, cursor, block_expert, num_padded, sorted_pairs, num_pairs, num_experts, max_rows,
-                                block_m, E_BINS=triton.next_power_of_2(num_experts + 1), BLOCK=256)
+    _count_experts_kernel[(1,)](flat, cursor, block_expert, num_padded, num_pairs, num_experts, max_rows, block_m,
+                                E_BINS=triton.next_power_of_2(num_experts + 1), BLOCK=1024)
     place = 256
     _place_pairs_kernel[(triton.cdiv(num_pairs, place),)](flat, cursor, sorted_pairs, num_pairs, BLOCK=place)
     return sorted_pairs, block_expert, num_padded
@@ -127,12 +123,15 @@ class Tiles:
     num_stages: int = 3
 
 
-# Chosen by benchmarks/scripts/moe_kernel.py on one H200 at Qwen3-30B-A3B's sizes (hidden 2048, 128 experts of
-# intermediate 768, top-8), by (token, slot) pairs in the batch: (most pairs, gate_up tiles, down tiles).
+# Chosen from the sweep of benchmarks/scripts/moe_kernel.py on one H200 at Qwen3-30B-A3B's sizes (hidden 2048,
+# 128 experts of intermediate 768, top-8, bf16; benchmarks/results/moe_h200/moe_kernel_sweep_1fbf5f7.json): by (token, slot)
+# pairs in the batch, (most pairs, gate_up tiles, down tiles), block_m shared and best for the two together.
 TILES: list[tuple[int, Tiles, Tiles]] = [
-    (64, Tiles(16, 64, 128), Tiles(16, 64, 128)),
-    (2048, Tiles(16, 64, 64), Tiles(16, 64, 64)),
-    (1 << 62, Tiles(64, 128, 64, group_m=8, num_warps=8), Tiles(64, 128, 64, group_m=8, num_warps=8)),
+    (8, Tiles(16, 64, 128), Tiles(16, 64, 128)),
+    (512, Tiles(16, 64, 128), Tiles(16, 128, 128)),
+    (2048, Tiles(32, 128, 128), Tiles(32, 128, 128)),
+    (8192, Tiles(64, 128, 64, group_m=8), Tiles(64, 128, 64, group_m=8)),
+    (1 << 62, Tiles(128, 128, 64, group_m=8), Tiles(128, 128, 64, group_m=8)),
 ]
 
 
