@@ -51,7 +51,7 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
             kernels.append({"name": event.key[:120], "calls_per_step": event.count / steps, "us_per_step": device_us / steps})
     kernels.sort(key=lambda k: -k["us_per_step"])
     gpu_us = sum(k["us_per_step"] for k in kernels)
-    model_config = core.config.model_config
+    model_config = core.config.model
     hf_config = load_hf_config(resolve_model_path(model_config.model))
     dtype_bytes = resolve_dtype(model_config.dtype, hf_config, torch.device("cuda")).itemsize
     # The timed steps start after the prefills and three more steps: mid-window context per request.
