@@ -114,9 +114,10 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         with httpx.Client(timeout=30) as http:
             for path, body, field in (
                 ("completions", {"model": "tiny", "prompt": "x", "toolz": 1}, "toolz"),
-                ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": []}, "tools"),
-                ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
-                 "response_format"),
+                # tool_choice "auto" (the default with tools) needs --tool-call-parser, which this server lacks
+                ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}],
+                                      "tools": [{"type": "function", "function": {"name": "f"}}]}, "--tool-call-parser"),
+                ("completions", {"model": "tiny", "prompt": "x", "suffix": "y"}, "suffix"),
                 ("completions", {"model": "tiny", "prompt": "x", "best_of": 3}, "best_of"),
                 ("completions", {"model": "tiny", "prompt": "x", "logit_bias": {"not-a-token": 1}}, "logit_bias"),
             ):

@@ -121,9 +121,9 @@ class AsyncLLM:
                 f"{self.max_queued_requests}"
             )
         request_id = request_id or f"req-{next(self._ids)}"
-        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt and sampling_params.structured_outputs is None:
             processed = self.processor.process(request_id, prompt, sampling_params, priority=priority)
-        else:  # tokenizing text takes a while: off the caller's event loop
+        else:  # tokenizing text, or compiling a grammar, takes a while: off the caller's event loop
             processed = await asyncio.to_thread(self.processor.process, request_id, prompt, sampling_params, priority=priority)
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), time.monotonic(), len(processed.prompt_token_ids))
         stream.child_ids = [c.request_id for c in processed.children]

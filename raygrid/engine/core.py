@@ -12,6 +12,8 @@ from raygrid.engine.executor import Executor, InProcessExecutor, ReplicaLostErro
 from raygrid.engine.outputs import EngineCoreOutput, SchedulerOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import Scheduler, SchedulerStats
+from raygrid.engine.structured_output import GrammarCompiler
+from raygrid.models.loader import load_hf_config
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +34,9 @@ class EngineCore:
         self.executor.collective_rpc("initialize_cache", (num_blocks,))
         # Pipeline stages split the requests over their batches; async scheduling (one device) does not.
         split = 1 if config.scheduler.async_scheduling else self.executor.max_concurrent_batches
-        self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=split)
+        self.grammars = GrammarCompiler(config.model.tokenizer or config.model.model, load_hf_config(config.model.model).vocab_size,
+                                        eos_token_ids)
+        self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=split, grammars=self.grammars)
         self._in_flight: deque[tuple[SchedulerOutput, Future]] = deque()
         self.num_steps = 0
         self.step_seconds = 0.0  # wall time inside step(): scheduling, execution (or waiting for it), updates
@@ -75,8 +79,13 @@ class EngineCore:
 
         With pipeline stages several batches are kept in flight: while the queue has room and the
         scheduler finds work (requests whose last step is still in flight have nothing to schedule),
-        another batch is started; then the oldest one is awaited."""
-        if len(self._in_flight) < self.executor.max_concurrent_batches:
+        another batch is started; then the oldest one is awaited. Under async scheduling a request with
+        a grammar needs its newest token before its next step: then the step in flight is awaited first."""
+        failed = self.scheduler.take_failed()
+        if failed:
+            return failed
+        waits = self._in_flight and self.scheduler.waits_for_tokens_in_flight()
+        if len(self._in_flight) < self.executor.max_concurrent_batches and not waits:
             scheduler_output = self.scheduler.schedule()
             if not scheduler_output.is_empty or scheduler_output.finished_req_ids:
                 self._in_flight.append((scheduler_output, self.executor.execute_model_async(scheduler_output)))
@@ -120,4 +129,5 @@ class EngineCore:
         return self.scheduler.kv.reset_prefix_cache()
 
     def shutdown(self) -> None:
+        self.grammars.shutdown()
         self.executor.shutdown()

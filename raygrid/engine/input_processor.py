@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from raygrid.engine.arg_utils import EngineArgs
 from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
+from raygrid.engine.structured_output import GrammarCompiler, GrammarError
 from raygrid.models.loader import load_hf_config
 
 PromptType = str | dict[str, Any]
@@ -75,6 +77,11 @@ class InputProcessor:
         self.vocab_size = self.hf_config.vocab_size
         self.max_model_len = config.model.max_model_len
         self.eos_token_ids = self._eos_token_ids(model_path)
+
+    @cached_property
+    def grammars(self) -> GrammarCompiler:
+        """Structured outputs' compiler, made on first use (its tokenizer takes a moment to build)."""
+        return GrammarCompiler(self.config.model.tokenizer or self.config.model.model, self.vocab_size, self.eos_token_ids)
 
     def _eos_token_ids(self, model_path: str) -> frozenset[int]:
         """The tokenizer's EOS plus generation_config.json's (Llama 3 lists several)."""
@@ -174,6 +181,11 @@ class InputProcessor:
         if params.bad_words:
             params = params.model_copy(update={"bad_words_token_ids": self.bad_words_token_ids(params.bad_words)})
         max_tokens = self.validate(token_ids, params)
+        if params.structured_outputs is not None:
+            try:  # compiled here too, so that a bad grammar is the caller's error (a 400), not a failed request
+                self.grammars.check(params.structured_outputs)
+            except GrammarError as error:
+                raise InvalidRequest(str(error), "structured_outputs") from None
         children = []
         for k in range(params.n):
             child_params = params.model_copy(update={"n": 1})

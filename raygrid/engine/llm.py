@@ -75,13 +75,16 @@ class LLM:
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
         chat_template_kwargs: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> list[RequestOutput]:
         """Generate replies to one conversation or a list of them, through the tokenizer's chat template
-        (``chat_template_kwargs`` reach the template). Each output's ``prompt`` is the rendered conversation."""
+        (``chat_template_kwargs`` and OpenAI-style ``tools`` reach the template). Each output's ``prompt`` is the
+        rendered conversation."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        template_kwargs = dict(chat_template_kwargs or {}, **({"tools": tools} if tools else {}))
         prompts = []
         for conversation in conversations:
-            text, ids = self.processor.render_chat(conversation, chat_template, add_generation_prompt, **(chat_template_kwargs or {}))
+            text, ids = self.processor.render_chat(conversation, chat_template, add_generation_prompt, **template_kwargs)
             prompts.append({"prompt": text, "prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 

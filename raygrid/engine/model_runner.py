@@ -13,6 +13,7 @@ from raygrid.engine.cuda_graphs import DecodeGraphs
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import ModelRunnerOutput, SampleLogprobs, SchedulerOutput
 from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs, row_seeds
+from raygrid.engine.structured_output import apply_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.groups import get_pp_group
 
@@ -383,11 +384,24 @@ class ModelRunner:
         if not len(sample_rows):
             return PendingRunnerOutput(req_ids, sample_rows, None, [], prompt_logprobs)
         logits = self.model.compute_logits(hidden[logits_indices])
+        if so.grammar_req_ids:
+            self._apply_grammars(logits, so, sample_rows)
         tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows, sample_positions))
         # The next step may need these tokens as inputs before the host has seen them.
         self.prev_sampled = tokens
         self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}
         return PendingRunnerOutput(req_ids, sample_rows, tokens, row_logprobs, prompt_logprobs)
+
+    def _apply_grammars(self, logits: torch.Tensor, so: SchedulerOutput, sample_rows: np.ndarray) -> None:
+        """Structured outputs: tokens a request's grammar does not allow get -inf, before the sampler
+        applies anything else (as vLLM orders it)."""
+        logits_row = {int(row): i for i, row in enumerate(sample_rows.tolist())}
+        found = [(k, logits_row[self.batch.index_of[rid]]) for k, rid in enumerate(so.grammar_req_ids)
+                 if rid in self.batch and self.batch.index_of[rid] in logits_row]
+        if found:
+            masks, rows = zip(*found)
+            bitmask = torch.from_numpy(so.grammar_bitmask[list(masks)]).to(self.device)
+            apply_bitmask(logits, torch.tensor(rows, device=self.device), bitmask)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, meta: AttentionMetadata) -> dict[str, tuple[int, list[SampleLogprobs]]]:
         """For the requests that ask for prompt_logprobs: the entries of the prompt tokens this step's

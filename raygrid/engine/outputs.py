@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import msgspec
+import numpy as np
 
 from raygrid.engine.sampling_params import SamplingParams
 
@@ -46,6 +47,10 @@ class SchedulerOutput:
     finished_req_ids: list[str]
     # Numbers the scheduler's steps, so that their outputs can be matched to what was scheduled.
     step_id: int = 0
+    # Structured outputs: the requests that sample under a grammar this step, and their rows of allowed
+    # tokens (int32 words, bit t % 32 of word t // 32 for token t).
+    grammar_req_ids: list[str] = field(default_factory=list)
+    grammar_bitmask: np.ndarray | None = None
 
     @property
     def is_empty(self) -> bool:

@@ -79,6 +79,13 @@ class Request:
         self.block_hashes: list[bytes] = []
         # How many of all_token_ids the workers have been sent (they need each token once).
         self.num_tokens_sent = 0
+        # Structured outputs: the grammar's compile (a Future), then its matcher, which every output token advances.
+        self.grammar_future = None
+        self.grammar = None
+
+    @property
+    def is_structured(self) -> bool:
+        return self.sampling_params.structured_outputs is not None
 
     @property
     def num_tokens(self) -> int:

@@ -2,10 +2,51 @@
 
 from __future__ import annotations
 
+import json
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Below this temperature a request is sampled greedily (argmax), as in vLLM.
 GREEDY_TEMPERATURE = 1e-5
+
+
+class StructuredOutputsParams(BaseModel):
+    """What the output must match (vLLM's fields): exactly one of a JSON schema, any JSON object, a regex,
+    a choice of strings, or a Lark / GBNF grammar. Compiled by llguidance (engine/structured_output.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    json_schema: dict | str | None = Field(default=None, alias="json", description="a JSON schema (dict or its text)")
+    regex: str | None = None
+    choice: list[str] | None = Field(default=None, min_length=1)
+    grammar: str | None = Field(default=None, description="a Lark grammar, or GBNF (llama.cpp's)")
+    json_object: bool | None = Field(default=None, description="True: any JSON object")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "StructuredOutputsParams":
+        given = [name for name in ("json", "regex", "choice", "grammar", "json_object")
+                 if getattr(self, "json_schema" if name == "json" else name) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError(f"structured_outputs takes exactly one of json, regex, choice, grammar, json_object; got {given or 'none'}")
+        if isinstance(self.json_schema, str):
+            try:
+                json.loads(self.json_schema)
+            except ValueError as error:
+                raise ValueError(f"structured_outputs.json is not valid JSON: {error}") from None
+        return self
+
+    def kind_and_spec(self) -> tuple[str, str]:
+        """("json" | "json_object" | "regex" | "choice" | "grammar", the spec as text): the grammar cache's key."""
+        if self.json_schema is not None:
+            spec = self.json_schema if isinstance(self.json_schema, str) else json.dumps(self.json_schema, sort_keys=True)
+            return "json", spec
+        if self.json_object:
+            return "json_object", '{"type": "object"}'
+        if self.regex is not None:
+            return "regex", self.regex
+        if self.choice is not None:
+            return "choice", json.dumps(self.choice)
+        return "grammar", self.grammar
 
 
 class SamplingParams(BaseModel):
@@ -38,6 +79,7 @@ class SamplingParams(BaseModel):
     bad_words: list[str] | None = Field(default=None, description="words never to complete: the last token of each is banned "
                                                                   "where the outputs so far end with the rest of it")
     truncate_prompt_tokens: int | None = Field(default=None, ge=1, description="keep only the last k prompt tokens")
+    structured_outputs: StructuredOutputsParams | None = Field(default=None, description="a grammar the output must match")
     # Filled by the engine from bad_words (the token sequences each word can take); not for callers.
     bad_words_token_ids: list[list[int]] = Field(default_factory=list)
 

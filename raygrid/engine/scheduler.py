@@ -24,6 +24,7 @@ from raygrid.engine.outputs import (
     SchedulerOutput,
 )
 from raygrid.engine.request import Request, RequestStatus
+from raygrid.engine.structured_output import GrammarBitmasks, GrammarCompiler, accept, first_line
 
 
 @dataclass
@@ -77,7 +78,8 @@ class WaitingQueue:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, num_kv_blocks: int, num_batches_in_flight: int = 1) -> None:
+    def __init__(self, config: EngineConfig, num_kv_blocks: int, num_batches_in_flight: int = 1,
+                 grammars: GrammarCompiler | None = None) -> None:
         self.max_num_seqs = config.scheduler.max_num_seqs
         self.max_num_batched_tokens = config.scheduler.max_num_batched_tokens
         self.max_model_len = config.model.max_model_len
@@ -94,6 +96,13 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.waiting = WaitingQueue(self.policy)
         self.running: list[Request] = []
+        # Structured outputs: requests whose grammar is compiling (they join `waiting` when it is ready),
+        # the live requests that have a grammar, and the outputs of those whose grammar failed to compile.
+        self.grammars = grammars
+        self._bitmasks: GrammarBitmasks | None = None
+        self.compiling: list[Request] = []
+        self._structured: dict[str, Request] = {}
+        self._failed: list[EngineCoreOutput] = []
         # Finished since the last schedule(): the workers are told so they can drop their state.
         # In the order they finished (a dict as an ordered set): see SchedulerOutput.finished_req_ids.
         self._finished_for_workers: dict[str, None] = {}
@@ -111,6 +120,14 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request_id {request.request_id!r} is already in the engine")
+        if request.is_structured:
+            if self.grammars is None:
+                raise ValueError("structured_outputs: this engine has no grammar compiler")
+            request.grammar_future = self.grammars.submit(request.sampling_params.structured_outputs)
+            self.requests[request.request_id] = request
+            self._structured[request.request_id] = request
+            self.compiling.append(request)
+            return
         self.requests[request.request_id] = request
         self.waiting.push(request)
 
@@ -122,6 +139,8 @@ class Scheduler:
                 continue
             if req.status == RequestStatus.RUNNING:
                 self.running.remove(req)
+            elif req in self.compiling:
+                self.compiling.remove(req)
             else:
                 self.waiting.remove(req)
             self._finish(req, RequestStatus.FINISHED_ABORTED)
@@ -129,7 +148,30 @@ class Scheduler:
         return aborted
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.running) or len(self.waiting) > 0
+        return bool(self.running) or len(self.waiting) > 0 or bool(self.compiling) or bool(self._failed)
+
+    def _admit_compiled(self) -> None:
+        """Requests whose grammar has compiled join the waiting queue; those whose grammar failed finish
+        with the error (the input processor checks grammars first, so this is rare)."""
+        for req in [r for r in self.compiling if r.grammar_future.done()]:
+            self.compiling.remove(req)
+            error = req.grammar_future.exception()
+            if error is not None:
+                self._finish(req, RequestStatus.FINISHED_ABORTED)
+                self._failed.append(EngineCoreOutput(req.request_id, [], [], finish_reason="abort", error=str(error)))
+                continue
+            req.grammar = req.grammar_future.result()
+            self.waiting.push(req)
+
+    def take_failed(self) -> list[EngineCoreOutput]:
+        """Outputs of requests that failed outside a step (a grammar that did not compile)."""
+        failed, self._failed = self._failed, []
+        return failed
+
+    def waits_for_tokens_in_flight(self) -> bool:
+        """Async scheduling: a request with a grammar whose newest token is still being sampled cannot be
+        scheduled (its mask depends on that token); the engine should finish the step in flight first."""
+        return any(r.grammar is not None and r.num_output_placeholders for r in self._structured.values())
 
     def fail_running(self, message: str) -> list[EngineCoreOutput]:
         """After a failed step: finish every running request with ``message`` as its error, and assume the
@@ -151,6 +193,8 @@ class Scheduler:
     # ---------------------------------------------------------------- one step's plan
 
     def schedule(self) -> SchedulerOutput:
+        if self.compiling:
+            self._admit_compiled()
         budget = self.max_num_batched_tokens
         num_scheduled: dict[str, int] = {}
         new_block_ids: dict[str, list[int]] = {}
@@ -226,6 +270,8 @@ class Scheduler:
         pending = req.num_output_placeholders
         if pending and (req.num_output_tokens + pending >= req.max_tokens or req.num_tokens + pending >= self.max_model_len):
             return 0  # the token in flight is its last one
+        if pending and req.grammar is not None:
+            return 0  # its grammar mask needs the token in flight
         num_new = req.num_tokens + pending - num_computed
         if self.long_prefill_threshold:
             num_new = min(num_new, self.long_prefill_threshold)
@@ -287,6 +333,7 @@ class Scheduler:
             if self.async_scheduling and req.num_computed_tokens == req.num_tokens + req.num_output_placeholders:
                 req.num_output_placeholders += 1  # it samples this step
         self._num_scheduled_tokens += total
+        grammar_reqs = [r for r in scheduled if r.grammar is not None and r.num_computed_tokens >= r.num_tokens]  # they sample
         finished, self._finished_for_workers = list(self._finished_for_workers), {}
         step_id = next(self._step_counter)
         incarnations = {r.request_id: r.num_preemptions for r in scheduled if r.num_preemptions}
@@ -299,7 +346,14 @@ class Scheduler:
             total_num_scheduled_tokens=total,
             finished_req_ids=finished,
             step_id=step_id,
+            grammar_req_ids=[r.request_id for r in grammar_reqs],
+            grammar_bitmask=self._grammar_bitmask(grammar_reqs) if grammar_reqs else None,
         )
+
+    def _grammar_bitmask(self, reqs: list[Request]):
+        if self._bitmasks is None:
+            self._bitmasks = GrammarBitmasks(self.grammars.vocab_size)
+        return self._bitmasks.fill([r.grammar for r in reqs])
 
     # ---------------------------------------------------------------- results back
 
@@ -326,10 +380,12 @@ class Scheduler:
             new_tokens: list[int] = []
             status = None
             req.num_output_placeholders = max(req.num_output_placeholders - len(token_ids), 0)
+            error = None
             for token_id in token_ids:
                 req.append_output_token(token_id)
                 new_tokens.append(token_id)
-                status = self._check_stop(req, token_id)
+                status, error = self._check_grammar(req, token_id)
+                status = status or self._check_stop(req, token_id)
                 if status is not None:
                     break
             out = EngineCoreOutput(
@@ -344,9 +400,20 @@ class Scheduler:
             if status is not None:
                 self.running.remove(req)  # still the incarnation that was scheduled, so still running
                 self._finish(req, status)
-                out.finish_reason, out.stop_reason = status.finish_reason, req.stop_reason
+                out.finish_reason, out.stop_reason, out.error = status.finish_reason, req.stop_reason, error
             outputs.append(out)
         return outputs
+
+    @staticmethod
+    def _check_grammar(req: Request, token_id: int) -> tuple[RequestStatus | None, str | None]:
+        """Advance the request's grammar: complete -> stopped; a token the grammar refuses (the mask should
+        make that impossible) -> aborted with an error."""
+        if req.grammar is None:
+            return None, None
+        accepted, complete = accept(req.grammar, token_id)
+        if not accepted:
+            return RequestStatus.FINISHED_ABORTED, f"token {token_id} broke the request's grammar: {first_line(req.grammar.get_error())}"
+        return (RequestStatus.FINISHED_STOPPED, None) if complete else (None, None)
 
     @staticmethod
     def _new_prompt_logprobs(req: Request, computed: tuple[int, list] | None) -> list:
@@ -373,6 +440,8 @@ class Scheduler:
 
     def _finish(self, req: Request, status: RequestStatus) -> None:
         req.status = status
+        req.grammar = req.grammar_future = None
+        self._structured.pop(req.request_id, None)
         self.kv.free(req)
         del self.requests[req.request_id]
         if req.num_tokens_sent:
@@ -383,7 +452,7 @@ class Scheduler:
     def stats(self) -> SchedulerStats:
         return SchedulerStats(
             num_running=len(self.running),
-            num_waiting=len(self.waiting),
+            num_waiting=len(self.waiting) + len(self.compiling),
             kv_cache_usage=self.kv.usage,
             num_free_blocks=self.kv.num_free_blocks,
             num_total_blocks=self.kv.pool.num_blocks - 1,

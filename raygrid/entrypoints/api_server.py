@@ -67,7 +67,8 @@ def serve_http(args: argparse.Namespace, engine_kwargs: dict, sock: socket.socke
     try:
         app = build_app(engine, api_key=args.api_key, max_request_body_bytes=args.max_request_body_bytes,
                         body_read_timeout_s=args.body_read_timeout, metrics_without_auth=args.metrics_without_auth,
-                        allowed_origins=args.allowed_origins, reasoning_parser=args.reasoning_parser)
+                        allowed_origins=args.allowed_origins, reasoning_parser=args.reasoning_parser,
+                        tool_call_parser=args.tool_call_parser)
         server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5,
                                                http=header_timeout_protocol(args.header_read_timeout)))
         server.run(sockets=[sock])

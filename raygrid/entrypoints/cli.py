@@ -8,6 +8,7 @@ import sys
 
 from raygrid.engine.arg_utils import EngineArgs
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
+from raygrid.entrypoints.tool_calls import TOOL_CALL_PARSERS
 from raygrid.models.default_model import DEFAULT_MODEL_NAME
 
 
@@ -108,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="let browsers on this origin call the API (CORS); repeat for several, '*' for any")
     serve.add_argument("--reasoning-parser", default=None, choices=sorted(REASONING_PARSERS),
                        help="split the chat reply's thinking (<think>...</think>) into reasoning_content")
+    serve.add_argument("--tool-call-parser", default=None, choices=TOOL_CALL_PARSERS,
+                       help="read tool calls out of chat replies (hermes: <tool_call>{json}</tool_call>, as Qwen3 writes "
+                            "them); needed for tool_choice 'auto'")
     serve.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
     serve.add_argument("--max-queued-requests", type=int, default=4096, help="sequences in flight before new requests get 503")
     serve.add_argument("--log-level", default="info")

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from raygrid.engine.sampling_params import SamplingParams
+from raygrid.engine.sampling_params import SamplingParams, StructuredOutputsParams
+from raygrid.entrypoints.tool_calls import forced_schema
 
 
 def random_id(prefix: str) -> str:
@@ -35,6 +36,27 @@ class _Strict(BaseModel):
 class StreamOptions(_Strict):
     include_usage: bool = False
     continuous_usage_stats: bool = False
+
+
+class JsonSchemaFormat(_Strict):
+    name: str = Field(default="response", max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    def structured_outputs(self) -> StructuredOutputsParams | None:
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return StructuredOutputsParams(json_object=True)
+        if self.json_schema is None:
+            raise ValueError("response_format: type 'json_schema' needs a json_schema")
+        return StructuredOutputsParams(json=self.json_schema.schema_ if self.json_schema.schema_ is not None else {})
 
 
 class _SamplingFields(_Strict):
@@ -70,6 +92,27 @@ class _SamplingFields(_Strict):
     bad_words: list[str] | None = None
     truncate_prompt_tokens: int | None = None
     cache_salt: str | None = Field(default=None, min_length=1, description="requests with different salts share no prefix-cache blocks")
+    # Structured outputs: OpenAI's response_format, vLLM's structured_outputs, and vLLM's older guided_* fields.
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsParams | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+
+    def _structured_outputs(self) -> StructuredOutputsParams | None:
+        """The one grammar the request asks for, from whichever field it used."""
+        given = {}
+        if self.response_format is not None and self.response_format.type != "text":
+            given["response_format"] = self.response_format.structured_outputs()
+        if self.structured_outputs is not None:
+            given["structured_outputs"] = self.structured_outputs
+        for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"), ("guided_grammar", "grammar")):
+            if getattr(self, name) is not None:
+                given[name] = StructuredOutputsParams(**{key: getattr(self, name)})
+        if len(given) > 1:
+            raise ValueError(f"give one of response_format, structured_outputs and guided_*; got {sorted(given)}")
+        return next(iter(given.values()), None)
 
     def _sampling_params(self, max_tokens: int | None, logprobs: int | None, defaults: SamplingParams | None,
                          prompt_logprobs: int | None = None) -> SamplingParams:
@@ -93,6 +136,7 @@ class _SamplingFields(_Strict):
             allowed_token_ids=self.allowed_token_ids,
             bad_words=self.bad_words,
             truncate_prompt_tokens=self.truncate_prompt_tokens,
+            structured_outputs=self._structured_outputs(),
         )
         for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
             value = getattr(self, name)
@@ -142,10 +186,55 @@ class ChatContentPart(_Strict):
     text: str | None = None
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDefinition(_Strict):
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ChatTool(_Strict):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
 class ChatMessage(_Strict):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[ChatContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates read it (an assistant's calls and a tool's call id kept)."""
+        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.name is not None:
+            message["name"] = self.name
+        if self.tool_calls:
+            message["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
     def text(self) -> str:
         if self.content is None:
@@ -166,14 +255,37 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     add_generation_prompt: bool = True
     chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[ChatTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # describes the caller's tools (none are run here): accepted and logged
+
+    @property
+    def effective_tool_choice(self) -> str | dict:
+        """"none", "auto", "required" or the named choice as a dict; "auto" by default when tools are given."""
+        if self.tool_choice is None:
+            return "auto" if self.tools else "none"
+        return self.tool_choice.model_dump() if isinstance(self.tool_choice, NamedToolChoice) else self.tool_choice
+
+    def tool_dicts(self) -> list[dict[str, Any]]:
+        return [tool.model_dump(exclude_none=True) for tool in self.tools or []]
 
     def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs to be true")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        return self._sampling_params(max_tokens, logprobs, defaults)
+        params = self._sampling_params(max_tokens, logprobs, defaults)
+        choice = self.effective_tool_choice
+        if choice != "none" and not self.tools:
+            raise ValueError(f"tool_choice {choice!r} needs tools")
+        forced = forced_schema(self.tool_dicts(), choice)
+        if forced is not None:
+            if params.structured_outputs is not None:
+                raise ValueError("tool_choice 'required' or a named function cannot be combined with response_format, "
+                                 "structured_outputs or guided_*")
+            params = params.model_copy(update={"structured_outputs": forced})
+        return params
 
 
 class UsageInfo(BaseModel):
@@ -225,6 +337,7 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     reasoning_content: str | None = None  # with --reasoning-parser: the reply's thinking
+    tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
 class ChatCompletionChoice(BaseModel):
@@ -247,10 +360,23 @@ class ChatCompletionResponse(BaseModel):
 
 # The streamed chat chunk's shape. The server writes these chunks as plain dicts (no pydantic per token);
 # the tests check the wire against these models.
+class DeltaFunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall | None = None
+
+
 class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatCompletionStreamChoice(BaseModel):

@@ -48,6 +48,7 @@ from raygrid.entrypoints.openai_protocol import (
     random_id,
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
+from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls
 from raygrid.entrypoints.utility_routes import utility_router
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
 def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: list[str] | None = None,
               max_request_body_bytes: int = 8 * 2**20, body_read_timeout_s: float = 30.0,
               metrics_without_auth: bool = False, allowed_origins: list[str] | None = None,
-              reasoning_parser: str | None = None) -> FastAPI:
+              reasoning_parser: str | None = None, tool_call_parser: str | None = None) -> FastAPI:
     names = served_model_names or [engine.model_name]
     reasoning = REASONING_PARSERS[reasoning_parser]() if reasoning_parser else None
     max_len = engine.config.model.max_model_len
@@ -369,12 +370,18 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: ChatCompletionRequest, raw: Request):
         check_model(request.model)
+        if request.tools and request.effective_tool_choice == "auto" and tool_call_parser is None:
+            raise APIError(400, "tool_choice 'auto' (the default with tools) needs the server started with --tool-call-parser",
+                           param="tool_choice")
         params = make_params(request)
         try:
-            conversation = [{"role": m.role, "content": m.text()} for m in request.messages]
+            conversation = [m.for_template() for m in request.messages]
+            template_kwargs = dict(request.chat_template_kwargs or {})
+            if request.tools:
+                template_kwargs["tools"] = request.tool_dicts()
             # Off the event loop: a large conversation must not stall /health and the streams in flight.
             prompt_ids = await asyncio.to_thread(engine.processor.apply_chat_template, conversation, request.chat_template,
-                                                 request.add_generation_prompt)
+                                                 request.add_generation_prompt, **template_kwargs)
         except ValueError as error:
             raise APIError(400, str(error), param="messages") from None
         except Exception as error:  # a template that fails to render on this conversation
@@ -391,12 +398,15 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         choices, completion_tokens = [], 0
         for completion in merge_deltas(outputs):
             completion_tokens += len(completion.token_ids)
+            message = assistant_message(completion.text, opened)
+            content, calls, called = reply_tool_calls(message.content or "", request.effective_tool_choice, tool_call_parser is not None)
+            message.content, message.tool_calls = content, calls
             choices.append(
                 ChatCompletionChoice(
                     index=completion.index,
-                    message=assistant_message(completion.text, opened),
+                    message=message,
                     logprobs=chat_logprobs(completion, params.logprobs, token_bytes) if params.logprobs is not None else None,
-                    finish_reason=completion.finish_reason,
+                    finish_reason="tool_calls" if called and completion.finish_reason == "stop" else completion.finish_reason,
                     stop_reason=completion.stop_reason,
                 )
             )
@@ -434,6 +444,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         # With a reasoning parser, each choice's text goes through its own splitter into reasoning and answer.
         opened = prompt_opens_thinking(prompt_ids)
         splitters = [reasoning.stream(opened) for _ in range(params.n)] if reasoning is not None else None
+        tools = [ToolStream(request.effective_tool_choice, tool_call_parser is not None) for _ in range(params.n)]
         # The first chunk of each choice carries the role, as OpenAI's does; later deltas carry content only.
         yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
                      for i in range(params.n)])
@@ -449,7 +460,11 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                             more_thought, more_answer = splitters[completion.index].finish()
                             thought, answer = thought + more_thought, answer + more_answer
                         delta = {"reasoning_content": thought, "content": answer} if thought else {"content": answer}
-                    choice = {"index": completion.index, "delta": delta, "logprobs": logprobs, "finish_reason": completion.finish_reason}
+                    finish_reason = completion.finish_reason
+                    if tools[completion.index].active:
+                        delta = tool_delta(tools[completion.index], delta, finish_reason is not None)
+                        finish_reason = tools[completion.index].finish_reason(finish_reason)
+                    choice = {"index": completion.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
                     yield chunk([choice], usage_now() if continuous else None)
             if include_usage:
                 yield chunk([], usage_now())
@@ -458,6 +473,18 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         yield sse("[DONE]")
 
     return app
+
+
+def tool_delta(tools: ToolStream, delta: dict, last: bool) -> dict:
+    """A chat delta with its content passed through the choice's tool-call parsing."""
+    content, calls = tools.feed(delta.get("content") or "")
+    if last:
+        more_content, more_calls = tools.finish()
+        content, calls = content + more_content, calls + more_calls
+    delta = dict(delta, content=content)
+    if calls:
+        delta["tool_calls"] = calls
+    return delta
 
 
 def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:

@@ -18,11 +18,33 @@ DEFAULT_MODEL_NAME = "tiny-random-qwen3"
 # Qwen3-0.6B's shape with random bf16 weights: the model of the speed benchmarks (no download needed).
 BENCH_MODEL_NAME = "random-qwen3-0.6b"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen's ChatML with Hermes-style tools: the tool signatures go into a system block, an assistant's calls are
+# written as <tool_call>{"name": ..., "arguments": ...}</tool_call>, and tool results come back as user turns.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n\nThese functions are available; their signatures are inside <tools></tools>:\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\n</tools>\n\nTo call one, write its name and arguments as JSON inside <tool_call></tool_call>:\n"
+    "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' and tools and loop.first %}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\n<tool_response>\n' + (message['content'] or '') + '\n</tool_response><|im_end|>\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + (message['content'] or '') }}"
+    "{%- for call in message['tool_calls'] or [] %}"
+    "{%- set fn = call['function'] if call['function'] is defined else call %}"
+    "{{- '\n<tool_call>\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
+    "{{- fn['arguments'] if fn['arguments'] is string else (fn['arguments'] | tojson) }}"
+    "{{- '}\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
 )
 
 
@@ -31,7 +53,7 @@ def cache_dir() -> Path:
 
 
 # Bumped when a built-in's files change: a cached copy of an older version is made again.
-BUILT_IN_VERSION = "2"  # 2: the tokenizers cover the whole vocabulary
+BUILT_IN_VERSION = "3"  # 2: the tokenizers cover the whole vocabulary; 3: the chat template renders tools
 
 
 def resolve_model_path(model: str) -> str:

@@ -1,0 +1,203 @@
+"""Tool calling in chat completions.
+
+- ``tool_choice="auto"`` (the default when tools are given) needs a parser (``--tool-call-parser hermes``): the
+  model writes ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, as Qwen3's and Hermes'
+  templates teach, and the parser turns them into OpenAI ``tool_calls`` (streamed as deltas too).
+- ``"required"`` and a named function are enforced by structured outputs: the output is constrained to a JSON
+  array of calls (``[{"name": ..., "parameters": {...}}]``) or to the named function's arguments, then read
+  back as ``tool_calls``.
+- ``"none"``: the tools still reach the template, and the output is plain content.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+from raygrid.engine.sampling_params import StructuredOutputsParams
+
+TOOL_CALL_PARSERS = ("hermes",)
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+def call_id() -> str:
+    return f"chatcmpl-tool-{uuid.uuid4().hex}"
+
+
+def tool_call(name: str, arguments: str, index: int | None = None) -> dict:
+    """One OpenAI tool call (with ``index`` for a streamed delta)."""
+    call = {"id": call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
+    return call if index is None else {"index": index, **call}
+
+
+def forced_schema(tools: list[dict], tool_choice) -> StructuredOutputsParams | None:
+    """The grammar that enforces ``tool_choice`` (None for "auto" and "none"). ``tools`` are OpenAI
+    function tools as dicts; a named choice is {"type": "function", "function": {"name": ...}}."""
+    if tool_choice == "required":
+        one_call = [{"type": "object", "properties": {"name": {"type": "string", "enum": [t["function"]["name"]]},
+                                                       "parameters": parameters_of(t)},
+                     "required": ["name", "parameters"], "additionalProperties": False} for t in tools]
+        return StructuredOutputsParams(json={"type": "array", "minItems": 1, "items": {"anyOf": one_call}})
+    if isinstance(tool_choice, dict):
+        return StructuredOutputsParams(json=parameters_of(named_tool(tools, tool_choice)))
+    return None
+
+
+def parameters_of(tool: dict) -> dict:
+    return tool["function"].get("parameters") or {"type": "object", "properties": {}}
+
+
+def named_tool(tools: list[dict], tool_choice: dict) -> dict:
+    name = tool_choice["function"]["name"]
+    for tool in tools:
+        if tool["function"]["name"] == name:
+            return tool
+    raise ValueError(f"tool_choice names function {name!r}, which is not among tools")
+
+
+def forced_calls(text: str, tool_choice) -> list[dict]:
+    """The tool calls of a complete output made under a forced ``tool_choice`` ([] if the output was cut
+    short and does not parse)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    if isinstance(tool_choice, dict):  # the output is the arguments, as written (and as streamed)
+        return [tool_call(tool_choice["function"]["name"], text)]
+    return [tool_call(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
+
+
+def parse_hermes(text: str) -> tuple[str | None, list[dict]]:
+    """A whole reply -> (its content outside tool calls, or None if empty; its tool calls). A block whose
+    JSON does not parse stays in the content, as the model wrote it."""
+    parser = HermesStream()
+    content, calls = parser.feed(text)
+    more_content, more_calls = parser.finish()
+    content = (content + more_content).strip()
+    return (content or None), [{k: v for k, v in call.items() if k != "index"} for call in calls + more_calls]
+
+
+@dataclass
+class HermesStream:
+    """Incremental ``<tool_call>`` parsing of a streamed reply: text outside the blocks is content, sent as
+    soon as it cannot be the start of a tag; each block becomes one tool call once its closing tag is in."""
+
+    buffer: str = ""
+    in_call: bool = False
+    calls: int = 0
+
+    def feed(self, text: str) -> tuple[str, list[dict]]:
+        """New text -> (content to send now, tool calls completed now)."""
+        self.buffer += text
+        content, calls = [], []
+        while True:
+            if not self.in_call:
+                at = self.buffer.find(OPEN)
+                if at < 0:
+                    keep = partial_tag_length(self.buffer, OPEN)
+                    content.append(self.buffer[: len(self.buffer) - keep])
+                    self.buffer = self.buffer[len(self.buffer) - keep:]
+                    break
+                content.append(self.buffer[:at])
+                self.buffer, self.in_call = self.buffer[at + len(OPEN):], True
+            else:
+                end = self.buffer.find(CLOSE)
+                if end < 0:
+                    break
+                body, self.buffer, self.in_call = self.buffer[:end], self.buffer[end + len(CLOSE):], False
+                call = self._call(body)
+                if call is None:
+                    content.append(OPEN + body + CLOSE)
+                else:
+                    calls.append(call)
+        return "".join(content), calls
+
+    def finish(self) -> tuple[str, list[dict]]:
+        """The end of the reply: what is left is content (an unclosed block parses if its JSON is whole)."""
+        rest, self.buffer = self.buffer, ""
+        if self.in_call:
+            self.in_call = False
+            call = self._call(rest)
+            return ("", [call]) if call is not None else (OPEN + rest, [])
+        return rest, []
+
+    def _call(self, body: str) -> dict | None:
+        try:
+            value = json.loads(body)
+            name, arguments = value["name"], value.get("arguments", {})
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(name, str):
+            return None
+        arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        self.calls += 1
+        return tool_call(name, arguments, index=self.calls - 1)
+
+
+def partial_tag_length(text: str, tag: str) -> int:
+    """How many characters at the end of ``text`` could be the start of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+def reply_tool_calls(text: str, tool_choice, parse_auto: bool) -> tuple[str | None, list[dict], bool]:
+    """A whole reply -> (content, tool calls, whether the finish reason becomes "tool_calls")."""
+    if tool_choice == "required" or isinstance(tool_choice, dict):
+        calls = forced_calls(text, tool_choice)
+        return (None if calls else text), calls, bool(calls) and tool_choice == "required"
+    if parse_auto and tool_choice == "auto":
+        content, calls = parse_hermes(text)
+        return (content if calls else text), calls, bool(calls)
+    return text, [], False
+
+
+class ToolStream:
+    """One streamed choice's tool calls: feed it text deltas, get (content delta, tool-call deltas). A named
+    function's arguments stream as they come; "required" calls come whole at the end; "auto" parses Hermes
+    blocks as they close."""
+
+    def __init__(self, tool_choice, parse_auto: bool) -> None:
+        self.choice = tool_choice
+        self.named = isinstance(tool_choice, dict)
+        self.hermes = HermesStream() if parse_auto and tool_choice == "auto" else None
+        self.text: list[str] = []
+        self.called = False
+
+    @property
+    def active(self) -> bool:
+        return self.named or self.choice == "required" or self.hermes is not None
+
+    def feed(self, text: str) -> tuple[str, list[dict]]:
+        if self.named:
+            deltas = []
+            if not self.called:
+                self.called = True
+                first = tool_call(self.choice["function"]["name"], "", index=0)
+                deltas.append(first)
+            if text:
+                deltas.append({"index": 0, "function": {"arguments": text}})
+            return "", deltas
+        if self.choice == "required":
+            self.text.append(text)
+            return "", []
+        content, calls = self.hermes.feed(text)
+        self.called |= bool(calls)
+        return content, calls
+
+    def finish(self) -> tuple[str, list[dict]]:
+        if self.named:
+            return "", []
+        if self.choice == "required":
+            calls = forced_calls("".join(self.text), "required")
+            self.called = bool(calls)
+            return ("" if calls else "".join(self.text)), [dict(call, index=i) for i, call in enumerate(calls)]
+        content, calls = self.hermes.finish()
+        self.called |= bool(calls)
+        return content, calls
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        """"tool_calls" for a reply that called tools (a named choice keeps "stop", as OpenAI's does)."""
+        return "tool_calls" if reason == "stop" and self.called and not self.named else reason

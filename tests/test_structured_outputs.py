@@ -1,0 +1,226 @@
+"""Structured outputs and tool calls: every kind of grammar offline, the same outputs under async scheduling,
+chunked prefill, preemption and n > 1 as in the plain engine; then through the server with the real openai
+client (20 random bounded JSON schemas, tool_choice required / named / auto, streamed and not), the 400s, and
+LangChain's with_structured_output and bind_tools. The model's weights are random: only the grammar makes its
+output valid."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import httpx
+import jsonschema
+import pytest
+
+from raygrid import LLM, SamplingParams
+from raygrid.engine.sampling_params import StructuredOutputsParams as Structured
+from tests.conftest import random_prompts
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                                           "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "bb", "ccc"]}, "maxItems": 3}},
+          "required": ["name", "age", "tags"], "additionalProperties": False}
+LARK = 'start: "(" NUM ("," NUM)* ")"\nNUM: /[0-9]{1,3}/'
+GRAMMARS = [
+    (Structured(json=PERSON), lambda text, done: jsonschema.validate(json.loads(text), PERSON) or True),
+    # Any object: unbounded (its keys are free strings), so random weights may run out of tokens; a cut one is an open object.
+    (Structured(json_object=True), lambda text, done: isinstance(json.loads(text), dict) if done else text.startswith('{"')),
+    (Structured(regex=r"[a-z]{2,5}-[0-9]{2}"), lambda text, done: re.fullmatch(r"[a-z]{2,5}-[0-9]{2}", text)),
+    (Structured(choice=["red", "green", "blue"]), lambda text, done: text in ("red", "green", "blue")),
+    (Structured(grammar=LARK), lambda text, done: re.fullmatch(r"\([0-9]{1,3}(,[0-9]{1,3})*\)", text)),
+]
+
+
+def run_all(qwen3_dir, prompts, params, **engine):
+    llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=192, **engine)
+    try:
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return outputs, llm.get_stats()
+    finally:
+        llm.shutdown()
+
+
+def test_every_grammar_kind_holds_and_async_chunking_preemption_and_n_change_nothing(qwen3_dir, tokenizer):
+    prompts = random_prompts(len(GRAMMARS) + 1, len(tokenizer), min_len=20, max_len=60, seed=5)
+    params = [SamplingParams(n=2, temperature=1.0, seed=10 + i, max_tokens=120, structured_outputs=s) for i, (s, _) in enumerate(GRAMMARS)]
+    params.append(SamplingParams(n=2, temperature=1.0, seed=3, max_tokens=40, ignore_eos=True))  # unconstrained, in the same batches
+    plain, _ = run_all(qwen3_dir, prompts, params, async_scheduling=False)
+    modes, stats = run_all(qwen3_dir, prompts, params, async_scheduling=True, max_num_batched_tokens=24, num_kv_blocks=26,
+                           block_size=8)
+    assert stats.num_preemptions > 0
+    for (spec, valid), out in zip(GRAMMARS, plain):
+        for completion in out.outputs:
+            assert completion.finish_reason == "stop" or spec.json_object, (completion.text, completion.finish_reason)
+            assert valid(completion.text, completion.finish_reason == "stop"), (spec, completion.text)
+    for a, b in zip(plain, modes):
+        assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+    # Two samples of one schema differ (n > 1 draws each child on its own), and an unconstrained request
+    # beside the constrained ones is not constrained.
+    assert plain[0].outputs[0].text != plain[0].outputs[1].text
+    assert len(plain[-1].outputs[0].token_ids) == 40
+
+
+def test_a_bad_grammar_is_refused_by_name_and_the_engine_carries_on(qwen3_dir):
+    llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
+    try:
+        for bad, words in ((Structured(regex="(unclosed"), "structured_outputs.regex does not compile"),
+                           (Structured(grammar="start: undefined_rule"), "structured_outputs.grammar"),
+                           (Structured(json={"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}}), "structured_outputs.json"),
+                           (Structured(regex="a" * 70_000), "the limit is 65536")):
+            (refused,) = llm.generate("hi", SamplingParams(structured_outputs=bad), use_tqdm=False)
+            assert refused.error and words in refused.error and not refused.outputs, refused.error
+        with pytest.raises(ValueError, match="exactly one of"):
+            Structured(regex="a", choice=["b"])
+        (ok,) = llm.generate("hi", SamplingParams(max_tokens=8, structured_outputs=Structured(choice=["yes", "no"])), use_tqdm=False)
+        assert ok.outputs[0].text in ("yes", "no")
+    finally:
+        llm.shutdown()
+
+
+def bounded_schema(rng: random.Random, depth: int = 0) -> dict:
+    """A random JSON schema whose every instance is short: strings and arrays have maximum lengths."""
+    kinds = ["string", "boolean", "integer", "enum", "array"] + (["object"] if depth < 2 else [])
+    kind = rng.choice(kinds)
+    if kind == "string":
+        return {"type": "string", "maxLength": rng.randint(1, 8)}
+    if kind == "boolean":
+        return {"type": "boolean"}
+    if kind == "integer":
+        lo = rng.randint(-50, 50)
+        return {"type": "integer", "minimum": lo, "maximum": lo + rng.randint(0, 200)}
+    if kind == "enum":
+        return {"enum": rng.sample(["x", "yy", "zzz", "w w", "v"], rng.randint(1, 4))}
+    if kind == "array":
+        return {"type": "array", "items": bounded_schema(rng, depth + 1), "maxItems": rng.randint(1, 3)}
+    props = {f"k{i}_{rng.randint(0, 99)}": bounded_schema(rng, depth + 1) for i in range(rng.randint(1, 4))}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                                                                           "unit": {"enum": ["c", "f"]}},
+                                                           "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["utc", "cet"]}},
+                                                                            "required": ["zone"], "additionalProperties": False}}}
+
+
+def streamed_calls(stream) -> tuple[dict[int, dict], str | None, str]:
+    """Tool calls put together from streamed deltas, as the openai SDK's users do, the finish reason, and the content."""
+    calls, finish, content = {}, None, ""
+    for chunk in stream:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            for delta in choice.delta.tool_calls or []:
+                call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
+                call["id"] = delta.id or call["id"]
+                if delta.function is not None:
+                    call["name"] += delta.function.name or ""
+                    call["arguments"] += delta.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return calls, finish, content
+
+
+def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
+    import openai
+
+    from tests.test_openai_server import start_server, stop_server
+
+    proc, base = start_server(qwen3_dir, "--tool-call-parser", "hermes", "--max-model-len", "1024")  # tools make long prompts
+    try:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        user = [{"role": "user", "content": "answer in JSON"}]
+        rng = random.Random(7)
+        for i in range(20):  # every output parses and validates, although the weights are random
+            schema = bounded_schema(rng)
+            reply = client.chat.completions.create(model="tiny", messages=user, max_tokens=200, temperature=1.0, seed=i,
+                                                   response_format={"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema}})
+            assert reply.choices[0].finish_reason == "stop", (schema, reply.choices[0].message.content)
+            jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model="tiny", messages=user, max_tokens=200, stream=True, seed=1,
+            response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}) if c.choices)
+        jsonschema.validate(json.loads(streamed), PERSON)
+        picked = client.completions.create(model="tiny", prompt="pick", max_tokens=10, extra_body={"structured_outputs": {"choice": ["up", "down"]}})
+        assert picked.choices[0].text in ("up", "down")
+        coded = client.completions.create(model="tiny", prompt="code", max_tokens=10, extra_body={"guided_regex": "[A-F]{4}"})
+        assert re.fullmatch("[A-F]{4}", coded.choices[0].text)
+
+        # Tools reach the template, and the history keeps an assistant's calls and the tool's answer.
+        history = user + [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "unit": "c"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "-3 and snow"}]
+        with_tools = client.chat.completions.create(model="tiny", messages=history, tools=[WEATHER, TIME], tool_choice="none", max_tokens=1)
+        text = tokenizer.apply_chat_template(history, tools=[WEATHER, TIME], add_generation_prompt=True, tokenize=False)
+        assert with_tools.usage.prompt_tokens == len(tokenizer.encode(text, add_special_tokens=False))
+        assert '"name": "get_time"' in text and "<tool_response>\n-3 and snow" in text and '"arguments": {"city": "Oslo"' in text
+        assert not with_tools.choices[0].message.tool_calls
+
+        # "required": one or more calls to the given tools, their arguments valid; streamed the same way.
+        for seed in range(3):
+            reply = client.chat.completions.create(model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice="required",
+                                                   max_tokens=200, seed=seed)
+            choice = reply.choices[0]
+            assert choice.finish_reason == "tool_calls" and choice.message.tool_calls and choice.message.content is None
+            for call in choice.message.tool_calls:
+                tool = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]
+                jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+        calls, finish, content = streamed_calls(client.chat.completions.create(
+            model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice="required", max_tokens=200, seed=0, stream=True))
+        assert finish == "tool_calls" and calls and content == ""
+        assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
+            (c.function.name, json.loads(c.function.arguments)) for c in client.chat.completions.create(
+                model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice="required", max_tokens=200, seed=0).choices[0].message.tool_calls]
+        # A named function: its arguments, streamed as they are generated; finish_reason stays "stop", as OpenAI's.
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        reply = client.chat.completions.create(model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice=named, max_tokens=200, seed=4)
+        (call,) = reply.choices[0].message.tool_calls
+        assert call.function.name == "get_weather" and reply.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+        calls, finish, _ = streamed_calls(client.chat.completions.create(model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice=named,
+                                                                          max_tokens=200, seed=4, stream=True))
+        assert finish == "stop" and [(c["name"], c["arguments"]) for c in calls.values()] == [("get_weather", call.function.arguments)]
+        # "auto" with the hermes parser: a reply that writes a <tool_call> block (forced here by a regex, since the
+        # weights are random) comes back as a tool call, streamed or not.
+        block = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "utc"}}\n</tool_call>'
+        forced = dict(model="tiny", messages=user, tools=[WEATHER, TIME], max_tokens=60, extra_body={"guided_regex": "Sure\\. " + re.escape(block)})
+        reply = client.chat.completions.create(**forced)
+        assert reply.choices[0].finish_reason == "tool_calls" and reply.choices[0].message.content == "Sure."
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in reply.choices[0].message.tool_calls] == [("get_time", {"zone": "utc"})]
+        calls, finish, content = streamed_calls(client.chat.completions.create(**forced, stream=True))
+        assert finish == "tool_calls" and content.strip() == "Sure." and [(c["name"], c["arguments"]) for c in calls.values()] == [
+            ("get_time", '{"zone": "utc"}')]
+
+        with httpx.Client(timeout=30) as http:
+            chat = {"model": "tiny", "messages": user}
+            for body, words in (
+                (dict(chat, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#/no"}}}}}),
+                 "structured_outputs.json"),
+                (dict(chat, structured_outputs={"regex": "(("}), "structured_outputs.regex does not compile"),
+                (dict(chat, guided_grammar="x" * 70_000), "the limit is 65536"),
+                (dict(chat, guided_choice=["a"], guided_regex="b"), "give one of"),
+                (dict(chat, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}), "'nope', which is not among tools"),
+                (dict(chat, tool_choice="required"), "needs tools"),
+                (dict(chat, tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"}), "cannot be combined"),
+                (dict(chat, structural_tag={"type": "structural_tag"}), "structural_tag"),
+                (dict(chat, response_format={"type": "json_schema"}), "needs a json_schema"),
+            ):
+                response = http.post(f"{base}/v1/chat/completions", json=body)
+                assert response.status_code == 400 and words in response.json()["error"]["message"], (body, response.text)
+            assert http.post(f"{base}/v1/chat/completions", json=dict(chat, max_tokens=3)).status_code == 200  # still serving
+
+        # LangChain, through the same endpoints.
+        from langchain_openai import ChatOpenAI
+        from pydantic import BaseModel, Field
+
+        class Pet(BaseModel):
+            kind: str = Field(max_length=8)
+            legs: int = Field(ge=0, le=8)
+
+        chat_model = ChatOpenAI(base_url=f"{base}/v1", api_key="x", model="tiny", max_tokens=120, temperature=1.0, seed=3)
+        pet = chat_model.with_structured_output(Pet, method="json_schema").invoke("describe a pet")
+        assert isinstance(pet, Pet) and 0 <= pet.legs <= 8
+        called = chat_model.bind_tools([WEATHER], tool_choice="required").invoke("weather in Oslo?")
+        assert called.tool_calls and called.tool_calls[0]["name"] == "get_weather" and set(called.tool_calls[0]["args"]) == {"city", "unit"}
+    finally:
+        stop_server(proc)
