@@ -86,7 +86,7 @@ def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(mo
     gives what one process gives. (Requests finish
     together here, which once left the ranks' batches in different row orders: each worker iterated the
     finished ids as a set, in its own process's hash order.)"""
-    prompts = [{"prompt_token_ids": p} for p in random_prompts(11, len(tokenizer), seed=31)]
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=31)]
     path = model_dirs["qwen3"]
     single = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64)
     stop = single.generate(prompts[3], SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids[2]

@@ -91,7 +91,7 @@ def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_p
     logprobs, n. float32, so that the two batchings cannot round differently."""
     from tests.test_execution_modes import params_per_prompt, summarize
 
-    prompts = [{"prompt_token_ids": p} for p in random_prompts(11, len(tokenizer), seed=35)]
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=35)]
     results = []
     for mode in (dict(async_scheduling=False, enforce_eager=True), dict(async_scheduling=True)):
         llm = LLM(model=model_dirs[model], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32", **mode)
@@ -127,7 +127,7 @@ def test_two_gpu_layouts_equal_one_gpu_for_every_sampling_parameter(model_dirs, 
     from tests.test_distributed import outputs_agree
     from tests.test_execution_modes import params_per_prompt
 
-    prompts = [{"prompt_token_ids": p} for p in random_prompts(11, len(tokenizer), seed=36)]
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=36)]
     common = dict(model=model_dirs["qwen3"], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32")
     plain = LLM(**common, enforce_eager=True, async_scheduling=False)
     try:

@@ -134,6 +134,8 @@ class ModelRunner:
             "repetition_penalty": ((max_reqs,), torch.float32),
             "frequency_penalty": ((max_reqs,), torch.float32),
             "presence_penalty": ((max_reqs,), torch.float32),
+            "grammar_bitmask": ((max_reqs, (self.vocab_size + 31) // 32), torch.int32),
+            "grammar_rows": ((max_reqs,), torch.int64),
             "seeds": ((max_reqs,), torch.int64),
         })
         # Noise seeds of requests without a seed of their own. Every tensor-parallel rank draws the same
@@ -400,8 +402,8 @@ class ModelRunner:
                  if rid in self.batch and self.batch.index_of[rid] in logits_row]
         if found:
             masks, rows = zip(*found)
-            bitmask = torch.from_numpy(so.grammar_bitmask[list(masks)]).to(self.device)
-            apply_bitmask(logits, torch.tensor(rows, device=self.device), bitmask)
+            bitmask = self.staging.put("grammar_bitmask", so.grammar_bitmask()[list(masks)])
+            apply_bitmask(logits, self.staging.put("grammar_rows", np.array(rows)), bitmask)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, meta: AttentionMetadata) -> dict[str, tuple[int, list[SampleLogprobs]]]:
         """For the requests that ask for prompt_logprobs: the entries of the prompt tokens this step's

@@ -6,6 +6,7 @@ full once, running ones as deltas (new tokens, new blocks, progress).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -47,10 +48,21 @@ class SchedulerOutput:
     finished_req_ids: list[str]
     # Numbers the scheduler's steps, so that their outputs can be matched to what was scheduled.
     step_id: int = 0
-    # Structured outputs: the requests that sample under a grammar this step, and their rows of allowed
-    # tokens (int32 words, bit t % 32 of word t // 32 for token t).
+    # Structured outputs: the requests that sample under a grammar this step, and how to get their rows of
+    # allowed tokens (``grammar_bitmask()``). In one process the mask is filled while the device runs the
+    # forward pass; a step that leaves the process (pickled for a Ray worker) carries the filled mask.
     grammar_req_ids: list[str] = field(default_factory=list)
-    grammar_bitmask: np.ndarray | None = None
+    fill_grammar_bitmask: Callable[[], np.ndarray] | None = field(default=None, repr=False)
+
+    def grammar_bitmask(self) -> np.ndarray | None:
+        """int32 ``[len(grammar_req_ids), ceil(vocab / 32)]``: bit t % 32 of word t // 32 set when token t is allowed."""
+        if callable(self.fill_grammar_bitmask):
+            self.fill_grammar_bitmask = self.fill_grammar_bitmask()
+        return self.fill_grammar_bitmask
+
+    def __getstate__(self) -> dict:
+        self.grammar_bitmask()  # the matchers stay with the scheduler
+        return self.__dict__
 
     @property
     def is_empty(self) -> bool:

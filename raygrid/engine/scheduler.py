@@ -10,6 +10,7 @@ recomputed from scratch, which the prefix cache makes cheap.
 from __future__ import annotations
 
 import heapq
+from functools import partial
 import time
 import itertools
 from dataclasses import dataclass
@@ -347,13 +348,15 @@ class Scheduler:
             finished_req_ids=finished,
             step_id=step_id,
             grammar_req_ids=[r.request_id for r in grammar_reqs],
-            grammar_bitmask=self._grammar_bitmask(grammar_reqs) if grammar_reqs else None,
+            fill_grammar_bitmask=self._grammar_bitmask(grammar_reqs) if grammar_reqs else None,
         )
 
     def _grammar_bitmask(self, reqs: list[Request]):
+        """The step's mask, to be filled when the worker asks (the matchers do not change before then: they
+        advance only in update_from_output, after the step)."""
         if self._bitmasks is None:
             self._bitmasks = GrammarBitmasks(self.grammars.vocab_size)
-        return self._bitmasks.fill([r.grammar for r in reqs])
+        return partial(self._bitmasks.fill, [r.grammar for r in reqs])
 
     # ---------------------------------------------------------------- results back
 

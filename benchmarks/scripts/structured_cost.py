@@ -1,0 +1,89 @@
+"""The cost of structured outputs on the decode step: N requests decoding under a JSON schema long enough
+never to finish, against the same batch unconstrained, in one engine (issue #17's H200 measurement).
+
+    python benchmarks/scripts/structured_cost.py OUT.json [--model random-qwen3-0.6b] [--num-reqs 256] [--prompt-len 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from raygrid import LLM, SamplingParams
+from raygrid.bench.throughput import device_name, git_commit
+from raygrid.engine.sampling_params import StructuredOutputsParams
+
+# 100 required fields, each a string of at least 4 characters: hundreds of tokens before it can close.
+ENDLESS = {"type": "object", "properties": {f"field_{i:03d}": {"type": "string", "minLength": 4, "maxLength": 32} for i in range(100)},
+           "required": [f"field_{i:03d}" for i in range(100)], "additionalProperties": False}
+
+
+def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structured: StructuredOutputsParams | None, tag: str) -> dict:
+    import torch
+
+    core = llm.engine
+    rng = np.random.default_rng(1)
+    params = SamplingParams(temperature=1.0, max_tokens=steps + 64, ignore_eos=True, structured_outputs=structured, detokenize=False)
+    ids = []
+    for i in range(num_reqs):
+        processed = llm.processor.process(f"{tag}-{i}", {"prompt_token_ids": rng.integers(0, min(10000, llm.processor.vocab_size), prompt_len).tolist()}, params)
+        for child in processed.children:
+            core.add_request(child)
+            ids.append(child.request_id)
+    while core.stats().num_waiting or core.stats().num_running < num_reqs:
+        core.step()
+    for _ in range(5):
+        core.step()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    tokens = 0
+    for _ in range(steps):
+        tokens += sum(len(o.new_token_ids) for o in core.step())
+    elapsed = time.perf_counter() - start
+    running = core.stats().num_running
+    core.abort_requests(ids)
+    while core.has_unfinished_requests():
+        core.step()
+    return {"ms_per_step": elapsed / steps * 1e3, "tokens_per_step": tokens / steps, "running_at_end": running}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--model", default="random-qwen3-0.6b")
+    parser.add_argument("--num-reqs", type=int, default=256)
+    parser.add_argument("--prompt-len", type=int, default=512)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    llm = LLM(model=args.model, dtype=args.dtype, device=args.device)
+    try:
+        schema = StructuredOutputsParams(json=ENDLESS)
+        start = time.perf_counter()
+        llm.processor.grammars.check(schema)
+        compile_s = time.perf_counter() - start
+        rows = {}
+        for tag, structured in (("plain", None), ("json_schema", schema), ("plain_again", None), ("json_schema_again", schema)):
+            rows[tag] = decode_step_ms(llm, args.num_reqs, args.prompt_len, args.steps, structured, tag)
+            print(tag, rows[tag], flush=True)
+        plain = min(rows["plain"]["ms_per_step"], rows["plain_again"]["ms_per_step"])
+        constrained = min(rows["json_schema"]["ms_per_step"], rows["json_schema_again"]["ms_per_step"])
+        result = {"model": args.model, "num_reqs": args.num_reqs, "prompt_len": args.prompt_len, "steps": args.steps, "rows": rows,
+                  "schema": ENDLESS, "first_compile_s": compile_s, "plain_ms": plain, "constrained_ms": constrained,
+                  "slowdown": constrained / plain, "machine": device_name(), "git_commit": git_commit(),
+                  "date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())}
+        print(f"decode step with {args.num_reqs} running: {plain:.2f} ms plain, {constrained:.2f} ms under a JSON schema "
+              f"({(constrained / plain - 1) * 100:+.1f}%)")
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    finally:
+        llm.shutdown()
+
+
+if __name__ == "__main__":
+    main()
