@@ -36,7 +36,8 @@ class EngineCore:
         split = 1 if config.scheduler.async_scheduling else self.executor.max_concurrent_batches
         self.grammars = GrammarCompiler(config.model.tokenizer or config.model.model, load_hf_config(config.model.model).vocab_size,
                                         eos_token_ids)
-        self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=split, grammars=self.grammars)
+        self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=split, grammars=self.grammars,
+                                   grammar_waits_for_token=not self.executor.defers_grammar_sampling)
         self._in_flight: deque[tuple[SchedulerOutput, Future]] = deque()
         self.num_steps = 0
         self.step_seconds = 0.0  # wall time inside step(): scheduling, execution (or waiting for it), updates
@@ -79,8 +80,10 @@ class EngineCore:
 
         With pipeline stages several batches are kept in flight: while the queue has room and the
         scheduler finds work (requests whose last step is still in flight have nothing to schedule),
-        another batch is started; then the oldest one is awaited. Under async scheduling a request with
-        a grammar needs its newest token before its next step: then the step in flight is awaited first."""
+        another batch is started; then the oldest one is awaited. Under async scheduling a request with a
+        grammar needs its newest token for its next mask: in one process the next step launches its forward
+        pass and holds its sampling until that token has advanced the grammar; elsewhere the step in flight
+        is awaited first."""
         failed = self.scheduler.take_failed()
         if failed:
             return failed
@@ -100,7 +103,10 @@ class EngineCore:
             self.step_trace.append((time.perf_counter(), scheduler_output.total_num_scheduled_tokens, len(scheduler_output.num_scheduled_tokens)))
         self.num_steps += 1
         self.execute_seconds += runner_output.execute_seconds
-        return self.scheduler.update_from_output(scheduler_output, runner_output)
+        outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
+        for _, later in self._in_flight:  # the grammars have seen this step's tokens: the next step can sample
+            self.executor.sample_deferred(later)
+        return outputs
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._in_flight)

@@ -45,6 +45,15 @@ class Executor(ABC):
         """Steps the engine may keep in flight at once (more than one with pipeline stages)."""
         return 1
 
+    @property
+    def defers_grammar_sampling(self) -> bool:
+        """Whether a step in flight can hold its sampling until ``sample_deferred`` (then, under async
+        scheduling, a request with a grammar is scheduled while its newest token is still being sampled)."""
+        return False
+
+    def sample_deferred(self, future) -> None:
+        """Launch the sampling a step in flight deferred (see ``defers_grammar_sampling``)."""
+
     def shutdown(self) -> None:  # noqa: B027 - most executors hold nothing to release
         """Release the workers; by default there is nothing to release."""
 
@@ -61,8 +70,15 @@ class InProcessExecutor(Executor):
         # Async scheduling: the next step is scheduled and launched while this one runs on the GPU.
         return 2 if self.async_scheduling else 1
 
+    @property
+    def defers_grammar_sampling(self) -> bool:
+        return self.async_scheduling
+
     def execute_model_async(self, scheduler_output: SchedulerOutput):
-        return self.worker.execute_model(scheduler_output, non_blocking=True)
+        return self.worker.execute_model(scheduler_output, non_blocking=True, defer_grammar=self.async_scheduling)
+
+    def sample_deferred(self, future) -> None:
+        future.sample_now()
 
     def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
         return [getattr(self.worker, method)(*args, **(kwargs or {}))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -61,6 +62,7 @@ class PendingRunnerOutput:
 
     def __init__(self, req_ids: list[str], sample_rows: np.ndarray, tokens: torch.Tensor | None, logprobs: list,
                  prompt_logprobs: dict | None = None) -> None:
+        self._sample = None  # a deferred sampling launch (see ModelRunner.execute_model's defer_grammar)
         self.req_ids = req_ids
         self.prompt_logprobs = prompt_logprobs or {}
         self.sample_rows = sample_rows
@@ -69,6 +71,24 @@ class PendingRunnerOutput:
         self.errors: dict[str, str] = {}
         self._host_tokens = None
         self._event = None
+        self._copy_back(tokens)
+
+    @classmethod
+    def deferred(cls, req_ids: list[str], sample_rows: np.ndarray, prompt_logprobs: dict, sample) -> "PendingRunnerOutput":
+        """A step whose forward pass is launched and whose sampling waits for ``sample_now()``: ``sample`` launches
+        it and returns (tokens, logprobs)."""
+        pending = cls(req_ids, sample_rows, None, [], prompt_logprobs)
+        pending._sample = sample
+        return pending
+
+    def sample_now(self) -> None:
+        """Launch the deferred sampling (a no-op if there is none, or it already ran)."""
+        if self._sample is not None:
+            sample, self._sample = self._sample, None
+            tokens, self.logprobs = sample()
+            self._copy_back(tokens)
+
+    def _copy_back(self, tokens: torch.Tensor | None) -> None:
         if tokens is not None:
             if tokens.is_cuda:
                 self._host_tokens = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
@@ -79,6 +99,7 @@ class PendingRunnerOutput:
                 self._host_tokens = tokens
 
     def result(self) -> ModelRunnerOutput:
+        self.sample_now()
         sampled: list[list[int]] = [[] for _ in self.req_ids]
         logprobs = [None] * len(self.req_ids)
         if self._host_tokens is not None:
@@ -351,19 +372,21 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ the step
 
-    def execute_model(self, so: SchedulerOutput, non_blocking: bool = False):
+    def execute_model(self, so: SchedulerOutput, non_blocking: bool = False, defer_grammar: bool = False):
         """Run one step. With ``non_blocking`` the GPU work is only launched: the returned
         PendingRunnerOutput waits for it in ``result()``, so the engine can schedule the next step
-        meanwhile (async scheduling)."""
+        meanwhile (async scheduling). With ``defer_grammar`` too, a step with grammar rows launches its
+        forward pass only; its sampling waits for ``sample_now()``, which the engine calls once the step
+        before's tokens have advanced the grammars (the masks are filled then)."""
         start = time.perf_counter()
         refused = self._update_states(so)
-        pending = self._execute(so)
+        pending = self._execute(so, defer_grammar and non_blocking)
         pending.started = start
         pending.errors = refused
         return pending if non_blocking else pending.result()
 
     @torch.inference_mode()
-    def _execute(self, so: SchedulerOutput) -> "PendingRunnerOutput":
+    def _execute(self, so: SchedulerOutput, defer_grammar: bool = False) -> "PendingRunnerOutput":
         if so.is_empty or self.batch.num_reqs == 0:
             return PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None, [])
         input_ids, positions, meta, logits_indices, sample_rows, sample_positions = self._prepare_inputs(so)
@@ -386,13 +409,22 @@ class ModelRunner:
         if not len(sample_rows):
             return PendingRunnerOutput(req_ids, sample_rows, None, [], prompt_logprobs)
         logits = self.model.compute_logits(hidden[logits_indices])
+        if so.grammar_req_ids and defer_grammar:
+            sample = partial(self._sample, logits, so, req_ids, sample_rows, sample_positions)
+            return PendingRunnerOutput.deferred(req_ids, sample_rows, prompt_logprobs, sample)
+        tokens, row_logprobs = self._sample(logits, so, req_ids, sample_rows, sample_positions)
+        return PendingRunnerOutput(req_ids, sample_rows, tokens, row_logprobs, prompt_logprobs)
+
+    @torch.inference_mode()
+    def _sample(self, logits: torch.Tensor, so: SchedulerOutput, req_ids: list[str], sample_rows: np.ndarray,
+                sample_positions: np.ndarray):
         if so.grammar_req_ids:
             self._apply_grammars(logits, so, sample_rows)
         tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows, sample_positions))
         # The next step may need these tokens as inputs before the host has seen them.
         self.prev_sampled = tokens
         self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}
-        return PendingRunnerOutput(req_ids, sample_rows, tokens, row_logprobs, prompt_logprobs)
+        return tokens, row_logprobs
 
     def _apply_grammars(self, logits: torch.Tensor, so: SchedulerOutput, sample_rows: np.ndarray) -> None:
         """Structured outputs: tokens a request's grammar does not allow get -inf, before the sampler

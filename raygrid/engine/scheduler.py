@@ -80,7 +80,7 @@ class WaitingQueue:
 
 class Scheduler:
     def __init__(self, config: EngineConfig, num_kv_blocks: int, num_batches_in_flight: int = 1,
-                 grammars: GrammarCompiler | None = None) -> None:
+                 grammars: GrammarCompiler | None = None, grammar_waits_for_token: bool = True) -> None:
         self.max_num_seqs = config.scheduler.max_num_seqs
         self.max_num_batched_tokens = config.scheduler.max_num_batched_tokens
         self.max_model_len = config.model.max_model_len
@@ -100,6 +100,9 @@ class Scheduler:
         # Structured outputs: requests whose grammar is compiling (they join `waiting` when it is ready),
         # the live requests that have a grammar, and the outputs of those whose grammar failed to compile.
         self.grammars = grammars
+        # Async scheduling: whether a request with a grammar waits for its token in flight before its next step
+        # (False where the executor holds a step's sampling until the grammars have seen the step before's tokens).
+        self.grammar_waits_for_token = grammar_waits_for_token
         self._bitmasks: GrammarBitmasks | None = None
         self.compiling: list[Request] = []
         self._structured: dict[str, Request] = {}
@@ -172,7 +175,8 @@ class Scheduler:
     def waits_for_tokens_in_flight(self) -> bool:
         """Async scheduling: a request with a grammar whose newest token is still being sampled cannot be
         scheduled (its mask depends on that token); the engine should finish the step in flight first."""
-        return any(r.grammar is not None and r.num_output_placeholders for r in self._structured.values())
+        return self.grammar_waits_for_token and any(r.grammar is not None and r.num_output_placeholders
+                                                    for r in self._structured.values())
 
     def fail_running(self, message: str) -> list[EngineCoreOutput]:
         """After a failed step: finish every running request with ``message`` as its error, and assume the
@@ -271,7 +275,7 @@ class Scheduler:
         pending = req.num_output_placeholders
         if pending and (req.num_output_tokens + pending >= req.max_tokens or req.num_tokens + pending >= self.max_model_len):
             return 0  # the token in flight is its last one
-        if pending and req.grammar is not None:
+        if pending and req.grammar is not None and self.grammar_waits_for_token:
             return 0  # its grammar mask needs the token in flight
         num_new = req.num_tokens + pending - num_computed
         if self.long_prefill_threshold:
@@ -352,8 +356,9 @@ class Scheduler:
         )
 
     def _grammar_bitmask(self, reqs: list[Request]):
-        """The step's mask, to be filled when the worker asks (the matchers do not change before then: they
-        advance only in update_from_output, after the step)."""
+        """The step's mask, to be filled when the worker samples: by then the matchers have seen every token
+        before this step's (they advance in update_from_output; under async scheduling in one process the
+        worker holds its sampling until the step before has been through it)."""
         if self._bitmasks is None:
             self._bitmasks = GrammarBitmasks(self.grammars.vocab_size)
         return partial(self._bitmasks.fill, [r.grammar for r in reqs])

@@ -91,8 +91,8 @@ class Worker:
         self.runner.reset_requests()
         self._launched = None
 
-    def execute_model(self, scheduler_output: SchedulerOutput, non_blocking: bool = False):
-        return self.runner.execute_model(scheduler_output, non_blocking)
+    def execute_model(self, scheduler_output: SchedulerOutput, non_blocking: bool = False, defer_grammar: bool = False):
+        return self.runner.execute_model(scheduler_output, non_blocking, defer_grammar)
 
     def execute_model_pipelined(self, scheduler_output: SchedulerOutput | None) -> ModelRunnerOutput | None:
         """Launch this step, then return the output of the step launched before it (None if none was): the
