@@ -61,6 +61,18 @@ def test_every_grammar_kind_holds_and_async_chunking_preemption_and_n_change_not
     assert len(plain[-1].outputs[0].token_ids) == 40
 
 
+def test_async_scheduling_with_only_grammar_requests(qwen3_dir, tokenizer):
+    """Every request under a grammar, all sampling from the first step: under async scheduling the first
+    step has no step before it to wait for, and each later one holds its sampling for the one before."""
+    prompts = random_prompts(3, len(tokenizer), min_len=3, max_len=8, seed=6)
+    params = SamplingParams(temperature=1.0, seed=2, max_tokens=30, structured_outputs=Structured(regex="[a-z]{5,30}"))
+    outputs = {mode: run_all(qwen3_dir, prompts, params, async_scheduling=mode)[0] for mode in (False, True)}
+    for a, b in zip(outputs[False], outputs[True]):
+        # (The text is the output tokens' own: a random prompt may end inside a character, which the first output text completes.)
+        assert a.error is None and b.error is None and re.fullmatch("[a-z]{5,30}", tokenizer.decode(a.outputs[0].token_ids))
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+
+
 def test_a_bad_grammar_is_refused_by_name_and_the_engine_carries_on(qwen3_dir):
     llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
     try:

@@ -91,7 +91,10 @@ class EngineCore:
         if len(self._in_flight) < self.executor.max_concurrent_batches and not waits:
             scheduler_output = self.scheduler.schedule()
             if not scheduler_output.is_empty or scheduler_output.finished_req_ids:
-                self._in_flight.append((scheduler_output, self.executor.execute_model_async(scheduler_output)))
+                launched = self.executor.execute_model_async(scheduler_output)
+                if not self._in_flight:  # no step before it: the grammars are current, it can sample now
+                    self.executor.sample_deferred(launched)
+                self._in_flight.append((scheduler_output, launched))
                 self.max_batches_in_flight = max(self.max_batches_in_flight, len(self._in_flight))
                 if len(self._in_flight) < self.executor.max_concurrent_batches and not scheduler_output.is_empty:
                     return []
