@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["LLM", "LLMEngine", "EngineArgs", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
+__all__ = ["LLM", "LLMEngine", "EngineArgs", "SamplingParams", "StructuredOutputsParams", "RequestOutput", "CompletionOutput",
+           "Logprob"]
 __version__ = "0.1.0"
 
 _HOMES = {
@@ -15,6 +16,7 @@ _HOMES = {
     "LLMEngine": "raygrid.engine.llm_engine",
     "EngineArgs": "raygrid.engine.arg_utils",
     "SamplingParams": "raygrid.engine.sampling_params",
+    "StructuredOutputsParams": "raygrid.engine.sampling_params",
     "RequestOutput": "raygrid.engine.outputs",
     "CompletionOutput": "raygrid.engine.outputs",
     "Logprob": "raygrid.engine.outputs",

@@ -83,3 +83,23 @@ def test_eos_stops_unless_ignored(llm, baseline):
     assert ignored.finish_reason == "length" and ignored.token_ids == ids
     assert stopped.finish_reason == "stop" and stopped.stop_reason is None
     assert stopped.token_ids == ids[: ids.index(ids[3]) + 1]
+
+
+def test_a_stop_string_then_later_steps_in_one_batch_finish_once(llm, baseline):
+    """A front end that fell behind gets several engine steps at once: the stop string ends the request in
+    an early one, and the steps the engine ran before it saw the abort (the last one finished "length")
+    must not finish it again (once they left the request unfinished forever, and its client waiting)."""
+    from raygrid.engine.output_processor import OutputProcessor
+    from raygrid.engine.outputs import EngineCoreOutput
+
+    prompts, outputs = baseline
+    tokens, text = outputs[0].outputs[0].token_ids, outputs[0].outputs[0].text
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    processor = OutputProcessor(llm.processor.tokenizer)
+    processed = llm.processor.process("r", prompts[0], greedy(stop=[stop]))
+    processor.add_request(processed, delta=False)
+    steps = [EngineCoreOutput("r", [t], []) for t in tokens[:-1]] + [EngineCoreOutput("r", [tokens[-1]], [], finish_reason="length")]
+    results, to_abort = processor.process(steps)
+    assert to_abort == ["r"] and len(results) == 1 and results[0].finished
+    assert results[0].outputs[0].finish_reason == "stop" and results[0].outputs[0].text == text[: text.find(stop)]
+    assert processor.process([EngineCoreOutput("r", [], [], finish_reason="abort")]) == ([], [])  # forgotten

@@ -8,9 +8,8 @@ set -u
 out=$1
 what=${2:-kernel}
 mkdir -p "$out"
-rg() { python3 -c 'import sys; from raygrid.entrypoints.cli import main; sys.argv = ["raygrid"] + sys.argv[1:]; sys.exit(main())' "$@"; }
-run() { name=$1; shift; echo "== $name: raygrid $*"; rg "$@" --output-json "$out/$name.json" > "$out/$name.log" 2>&1; echo "exit $?"; tail -4 "$out/$name.log"; }
-w1=(--dtype bfloat16 --random-range 100 1024 --num-prompts 256 --no-progress)
+. "$(dirname "$0")/runs.sh"
+w1=("${w1[@]}" --num-prompts 256)
 case $what in
   kernel)
     python3 -m pytest -q tests/test_kernels.py -k "moe or align" 2>&1 | tail -3

@@ -8,9 +8,7 @@ set -u
 out=$1
 what=${2:-check}
 mkdir -p "$out"
-rg() { python3 -c 'import sys; from raygrid.entrypoints.cli import main; sys.argv = ["raygrid"] + sys.argv[1:]; sys.exit(main())' "$@"; }
-run() { name=$1; shift; echo "== $name: raygrid $*"; rg "$@" --output-json "$out/$name.json" > "$out/$name.log" 2>&1; echo "exit $?"; tail -4 "$out/$name.log"; }
-w1=(--dtype bfloat16 --random-range 100 1024 --no-progress)
+. "$(dirname "$0")/runs.sh"
 case $what in
   check)
     run parallel_qwen3_0.6b bench parallel --model random-qwen3-0.6b --dtype bfloat16 --layouts 1x1 2x1 2x1:eager 1x2 \

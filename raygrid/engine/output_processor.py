@@ -84,6 +84,10 @@ class OutputProcessor:
                 continue
             parent = self.parents[parent_id]
             child = parent.children[out.req_id]
+            if child.finish_reason is not None:
+                # A stop string already ended it; this is a later step of the engine's, which a front end
+                # that fell behind receives in the same batch (the engine had not seen the abort yet).
+                continue
             parent.num_cached_tokens = max(parent.num_cached_tokens, out.num_cached_tokens)
             if out.error:
                 parent.error = out.error

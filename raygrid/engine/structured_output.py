@@ -21,7 +21,6 @@ The flow, per request:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import OrderedDict
