@@ -101,6 +101,16 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         more = client.completions.create(model="tiny", prompt=prompt, echo=True, logprobs=1, max_tokens=3, extra_body={"ignore_eos": True})
         assert more.choices[0].text.startswith(prompt) and len(more.choices[0].logprobs.tokens) == len(prompt_ids) + 3
         assert more.choices[0].logprobs.token_logprobs[: len(prompt_ids)] == choice.logprobs.token_logprobs
+        # Streamed, echo puts the prompt (and its logprobs) in each choice's first chunk; the whole equals the above.
+        for body in (dict(max_tokens=3, extra_body={"ignore_eos": True}), dict(max_tokens=0)):
+            body.update(model="tiny", prompt=prompt, echo=True, logprobs=1, temperature=0)
+            whole = client.completions.create(**body)
+            chunks = [c.choices[0] for c in client.completions.create(stream=True, **body) if c.choices]
+            assert chunks[0].text.startswith(prompt) and "".join(c.text for c in chunks) == whole.choices[0].text
+            assert [t for c in chunks for t in c.logprobs.tokens] == whole.choices[0].logprobs.tokens
+            assert [o for c in chunks for o in c.logprobs.text_offset] == whole.choices[0].logprobs.text_offset
+            assert [lp for c in chunks for lp in c.logprobs.token_logprobs] == whole.choices[0].logprobs.token_logprobs
+            assert chunks[-1].finish_reason == whole.choices[0].finish_reason
         # The reasoning parser: a reply that does not think is all content; a prompt that opens the thinking
         # (a template ending in <think>) makes a reply with no </think> all reasoning, streamed or not.
         assert chat.choices[0].message.reasoning_content is None

@@ -240,7 +240,6 @@ BAD_REQUESTS = [
     ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": MAX_MODEL_LEN}),  # prompt + max_tokens too long
     ("completions", {"model": "tiny", "prompt": [5, 10**9]}),  # token id out of range
     ("completions", {"model": "tiny", "prompt": ""}),
-    ("completions", {"model": "tiny", "prompt": "hi", "echo": True, "stream": True}),  # echo is not streamed
     ("completions", {"model": "tiny", "prompt": "hi", "seed": 2**63}),
     ("chat/completions", {"model": "tiny", "messages": []}),
     ("chat/completions", {"model": "tiny", "messages": [{"role": "wizard", "content": "hi"}]}),

@@ -8,6 +8,7 @@ status; the engine keeps serving the others.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -273,8 +274,6 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
     @app.post("/v1/completions")
     async def completions(request: CompletionRequest, raw: Request):
         check_model(request.model)
-        if request.echo and request.stream:
-            raise APIError(400, "echo is not supported with stream: true", param="echo")
         if request.suffix:
             raise APIError(400, "suffix is not supported", param="suffix")
         if request.best_of is not None and request.best_of != request.n:
@@ -295,28 +294,16 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             return streaming(stream_completions(request, request_id, prompts, streams, n))
         results = await collect(streams, raw)
         choices, completion_tokens = [], 0
-        tokenizer = engine.processor.tokenizer
-
-        def decode_one(token_id: int) -> str:
-            return tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
         for i, outputs in enumerate(results):
             merged = merge_outputs(outputs)
-            echoed = ""
-            if request.echo:  # the prompt first, as OpenAI's legacy API: its text, and with logprobs its tokens'
-                echoed = request_prompt_text(request.prompt, i) or tokenizer.decode(prompts[i])
+            echoed = echo_text(request, prompts, i)
             for completion in merged.outputs:
                 if request.echo_only:
-                    completion = CompletionOutput(completion.index, "", [], None, [] if params.logprobs is not None else None,
-                                                  finish_reason="length")
+                    completion = echo_only_completion(completion, params)
                 completion_tokens += len(completion.token_ids)
                 logprobs = None
                 if params.logprobs is not None:
-                    logprobs = CompletionLogprobs()
-                    if request.echo:  # the prompt's first token has no entry: nothing predicts it
-                        entries = merged.prompt_logprobs or []
-                        entries = entries + [None] * (len(prompts[i]) - len(entries))
-                        append_legacy_logprobs(logprobs, prompts[i], entries, params.logprobs, 0, decode_one)
+                    logprobs = echo_logprobs(request, prompts[i], merged.prompt_logprobs)
                     append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], params.logprobs, len(echoed))
                 choices.append(
                     CompletionChoice(
@@ -331,22 +318,47 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
         return CompletionResponse(id=request_id, model=request.model, choices=sorted(choices, key=lambda c: c.index), usage=usage)
 
+    def echo_text(request: CompletionRequest, prompts, i: int) -> str:
+        """echo: the prompt comes first, as in OpenAI's legacy API ("" without echo)."""
+        if not request.echo:
+            return ""
+        return request_prompt_text(request.prompt, i) or engine.processor.tokenizer.decode(prompts[i])
+
+    def echo_logprobs(request: CompletionRequest, prompt_ids: list[int], prompt_logprobs) -> CompletionLogprobs:
+        """Legacy logprobs that start with the prompt's tokens under echo (the first has no entry: nothing predicts it)."""
+        logprobs = CompletionLogprobs()
+        if request.echo:
+            entries = list(prompt_logprobs or [])
+            entries += [None] * (len(prompt_ids) - len(entries))
+            append_legacy_logprobs(logprobs, prompt_ids, entries, request.logprobs, 0, decode_one)
+        return logprobs
+
+    def decode_one(token_id: int) -> str:
+        return engine.processor.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
     async def stream_completions(request: CompletionRequest, request_id: str, prompts, streams, n: int) -> AsyncIterator[str]:
         created = int(time.time())
         include_usage = request.stream_options is not None and request.stream_options.include_usage
         continuous = include_usage and request.stream_options.continuous_usage_stats
         prompt_tokens = sum(len(p) for p in prompts)
         completion_tokens = 0
-        offsets: dict[int, int] = {}
+        offsets: dict[int, int] = {}  # per choice: text sent so far (the first chunk carries the echoed prompt)
         try:
             async for i, output in merge(streams):
                 for completion in output.outputs:
                     index = i * n + completion.index
+                    if request.echo_only:
+                        completion = echo_only_completion(completion, request)
                     completion_tokens += len(completion.token_ids)
+                    echoed = echo_text(request, prompts, i) if index not in offsets else ""
+                    offsets.setdefault(index, 0)
                     logprobs = None
                     if request.logprobs is not None:
-                        logprobs = completion_logprobs(completion, request.logprobs, offsets.get(index, 0))
-                    offsets[index] = offsets.get(index, 0) + len(completion.text)
+                        logprobs = echo_logprobs(request, prompts[i], output.prompt_logprobs) if echoed else CompletionLogprobs()
+                        append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], request.logprobs,
+                                               offsets[index] + len(echoed))
+                    completion = dataclasses.replace(completion, text=echoed + completion.text) if echoed else completion
+                    offsets[index] += len(completion.text)
                     # The hot path of streaming: the chunk (CompletionResponse's shape) as a plain dict, no pydantic.
                     body = {
                         "id": request_id, "object": "text_completion", "created": created, "model": request.model,
@@ -487,6 +499,11 @@ def tool_delta(tools: ToolStream, delta: dict, last: bool) -> dict:
     return delta
 
 
+def echo_only_completion(completion: CompletionOutput, params) -> CompletionOutput:
+    """echo with max_tokens 0: the one token the engine had to sample is dropped."""
+    return CompletionOutput(completion.index, "", [], None, [] if params.logprobs is not None else None, finish_reason="length")
+
+
 def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:
     """The four prompt shapes of the completions API, as token id lists."""
     if isinstance(prompt, str):
@@ -546,12 +563,6 @@ def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entrie
         out.text_offset.append(text_offset)
         text_offset += len(token)
         out.top_logprobs.append({(lp.decoded_token or ""): lp.logprob for lp in _top_entries(entry, k)} if entry is not None else None)
-
-
-def completion_logprobs(completion: CompletionOutput, k: int, text_offset: int) -> CompletionLogprobs:
-    out = CompletionLogprobs()
-    append_legacy_logprobs(out, completion.token_ids, completion.logprobs or [], k, text_offset)
-    return out
 
 
 def chat_logprobs(completion: CompletionOutput, k: int, token_bytes: TokenBytes) -> ChatChoiceLogprobs:
