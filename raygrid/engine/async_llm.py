@@ -71,7 +71,7 @@ class AsyncLLM:
         self.max_queued_requests = max_queued_requests
         # The step loop in a process of its own: this one's GIL is left to HTTP, tokenization and streaming.
         self.engine = create_engine(self.config, self.processor.eos_token_ids, separate_process=engine_process,
-                                    connection=engine_connection)
+                                    connection=engine_connection, grammars=self.processor.grammars)
         self.output_processor = OutputProcessor(self.tokenizer)
         self.metrics = EngineMetrics(self.model_name, observe_scheduler=observe_scheduler)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()

@@ -19,7 +19,10 @@ logger = logging.getLogger(__name__)
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor | None = None) -> None:
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor | None = None,
+                 grammars: GrammarCompiler | None = None) -> None:
+        """``grammars``: the input processor's compiler when it lives in this process (one tokenizer to build, and
+        each grammar compiled once: the processor's check leaves it in the cache)."""
         self.config = config
         self.executor = executor or InProcessExecutor(config, eos_token_ids)
         num_blocks = config.cache.num_kv_blocks or min(self.executor.collective_rpc("determine_num_kv_blocks"))
@@ -34,8 +37,8 @@ class EngineCore:
         self.executor.collective_rpc("initialize_cache", (num_blocks,))
         # Pipeline stages split the requests over their batches; async scheduling (one device) does not.
         split = 1 if config.scheduler.async_scheduling else self.executor.max_concurrent_batches
-        self.grammars = GrammarCompiler(config.model.tokenizer or config.model.model, load_hf_config(config.model.model).vocab_size,
-                                        eos_token_ids)
+        self.grammars = grammars or GrammarCompiler(config.model.tokenizer or config.model.model,
+                                                    load_hf_config(config.model.model).vocab_size, eos_token_ids)
         self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=split, grammars=self.grammars,
                                    grammar_waits_for_token=not self.executor.defers_grammar_sampling)
         self._in_flight: deque[tuple[SchedulerOutput, Future]] = deque()

@@ -30,11 +30,11 @@ def build_engine_config(model: str, **engine_kwargs) -> EngineConfig:
 
 
 def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False,
-                  connection=None) -> EngineClient:
+                  connection=None, grammars: GrammarCompiler | None = None) -> EngineClient:
     """The engine for this configuration: with a ``connection`` (a core_proc.EngineConnection), a client of
     an engine process that another process started; on Ray for several devices (each replica's core runs
     in its driver actor's process); for one device in this process, or with ``separate_process`` in a
-    process of its own."""
+    process of its own. ``grammars``: the caller's grammar compiler, which an engine in this process shares."""
     if connection is not None:
         from raygrid.engine.core_proc import EngineProcClient
 
@@ -49,7 +49,7 @@ def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_
         return EngineProcClient(config, eos_token_ids)
     from raygrid.engine.core import EngineCore
 
-    return EngineCore(config, eos_token_ids)
+    return EngineCore(config, eos_token_ids, grammars=grammars)
 
 
 class InvalidRequest(ValueError):

@@ -81,10 +81,10 @@ class LLM:
         (``chat_template_kwargs`` and OpenAI-style ``tools`` reach the template). Each output's ``prompt`` is the
         rendered conversation."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        template_kwargs = dict(chat_template_kwargs or {}, **({"tools": tools} if tools else {}))
         prompts = []
         for conversation in conversations:
-            text, ids = self.processor.render_chat(conversation, chat_template, add_generation_prompt, **template_kwargs)
+            text, ids = self.processor.render_chat(conversation, chat_template, add_generation_prompt, tools=tools,
+                                                   **(chat_template_kwargs or {}))
             prompts.append({"prompt": text, "prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 

@@ -24,7 +24,7 @@ class LLMEngine:
         self.config = config
         self.processor = InputProcessor(config)
         self.tokenizer = self.processor.tokenizer
-        self.engine = create_engine(config, self.processor.eos_token_ids)
+        self.engine = create_engine(config, self.processor.eos_token_ids, grammars=self.processor.grammars)
         self.output_processor = OutputProcessor(self.tokenizer)
         self.num_generated_tokens = 0  # output tokens the engine has returned so far
         self._request_counter = itertools.count()

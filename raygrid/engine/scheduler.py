@@ -10,10 +10,10 @@ recomputed from scratch, which the prefix cache makes cheap.
 from __future__ import annotations
 
 import heapq
-from functools import partial
-import time
 import itertools
+import time
 from dataclasses import dataclass
+from functools import partial
 
 from raygrid.config import EngineConfig
 from raygrid.engine.kv_cache import KVCacheBlock, KVCacheManager
@@ -124,16 +124,15 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request_id {request.request_id!r} is already in the engine")
-        if request.is_structured:
-            if self.grammars is None:
-                raise ValueError("structured_outputs: this engine has no grammar compiler")
+        if request.is_structured and self.grammars is None:
+            raise ValueError("structured_outputs: this engine has no grammar compiler")
+        self.requests[request.request_id] = request
+        if request.is_structured:  # it waits in `compiling` until its grammar is ready
             request.grammar_future = self.grammars.submit(request.sampling_params.structured_outputs)
-            self.requests[request.request_id] = request
             self._structured[request.request_id] = request
             self.compiling.append(request)
-            return
-        self.requests[request.request_id] = request
-        self.waiting.push(request)
+        else:
+            self.waiting.push(request)
 
     def abort_requests(self, request_ids) -> list[Request]:
         aborted = []

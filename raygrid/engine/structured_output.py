@@ -76,13 +76,14 @@ class GrammarCompiler:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="raygrid-grammar")
         self._cache: OrderedDict[tuple[str, str], Future] = OrderedDict()
         self._cache_size = cache_size
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the cache
+        self._tokenizer_lock = threading.Lock()  # held while the tokenizer builds (about a second), not by submit()
         self._tokenizer = None
 
     @property
     def tokenizer(self):
         """llguidance's view of the tokenizer, padded to the model's vocabulary (built once, on first use)."""
-        with self._lock:
+        with self._tokenizer_lock:
             if self._tokenizer is None:
                 import llguidance.hf
                 from transformers import AutoTokenizer
@@ -94,16 +95,7 @@ class GrammarCompiler:
 
     def submit(self, params: StructuredOutputsParams) -> Future:
         """A Future of a fresh matcher for ``params`` (its own copy: matchers hold a request's progress)."""
-        key = params.kind_and_spec()
-        with self._lock:
-            compiled = self._cache.get(key)
-            if compiled is None:
-                compiled = self._pool.submit(self._compile, params)
-                self._cache[key] = compiled
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-            else:
-                self._cache.move_to_end(key)
+        compiled = self._compiled(params)
         copied: Future = Future()
 
         def copy(done: Future) -> None:
@@ -119,10 +111,24 @@ class GrammarCompiler:
     def check(self, params: StructuredOutputsParams, time_limit_s: float = COMPILE_TIME_LIMIT_S) -> None:
         """Raise GrammarError (naming the field and the limit) unless ``params`` compiles within the limit."""
         try:
-            self.submit(params).result(timeout=time_limit_s)
+            self._compiled(params).result(timeout=time_limit_s)
         except FutureTimeout:
             raise GrammarError(f"structured_outputs.{params.kind_and_spec()[0]} did not compile within "
                                f"{time_limit_s:g} s") from None
+
+    def _compiled(self, params: StructuredOutputsParams) -> Future:
+        """The cached compile of ``params`` (started now if it is not cached): a Future of the shared matcher."""
+        key = params.kind_and_spec()
+        with self._lock:
+            compiled = self._cache.get(key)
+            if compiled is None:
+                compiled = self._pool.submit(self._compile, params)
+                self._cache[key] = compiled
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(key)
+        return compiled
 
     def _compile(self, params: StructuredOutputsParams):
         import llguidance
@@ -143,8 +149,8 @@ def first_line(message: str) -> str:
 
 
 class GrammarBitmasks:
-    """The host side of each step: bitmasks of allowed tokens for the rows that sample, and each sampled
-    token fed back to its request's matcher."""
+    """The host side of each step: bitmasks of allowed tokens for the rows that sample, filled for the batch
+    at once on llguidance's threads."""
 
     def __init__(self, vocab_size: int) -> None:
         import llguidance

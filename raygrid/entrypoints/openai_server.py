@@ -49,7 +49,7 @@ from raygrid.entrypoints.openai_protocol import (
     random_id,
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
-from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls
+from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls, tool_finish_reason
 from raygrid.entrypoints.utility_routes import utility_router
 
 logger = logging.getLogger(__name__)
@@ -299,7 +299,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
             echoed = echo_text(request, prompts, i)
             for completion in merged.outputs:
                 if request.echo_only:
-                    completion = echo_only_completion(completion, params)
+                    completion = echo_only_completion(completion, params.logprobs is not None)
                 completion_tokens += len(completion.token_ids)
                 logprobs = None
                 if params.logprobs is not None:
@@ -348,7 +348,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
                 for completion in output.outputs:
                     index = i * n + completion.index
                     if request.echo_only:
-                        completion = echo_only_completion(completion, request)
+                        completion = echo_only_completion(completion, request.logprobs is not None)
                     completion_tokens += len(completion.token_ids)
                     echoed = echo_text(request, prompts, i) if index not in offsets else ""
                     offsets.setdefault(index, 0)
@@ -388,12 +388,10 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         params = make_params(request)
         try:
             conversation = [m.for_template() for m in request.messages]
-            template_kwargs = dict(request.chat_template_kwargs or {})
-            if request.tools:
-                template_kwargs["tools"] = request.tool_dicts()
             # Off the event loop: a large conversation must not stall /health and the streams in flight.
             prompt_ids = await asyncio.to_thread(engine.processor.apply_chat_template, conversation, request.chat_template,
-                                                 request.add_generation_prompt, **template_kwargs)
+                                                 request.add_generation_prompt, tools=request.tool_dicts() or None,
+                                                 **(request.chat_template_kwargs or {}))
         except ValueError as error:
             raise APIError(400, str(error), param="messages") from None
         except Exception as error:  # a template that fails to render on this conversation
@@ -411,14 +409,14 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
         for completion in merge_deltas(outputs):
             completion_tokens += len(completion.token_ids)
             message = assistant_message(completion.text, opened)
-            content, calls, called = reply_tool_calls(message.content or "", request.effective_tool_choice, tool_call_parser is not None)
-            message.content, message.tool_calls = content, calls
+            message.content, message.tool_calls = reply_tool_calls(message.content or "", request.effective_tool_choice,
+                                                                    tool_call_parser is not None)
             choices.append(
                 ChatCompletionChoice(
                     index=completion.index,
                     message=message,
                     logprobs=chat_logprobs(completion, params.logprobs, token_bytes) if params.logprobs is not None else None,
-                    finish_reason="tool_calls" if called and completion.finish_reason == "stop" else completion.finish_reason,
+                    finish_reason=tool_finish_reason(completion.finish_reason, bool(message.tool_calls), request.effective_tool_choice),
                     stop_reason=completion.stop_reason,
                 )
             )
@@ -499,9 +497,9 @@ def tool_delta(tools: ToolStream, delta: dict, last: bool) -> dict:
     return delta
 
 
-def echo_only_completion(completion: CompletionOutput, params) -> CompletionOutput:
+def echo_only_completion(completion: CompletionOutput, with_logprobs: bool) -> CompletionOutput:
     """echo with max_tokens 0: the one token the engine had to sample is dropped."""
-    return CompletionOutput(completion.index, "", [], None, [] if params.logprobs is not None else None, finish_reason="length")
+    return CompletionOutput(completion.index, "", [], None, [] if with_logprobs else None, finish_reason="length")
 
 
 def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:

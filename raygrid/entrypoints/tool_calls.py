@@ -143,15 +143,20 @@ def partial_tag_length(text: str, tag: str) -> int:
     return 0
 
 
-def reply_tool_calls(text: str, tool_choice, parse_auto: bool) -> tuple[str | None, list[dict], bool]:
-    """A whole reply -> (content, tool calls, whether the finish reason becomes "tool_calls")."""
+def reply_tool_calls(text: str, tool_choice, parse_auto: bool) -> tuple[str | None, list[dict]]:
+    """A whole reply -> (content, tool calls)."""
     if tool_choice == "required" or isinstance(tool_choice, dict):
         calls = forced_calls(text, tool_choice)
-        return (None if calls else text), calls, bool(calls) and tool_choice == "required"
+        return (None if calls else text), calls
     if parse_auto and tool_choice == "auto":
         content, calls = parse_hermes(text)
-        return (content if calls else text), calls, bool(calls)
-    return text, [], False
+        return (content if calls else text), calls
+    return text, []
+
+
+def tool_finish_reason(reason: str | None, called: bool, tool_choice) -> str | None:
+    """"tool_calls" for a reply that stopped having called tools; a named choice keeps "stop", as OpenAI's does."""
+    return "tool_calls" if reason == "stop" and called and not isinstance(tool_choice, dict) else reason
 
 
 class ToolStream:
@@ -199,5 +204,4 @@ class ToolStream:
         return content, calls
 
     def finish_reason(self, reason: str | None) -> str | None:
-        """"tool_calls" for a reply that called tools (a named choice keeps "stop", as OpenAI's does)."""
-        return "tool_calls" if reason == "stop" and self.called and not self.named else reason
+        return tool_finish_reason(reason, self.called, self.choice)
