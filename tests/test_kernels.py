@@ -17,7 +17,7 @@ from raygrid.kernels.elementwise_ref import (  # noqa: E402
 )
 from raygrid.kernels.moe_ref import align_by_expert_ref, fused_moe_ref, route_ref  # noqa: E402
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
-from raygrid.kernels.sampling_ref import gumbel_scores  # noqa: E402
+from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_scores  # noqa: E402
 from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_decode,
     paged_attention_prefill,
@@ -25,7 +25,7 @@ from raygrid.kernels.triton_attention import (  # noqa: E402
 )
 from raygrid.kernels.triton_moe import TILES, align_by_expert, fused_moe  # noqa: E402
 from raygrid.kernels.triton_ops import qk_norm_rotary, rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
-from raygrid.kernels.triton_sampling import gumbel_argmax, philox_uniform  # noqa: E402
+from raygrid.kernels.triton_sampling import apply_token_bitmask, gumbel_argmax, philox_uniform  # noqa: E402
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -234,6 +234,38 @@ def test_gumbel_argmax(dtype):
     flat = torch.zeros(2, vocab, dtype=dtype, device=DEVICE)
     flat[:, [7, vocab - 5]] = 1.0
     assert gumbel_argmax(flat, torch.zeros(2, device=DEVICE), seeds[:2], **sizes).tolist() == [7, 7]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_apply_token_bitmask(dtype):
+    # Some rows of the batch sample under a grammar, in another order than the mask's rows; the vocabulary is
+    # not a multiple of 32; a mask narrower than the vocabulary refuses the tokens past it.
+    torch.manual_seed(0)
+    batch, vocab = (256, 151936) if ON_GPU else (7, 1000)
+    words = (vocab + 31) // 32
+    logits = torch.randn(batch, vocab, device=DEVICE).to(dtype)
+    bitmask = torch.randint(-2**31, 2**31 - 1, (5, words), dtype=torch.int32, device=DEVICE)
+    bitmask[1] = -1  # allows everything
+    bitmask[3] = 0  # allows nothing
+    bitmask[4, words // 2:] = 0
+    rows = torch.tensor([6, 0, 3, 2, 5], device=DEVICE)
+    mask_rows = torch.tensor([2, 4, 0, 1, 3], device=DEVICE)
+    expected = logits.clone()
+    apply_token_bitmask_ref(expected, bitmask, rows, mask_rows)
+    got = logits.clone()
+    apply_token_bitmask(got, bitmask, rows, mask_rows)
+    assert torch.equal(got, expected)
+    assert torch.equal(got[[1, 4]], logits[[1, 4]]) and torch.equal(got[2], logits[2])  # untouched rows, and the all-ones mask
+    assert torch.isinf(got[5]).all() and 0.4 < torch.isinf(got[6]).float().mean() < 0.6
+    # Bit t % 32 of word t // 32: token 33 is word 1's bit 1.
+    one = torch.zeros(1, words, dtype=torch.int32, device=DEVICE)
+    one[0, 1] = 2
+    single = logits[:1].clone()
+    apply_token_bitmask(single, one, torch.tensor([0], device=DEVICE), torch.tensor([0], device=DEVICE))
+    assert torch.isfinite(single[0]).nonzero().flatten().tolist() == [33]
+    narrow = logits[:1].clone()
+    apply_token_bitmask(narrow, bitmask[1:2, :-2].contiguous(), torch.tensor([0], device=DEVICE), torch.tensor([0], device=DEVICE))
+    assert torch.isfinite(narrow[0]).nonzero().flatten().tolist() == list(range(32 * (words - 2)))
 
 
 # (experts, top-k, tokens, hidden, intermediate): real sizes on a GPU, tiny ones interpreted on CPU.

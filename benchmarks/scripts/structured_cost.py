@@ -26,7 +26,11 @@ BOUNDED = {**ENDLESS, "properties": {k: ({"type": "string", "minLength": 4, "max
                                      for k, v in ENDLESS["properties"].items()}}
 
 
-def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structured: StructuredOutputsParams | None, tag: str) -> dict:
+def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structured: StructuredOutputsParams | None, tag: str,
+                   profile_to: str | None = None) -> dict:
+    import cProfile
+    import pstats
+
     import torch
 
     core = llm.engine
@@ -49,6 +53,12 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
     for _ in range(steps):
         tokens += sum(len(o.new_token_ids) for o in core.step())
     elapsed = time.perf_counter() - start
+    if profile_to:  # where the host's time goes, after the timed steps (the profiler slows what it watches)
+        profiler = cProfile.Profile()
+        profiler.runcall(lambda: [core.step() for _ in range(steps)])
+        with open(profile_to, "w", encoding="utf-8") as f:
+            for key in ("tottime", "cumulative"):
+                pstats.Stats(profiler, stream=f).sort_stats(key).print_stats(35)
     running = core.stats().num_running
     core.abort_requests(ids)
     while core.has_unfinished_requests():
@@ -65,8 +75,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--profile", action="store_true", help="also profile the host side of each row (OUT.<row>.prof.txt)")
     args = parser.parse_args()
-    llm = LLM(model=args.model, dtype=args.dtype, device=args.device)
+    llm = LLM(model=args.model, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len)
     try:
         schema, bounded = StructuredOutputsParams(json=ENDLESS), StructuredOutputsParams(json=BOUNDED)
         start = time.perf_counter()
@@ -75,7 +87,8 @@ def main() -> None:
         rows = {}
         for tag, structured in (("plain", None), ("json_schema", schema), ("plain_again", None), ("json_schema_again", schema),
                                 ("json_schema_bounded_strings", bounded)):
-            rows[tag] = decode_step_ms(llm, args.num_reqs, args.prompt_len, args.steps, structured, tag)
+            rows[tag] = decode_step_ms(llm, args.num_reqs, args.prompt_len, args.steps, structured, tag,
+                                       f"{args.out}.{tag}.prof.txt" if args.profile else None)
             print(tag, rows[tag], flush=True)
         plain = min(rows["plain"]["ms_per_step"], rows["plain_again"]["ms_per_step"])
         constrained = min(rows["json_schema"]["ms_per_step"], rows["json_schema_again"]["ms_per_step"])

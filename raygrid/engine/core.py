@@ -84,9 +84,10 @@ class EngineCore:
         With pipeline stages several batches are kept in flight: while the queue has room and the
         scheduler finds work (requests whose last step is still in flight have nothing to schedule),
         another batch is started; then the oldest one is awaited. Under async scheduling a request with a
-        grammar needs its newest token for its next mask: in one process the next step launches its forward
-        pass and holds its sampling until that token has advanced the grammar; elsewhere the step in flight
-        is awaited first."""
+        grammar needs its newest token for its next mask: in one process a step launches its forward pass
+        and holds its sampling; once the step before's tokens have advanced the grammars its mask starts
+        filling, and its sampling is launched just before the next step's forward pass (or when it is
+        awaited). Elsewhere the step in flight is awaited first."""
         failed = self.scheduler.take_failed()
         if failed:
             return failed
@@ -94,6 +95,8 @@ class EngineCore:
         if len(self._in_flight) < self.executor.max_concurrent_batches and not waits:
             scheduler_output = self.scheduler.schedule()
             if not scheduler_output.is_empty or scheduler_output.finished_req_ids:
+                for _, earlier in self._in_flight:  # its forward pass needs their tokens
+                    self.executor.sample_deferred(earlier)
                 launched = self.executor.execute_model_async(scheduler_output)
                 if not self._in_flight:  # no step before it: the grammars are current, it can sample now
                     self.executor.sample_deferred(launched)
@@ -110,8 +113,8 @@ class EngineCore:
         self.num_steps += 1
         self.execute_seconds += runner_output.execute_seconds
         outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
-        for _, later in self._in_flight:  # the grammars have seen this step's tokens: the next step can sample
-            self.executor.sample_deferred(later)
+        for later, _ in self._in_flight:  # the grammars have seen this step's tokens: the next step's mask can fill
+            later.start_grammar_fill()
         return outputs
 
     def has_unfinished_requests(self) -> bool:
@@ -142,4 +145,5 @@ class EngineCore:
 
     def shutdown(self) -> None:
         self.grammars.shutdown()
+        self.scheduler.shutdown()
         self.executor.shutdown()

@@ -14,7 +14,7 @@ from raygrid.engine.cuda_graphs import DecodeGraphs
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import ModelRunnerOutput, SampleLogprobs, SchedulerOutput
 from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs, row_seeds
-from raygrid.engine.structured_output import apply_bitmask
+from raygrid.kernels.ops import apply_token_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.groups import get_pp_group
 
@@ -155,8 +155,8 @@ class ModelRunner:
             "repetition_penalty": ((max_reqs,), torch.float32),
             "frequency_penalty": ((max_reqs,), torch.float32),
             "presence_penalty": ((max_reqs,), torch.float32),
-            "grammar_bitmask": ((max_reqs, (self.vocab_size + 31) // 32), torch.int32),
             "grammar_rows": ((max_reqs,), torch.int64),
+            "grammar_mask_rows": ((max_reqs,), torch.int64),
             "seeds": ((max_reqs,), torch.int64),
         })
         # Noise seeds of requests without a seed of their own. Every tensor-parallel rank draws the same
@@ -428,14 +428,16 @@ class ModelRunner:
 
     def _apply_grammars(self, logits: torch.Tensor, so: SchedulerOutput, sample_rows: np.ndarray) -> None:
         """Structured outputs: tokens a request's grammar does not allow get -inf, before the sampler
-        applies anything else (as vLLM orders it)."""
+        applies anything else (as vLLM orders it). The mask is copied as it is (pinned host memory when the
+        scheduler is in this process) and each logits row picks its mask row on the device."""
         logits_row = {int(row): i for i, row in enumerate(sample_rows.tolist())}
         found = [(k, logits_row[self.batch.index_of[rid]]) for k, rid in enumerate(so.grammar_req_ids)
                  if rid in self.batch and self.batch.index_of[rid] in logits_row]
         if found:
-            masks, rows = zip(*found)
-            bitmask = self.staging.put("grammar_bitmask", so.grammar_bitmask()[list(masks)])
-            apply_bitmask(logits, self.staging.put("grammar_rows", np.array(rows)), bitmask)
+            mask_rows, rows = zip(*found)
+            bitmask = torch.from_numpy(so.grammar_bitmask()).to(logits.device, non_blocking=True)
+            apply_token_bitmask(logits, bitmask, self.staging.put("grammar_rows", np.array(rows)),
+                                self.staging.put("grammar_mask_rows", np.array(mask_rows)))
 
     def _prompt_logprobs(self, hidden: torch.Tensor, meta: AttentionMetadata) -> dict[str, tuple[int, list[SampleLogprobs]]]:
         """For the requests that ask for prompt_logprobs: the entries of the prompt tokens this step's

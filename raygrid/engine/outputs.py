@@ -7,6 +7,7 @@ full once, running ones as deltas (new tokens, new blocks, progress).
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import msgspec
@@ -48,16 +49,23 @@ class SchedulerOutput:
     finished_req_ids: list[str]
     # Numbers the scheduler's steps, so that their outputs can be matched to what was scheduled.
     step_id: int = 0
-    # Structured outputs: the requests that sample under a grammar this step, and how to get their rows of
-    # allowed tokens (``grammar_bitmask()``). In one process the mask is filled while the device runs the
-    # forward pass; a step that leaves the process (pickled for a Ray worker) carries the filled mask.
+    # Structured outputs: the requests that sample under a grammar this step, and their rows of allowed
+    # tokens (``grammar_bitmask()``). The scheduler gives a function that starts the fill; in one process the
+    # engine starts it while the device runs the forward pass, and it becomes a Future, then the mask. A step
+    # that leaves the process (pickled for a Ray worker) carries the filled mask.
     grammar_req_ids: list[str] = field(default_factory=list)
-    fill_grammar_bitmask: Callable[[], np.ndarray] | None = field(default=None, repr=False)
+    fill_grammar_bitmask: Callable[[], Future] | Future | np.ndarray | None = field(default=None, repr=False)
+
+    def start_grammar_fill(self) -> None:
+        """Start filling the mask (the grammars must have seen every token before this step's)."""
+        if callable(self.fill_grammar_bitmask):
+            self.fill_grammar_bitmask = self.fill_grammar_bitmask()
 
     def grammar_bitmask(self) -> np.ndarray | None:
         """int32 ``[len(grammar_req_ids), ceil(vocab / 32)]``: bit t % 32 of word t // 32 set when token t is allowed."""
-        if callable(self.fill_grammar_bitmask):
-            self.fill_grammar_bitmask = self.fill_grammar_bitmask()
+        self.start_grammar_fill()
+        if isinstance(self.fill_grammar_bitmask, Future):
+            self.fill_grammar_bitmask = self.fill_grammar_bitmask.result()
         return self.fill_grammar_bitmask
 
     def __getstate__(self) -> dict:

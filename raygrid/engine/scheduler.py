@@ -355,12 +355,16 @@ class Scheduler:
         )
 
     def _grammar_bitmask(self, reqs: list[Request]):
-        """The step's mask, to be filled when the worker samples: by then the matchers have seen every token
-        before this step's (they advance in update_from_output; under async scheduling in one process the
-        worker holds its sampling until the step before has been through it)."""
+        """What starts filling the step's mask, once the matchers have seen every token before this step's
+        (they advance in update_from_output; under async scheduling in one process the engine starts the fill
+        after the step before has been through it, and the worker's sampling waits for the fill)."""
         if self._bitmasks is None:
-            self._bitmasks = GrammarBitmasks(self.grammars.vocab_size)
-        return partial(self._bitmasks.fill, [r.grammar for r in reqs])
+            self._bitmasks = GrammarBitmasks(self.grammars.vocab_size, self.max_num_seqs)
+        return partial(self._bitmasks.start, [r.grammar for r in reqs])
+
+    def shutdown(self) -> None:
+        if self._bitmasks is not None:
+            self._bitmasks.shutdown()
 
     # ---------------------------------------------------------------- results back
 

@@ -2,19 +2,21 @@
 which tokens a request may sample, through llguidance.
 
 Why llguidance: one abi3 wheel with no dependencies serves CPU and GPU alike (its masks are computed on
-the host and applied by a torch op), it builds a grammar's matcher lazily in about a millisecond instead of
-precomputing every token's fate, and every compile and mask step runs on bounded "fuel" (``LLParserLimits``),
-so a hostile schema fails fast instead of stalling a worker. xgrammar needs triton, tvm-ffi and
-transformers pinned beside it, and compiles eagerly.
+the host and applied by a small kernel), it builds a grammar's matcher lazily in about a millisecond instead
+of precomputing every token's fate, and every compile and mask step runs on bounded "fuel"
+(``LLParserLimits``), so a hostile schema fails fast instead of stalling a worker. xgrammar needs triton,
+tvm-ffi and transformers pinned beside it, and compiles eagerly.
 
 The flow, per request:
-1. ``GrammarCompiler.submit`` compiles off the step loop (a thread pool: llguidance drops the GIL), with a
-   cache of compiled matchers by spec; each request gets its own copy. The input processor compiles the
-   same spec first (``check``) so that a bad or oversized grammar is a 400 before the engine sees it.
+1. ``GrammarCompiler.submit`` builds the request's matcher off the step loop, on a small thread pool. The
+   input processor compiles the same spec first (``check``, cached by spec) so that a bad or oversized grammar
+   is a 400 before the engine sees it. Each request gets a matcher of its own, not a copy of a shared one:
+   copies share their lexer behind a lock, and their masks could not be filled in parallel.
 2. The scheduler admits the request once its matcher is ready. Each step, the rows of the requests that
-   sample get a bitmask of allowed tokens (``fill_bitmask``), filled for the batch in parallel.
+   sample get a bitmask of allowed tokens (``GrammarBitmasks``), filled for the batch on llguidance's threads
+   into pinned host memory, while the device runs the step's forward pass.
 3. The worker applies the bitmask to those rows' logits before anything else in the sampler
-   (``apply_bitmask``).
+   (``kernels.ops.apply_token_bitmask``).
 4. Every sampled token advances the request's matcher (``accept``); when the grammar is complete the request
    finishes with "stop".
 """
@@ -65,8 +67,9 @@ def grammar_for(params: StructuredOutputsParams) -> str:
 
 
 class GrammarCompiler:
-    """Compiles structured-outputs specs into llguidance matchers for one tokenizer, on a small thread pool,
-    with a cache by spec. Thread-safe."""
+    """Compiles structured-outputs specs into llguidance matchers for one tokenizer, on a small thread pool.
+    A spec is checked once (a cache by spec keeps its grammar); each request's matcher is built from it.
+    Thread-safe."""
 
     def __init__(self, tokenizer_path: str, vocab_size: int, eos_token_ids: frozenset[int] | list[int],
                  max_workers: int = 2, cache_size: int = 256) -> None:
@@ -94,19 +97,31 @@ class GrammarCompiler:
             return self._tokenizer
 
     def submit(self, params: StructuredOutputsParams) -> Future:
-        """A Future of a fresh matcher for ``params`` (its own copy: matchers hold a request's progress)."""
-        compiled = self._compiled(params)
-        copied: Future = Future()
+        """A Future of a new matcher for ``params``, built once the spec has been checked (a matcher holds
+        one request's progress)."""
+        checked = self._compiled(params)
+        built: Future = Future()
 
-        def copy(done: Future) -> None:
+        def build(grammar: str) -> None:
+            import llguidance
+
+            try:
+                built.set_result(llguidance.LLMatcher(self.tokenizer, grammar, log_level=0))
+            except BaseException as error:  # noqa: BLE001 - the request fails with it, the pool carries on
+                built.set_exception(error)
+
+        def then(done: Future) -> None:
             error = done.exception()
             if error is not None:
-                copied.set_exception(error)
+                built.set_exception(error)
             else:
-                copied.set_result(done.result().deep_copy())
+                try:
+                    self._pool.submit(build, done.result())
+                except RuntimeError as shut:  # the engine is shutting down
+                    built.set_exception(shut)
 
-        compiled.add_done_callback(copy)
-        return copied
+        checked.add_done_callback(then)
+        return built
 
     def check(self, params: StructuredOutputsParams, time_limit_s: float = COMPILE_TIME_LIMIT_S) -> None:
         """Raise GrammarError (naming the field and the limit) unless ``params`` compiles within the limit."""
@@ -117,7 +132,7 @@ class GrammarCompiler:
                                f"{time_limit_s:g} s") from None
 
     def _compiled(self, params: StructuredOutputsParams) -> Future:
-        """The cached compile of ``params`` (started now if it is not cached): a Future of the shared matcher."""
+        """The cached check of ``params`` (started now if it is not cached): a Future of its grammar."""
         key = params.kind_and_spec()
         with self._lock:
             compiled = self._cache.get(key)
@@ -138,7 +153,7 @@ class GrammarCompiler:
         if matcher.is_error():
             kind = params.kind_and_spec()[0]
             raise GrammarError(f"structured_outputs.{kind} does not compile: {first_line(matcher.get_error())}")
-        return matcher
+        return grammar
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -149,36 +164,48 @@ def first_line(message: str) -> str:
 
 
 class GrammarBitmasks:
-    """The host side of each step: bitmasks of allowed tokens for the rows that sample, filled for the batch
-    at once on llguidance's threads."""
+    """The host side of each step: the bitmasks of allowed tokens of the rows that sample, filled for the batch
+    at once on llguidance's threads (``start`` returns at once; a thread of its own waits for them). The masks
+    go into pinned host memory on a GPU host, which the device copies from without staging. Three buffers
+    take turns: a step's buffer is reused three fills later, when its copy to the device has long been done
+    (the engine waits for each step's tokens before the grammars advance for the next fill)."""
 
-    def __init__(self, vocab_size: int) -> None:
+    RING = 3
+
+    def __init__(self, vocab_size: int, max_rows: int) -> None:
         import llguidance
 
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         self._executor = llguidance.LLExecutor()
+        self._filler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygrid-bitmask")
+        pinned = torch.cuda.is_available()
+        self._buffers = [torch.empty((max_rows, self.words), dtype=torch.int32, pin_memory=pinned) for _ in range(self.RING)]
+        self._turn = 0
+
+    def start(self, matchers: list) -> Future:
+        """A Future of the ``[len(matchers), ceil(vocab / 32)]`` int32 masks: bit t % 32 of word t // 32 of row i
+        is set when matcher i allows token t. The matchers must not advance until it is done."""
+        if len(matchers) > self._buffers[0].shape[0]:
+            raise ValueError(f"{len(matchers)} grammar rows in a step; the bitmask buffers hold {self._buffers[0].shape[0]}")
+        bitmask = self._buffers[self._turn][: len(matchers)].numpy()
+        self._turn = (self._turn + 1) % self.RING
+        return self._filler.submit(self._fill, matchers, bitmask)
 
     def fill(self, matchers: list) -> np.ndarray:
-        """``[len(matchers), ceil(vocab / 32)]`` int32: bit t of row i set when matcher i allows token t."""
+        return self.start(matchers).result()
+
+    def _fill(self, matchers: list, bitmask: np.ndarray) -> np.ndarray:
         from llguidance.numpy import fill_next_token_bitmask_par
 
-        bitmask = np.empty((len(matchers), self.words), dtype=np.int32)
         fill_next_token_bitmask_par(self._executor, [(m, i) for i, m in enumerate(matchers)], bitmask)
         return bitmask
+
+    def shutdown(self) -> None:
+        self._filler.shutdown(wait=False, cancel_futures=True)
 
 
 def accept(matcher, token_id: int) -> tuple[bool, bool]:
     """Feed a sampled token to a request's matcher: (accepted, grammar complete)."""
     ok = matcher.consume_token(token_id)
     return ok, ok and matcher.is_stopped()
-
-
-def apply_bitmask(logits: torch.Tensor, rows: torch.Tensor, bitmask: torch.Tensor) -> None:
-    """Set to -inf the logits of ``rows`` whose token is not allowed by that row's bitmask (int32 words,
-    bit t % 32 of word t // 32), in place."""
-    vocab = logits.shape[1]
-    shifts = torch.arange(32, device=bitmask.device, dtype=torch.int32)
-    allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)[:, :vocab]
-    logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
-

@@ -12,7 +12,7 @@ import torch
 from raygrid.kernels.elementwise_ref import apply_rotary_ref, rms_norm_ref, silu_and_mul_ref
 from raygrid.kernels.moe_ref import fused_moe_ref
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref
-from raygrid.kernels.sampling_ref import gumbel_argmax_ref, seeded_uniform
+from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_argmax_ref, seeded_uniform
 
 _TRITON_ALLOWED = os.environ.get("RAYGRID_USE_TRITON", "1") != "0"
 
@@ -97,3 +97,14 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
 
         return triton_gumbel_argmax(logits, temperature, seeds)
     return gumbel_argmax_ref(logits, temperature, seeded_uniform(seeds.tolist(), logits.shape[1], logits.device))
+
+
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor, mask_rows: torch.Tensor) -> None:
+    """Structured outputs, in place: row ``rows[i]`` of the logits keeps only the tokens whose bit is set in
+    ``bitmask[mask_rows[i]]`` (int32 words, bit t % 32 of word t // 32); the others become -inf."""
+    if use_triton(logits):
+        from raygrid.kernels.triton_sampling import apply_token_bitmask as triton_apply_token_bitmask
+
+        triton_apply_token_bitmask(logits, bitmask, rows, mask_rows)
+    else:
+        apply_token_bitmask_ref(logits, bitmask, rows, mask_rows)

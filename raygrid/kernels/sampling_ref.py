@@ -36,3 +36,14 @@ def seeded_uniform(seeds: list[int], vocab_size: int, device: torch.device) -> t
         generator = torch.Generator(device=device).manual_seed(seed)
         rows.append(torch.rand(vocab_size, generator=generator, device=device))
     return torch.stack(rows) if rows else torch.empty(0, vocab_size, device=device)
+
+
+def apply_token_bitmask_ref(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor, mask_rows: torch.Tensor) -> None:
+    """Structured outputs: in place, ``logits[rows[i], t] = -inf`` where bit ``t % 32`` of word ``t // 32`` of
+    ``bitmask[mask_rows[i]]`` is 0 (int32 words; ids past the bitmask are refused too)."""
+    vocab = logits.shape[1]
+    shifts = torch.arange(32, device=bitmask.device, dtype=torch.int32)
+    allowed = ((bitmask[mask_rows].unsqueeze(-1) >> shifts) & 1).bool().flatten(1)[:, :vocab]
+    if allowed.shape[1] < vocab:
+        allowed = torch.nn.functional.pad(allowed, (0, vocab - allowed.shape[1]), value=False)
+    logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))

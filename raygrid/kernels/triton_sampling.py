@@ -102,3 +102,28 @@ def philox_uniform(seeds: torch.Tensor, vocab_size: int, block: int = 1024) -> t
     block = max(16, min(block, triton.next_power_of_2(vocab_size)))
     _philox_uniform_kernel[(seeds.shape[0], triton.cdiv(vocab_size, block))](seeds, out, vocab_size, BLOCK=block)
     return out
+
+
+@triton.jit
+def _token_bitmask_kernel(logits_ptr, bitmask_ptr, rows_ptr, mask_rows_ptr, stride_logits, stride_mask, vocab_size, num_words,
+                          WORDS: tl.constexpr):
+    """One program: ``WORDS`` words (32 tokens each) of one row; refused tokens' logits become -inf."""
+    i = tl.program_id(0)
+    row = tl.load(rows_ptr + i).to(tl.int64)
+    mask_row = tl.load(mask_rows_ptr + i).to(tl.int64)
+    words = tl.program_id(1) * WORDS + tl.arange(0, WORDS)
+    bits = tl.load(bitmask_ptr + mask_row * stride_mask + words, mask=words < num_words, other=0)
+    tokens = words[:, None] * 32 + tl.arange(0, 32)[None, :]
+    refused = ((bits[:, None] >> tl.arange(0, 32)[None, :]) & 1) == 0
+    tl.store(logits_ptr + row * stride_logits + tokens, tl.full([WORDS, 32], float("-inf"), tl.float32).to(logits_ptr.dtype.element_ty),
+             mask=refused & (tokens < vocab_size))
+
+
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor, mask_rows: torch.Tensor) -> None:
+    """``sampling_ref.apply_token_bitmask_ref`` in one pass: reads the bitmask, writes only the refused logits."""
+    vocab = logits.shape[1]
+    words_per_row = triton.cdiv(vocab, 32)
+    words = 32 if logits.is_cuda else 8
+    grid = (rows.shape[0], triton.cdiv(words_per_row, words))
+    _token_bitmask_kernel[grid](logits, bitmask, rows, mask_rows, logits.stride(0), bitmask.stride(0), vocab,
+                                min(bitmask.shape[1], words_per_row), WORDS=words)
