@@ -35,7 +35,7 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
 
     core = llm.engine
     rng = np.random.default_rng(1)
-    params = SamplingParams(temperature=1.0, max_tokens=steps + 64, ignore_eos=True, structured_outputs=structured, detokenize=False)
+    params = SamplingParams(temperature=1.0, max_tokens=3 * steps + 600, ignore_eos=True, structured_outputs=structured, detokenize=False)
     ids = []
     for i in range(num_reqs):
         processed = llm.processor.process(f"{tag}-{i}", {"prompt_token_ids": rng.integers(0, min(10000, llm.processor.vocab_size), prompt_len).tolist()}, params)
@@ -48,14 +48,27 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
         core.step()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+    endings: dict[str, int] = {}  # finish reason (and error) -> requests: none should end early
+
+    def step() -> list:
+        outputs = core.step()
+        for o in outputs:
+            if o.finish_reason:
+                key = f"{o.finish_reason}: {o.error}" if o.error else o.finish_reason
+                endings[key] = endings.get(key, 0) + 1
+        return outputs
+
     start = time.perf_counter()
     tokens = 0
+    marks = [start]
     for _ in range(steps):
-        tokens += sum(len(o.new_token_ids) for o in core.step())
+        tokens += sum(len(o.new_token_ids) for o in step())
+        marks.append(time.perf_counter())
     elapsed = time.perf_counter() - start
+    each = np.diff(marks) * 1e3
     if profile_to:  # where the host's time goes, after the timed steps (the profiler slows what it watches)
         profiler = cProfile.Profile()
-        profiler.runcall(lambda: [core.step() for _ in range(steps)])
+        profiler.runcall(lambda: [step() for _ in range(steps)])
         with open(profile_to, "w", encoding="utf-8") as f:
             for key in ("tottime", "cumulative"):
                 pstats.Stats(profiler, stream=f).sort_stats(key).print_stats(35)
@@ -63,7 +76,8 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
     core.abort_requests(ids)
     while core.has_unfinished_requests():
         core.step()
-    return {"ms_per_step": elapsed / steps * 1e3, "tokens_per_step": tokens / steps, "running_at_end": running}
+    return {"ms_per_step": elapsed / steps * 1e3, "median_ms": float(np.median(each)), "p90_ms": float(np.percentile(each, 90)),
+            "max_ms": float(each.max()), "tokens_per_step": tokens / steps, "running_at_end": running, "ended_early": endings}
 
 
 def main() -> None:
@@ -72,13 +86,15 @@ def main() -> None:
     parser.add_argument("--model", default="random-qwen3-0.6b")
     parser.add_argument("--num-reqs", type=int, default=256)
     parser.add_argument("--prompt-len", type=int, default=512)
-    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--profile", action="store_true", help="also profile the host side of each row (OUT.<row>.prof.txt)")
     args = parser.parse_args()
-    llm = LLM(model=args.model, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len)
+    llm = LLM(model=args.model, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
+              async_scheduling=args.async_scheduling)
     try:
         schema, bounded = StructuredOutputsParams(json=ENDLESS), StructuredOutputsParams(json=BOUNDED)
         start = time.perf_counter()
@@ -90,8 +106,9 @@ def main() -> None:
             rows[tag] = decode_step_ms(llm, args.num_reqs, args.prompt_len, args.steps, structured, tag,
                                        f"{args.out}.{tag}.prof.txt" if args.profile else None)
             print(tag, rows[tag], flush=True)
-        plain = min(rows["plain"]["ms_per_step"], rows["plain_again"]["ms_per_step"])
-        constrained = min(rows["json_schema"]["ms_per_step"], rows["json_schema_again"]["ms_per_step"])
+        # Each side's two runs averaged (runs alternate, so drift falls on both sides).
+        plain = (rows["plain"]["ms_per_step"] + rows["plain_again"]["ms_per_step"]) / 2
+        constrained = (rows["json_schema"]["ms_per_step"] + rows["json_schema_again"]["ms_per_step"]) / 2
         result = {"model": args.model, "num_reqs": args.num_reqs, "prompt_len": args.prompt_len, "steps": args.steps, "rows": rows,
                   "schema": ENDLESS, "bounded_schema": BOUNDED, "first_compile_s": compile_s, "plain_ms": plain,
                   "constrained_ms": constrained, "slowdown": constrained / plain,

@@ -112,10 +112,12 @@ class EngineCore:
             self.step_trace.append((time.perf_counter(), scheduler_output.total_num_scheduled_tokens, len(scheduler_output.num_scheduled_tokens)))
         self.num_steps += 1
         self.execute_seconds += runner_output.execute_seconds
-        outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
-        for later, _ in self._in_flight:  # the grammars have seen this step's tokens: the next step's mask can fill
+        return self.scheduler.update_from_output(scheduler_output, runner_output, grammars_advanced=self._start_grammar_fills)
+
+    def _start_grammar_fills(self) -> None:
+        """The grammars have seen the awaited step's tokens: the masks of the steps after it can fill."""
+        for later, _ in self._in_flight:
             later.start_grammar_fill()
-        return outputs
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._in_flight)

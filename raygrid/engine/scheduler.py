@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -368,9 +369,15 @@ class Scheduler:
 
     # ---------------------------------------------------------------- results back
 
-    def update_from_output(self, sched_out: SchedulerOutput, runner_out: ModelRunnerOutput) -> list[EngineCoreOutput]:
+    def update_from_output(self, sched_out: SchedulerOutput, runner_out: ModelRunnerOutput,
+                           grammars_advanced: Callable[[], None] | None = None) -> list[EngineCoreOutput]:
+        """Take a step's sampled tokens. The grammars see them first; then ``grammars_advanced`` is called (the
+        engine starts filling the next step's mask with it, while the rest of the update runs)."""
         outputs = []
         incarnations = self._incarnations.pop(sched_out.step_id, {})
+        verdicts = self._advance_grammars(runner_out, incarnations)
+        if grammars_advanced is not None:
+            grammars_advanced()
         for req_id, reason in runner_out.errors.items():
             req = self.requests.get(req_id)
             if req is None or req.is_finished or req.num_preemptions != incarnations.get(req_id, 0):
@@ -392,10 +399,11 @@ class Scheduler:
             status = None
             req.num_output_placeholders = max(req.num_output_placeholders - len(token_ids), 0)
             error = None
-            for token_id in token_ids:
+            grammar_verdicts = verdicts.get(req_id, ())
+            for i, token_id in enumerate(token_ids):
                 req.append_output_token(token_id)
                 new_tokens.append(token_id)
-                status, error = self._check_grammar(req, token_id)
+                status, error = grammar_verdicts[i] if i < len(grammar_verdicts) else (None, None)
                 status = status or self._check_stop(req, token_id)
                 if status is not None:
                     break
@@ -415,16 +423,29 @@ class Scheduler:
             outputs.append(out)
         return outputs
 
-    @staticmethod
-    def _check_grammar(req: Request, token_id: int) -> tuple[RequestStatus | None, str | None]:
-        """Advance the request's grammar: complete -> stopped; a token the grammar refuses (the mask should
-        make that impossible) -> aborted with an error."""
-        if req.grammar is None:
-            return None, None
-        accepted, complete = accept(req.grammar, token_id)
-        if not accepted:
-            return RequestStatus.FINISHED_ABORTED, f"token {token_id} broke the request's grammar: {first_line(req.grammar.get_error())}"
-        return (RequestStatus.FINISHED_STOPPED, None) if complete else (None, None)
+    def _advance_grammars(self, runner_out: ModelRunnerOutput, incarnations: dict[str, int]) -> dict[str, list]:
+        """Feed each sampled token to its request's grammar: per request, a (status, error) per token up to the
+        first that completes the grammar (-> stopped) or that it refuses (the mask should make that impossible:
+        -> aborted with an error)."""
+        verdicts: dict[str, list] = {}
+        if not any(r.grammar is not None for r in self.running):
+            return verdicts
+        for req_id, token_ids in zip(runner_out.req_ids, runner_out.sampled_token_ids):
+            req = self.requests.get(req_id)
+            if (req is None or req.grammar is None or not token_ids or req.is_finished or req_id in runner_out.errors
+                    or req.num_preemptions != incarnations.get(req_id, 0)):
+                continue
+            verdicts[req_id] = found = []
+            for token_id in token_ids:
+                accepted, complete = accept(req.grammar, token_id)
+                if not accepted:
+                    found.append((RequestStatus.FINISHED_ABORTED,
+                                  f"token {token_id} broke the request's grammar: {first_line(req.grammar.get_error())}"))
+                    break
+                found.append((RequestStatus.FINISHED_STOPPED, None) if complete else (None, None))
+                if complete:
+                    break
+        return verdicts
 
     @staticmethod
     def _new_prompt_logprobs(req: Request, computed: tuple[int, list] | None) -> list:
