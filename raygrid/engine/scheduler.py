@@ -13,6 +13,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 
@@ -26,7 +27,7 @@ from raygrid.engine.outputs import (
     SchedulerOutput,
 )
 from raygrid.engine.request import Request, RequestStatus
-from raygrid.engine.structured_output import GrammarBitmasks, GrammarCompiler, accept, first_line
+from raygrid.engine.structured_output import GrammarCompiler, GrammarThread, GrammarVerdict
 
 
 @dataclass
@@ -104,7 +105,8 @@ class Scheduler:
         # Async scheduling: whether a request with a grammar waits for its token in flight before its next step
         # (False where the executor holds a step's sampling until the grammars have seen the step before's tokens).
         self.grammar_waits_for_token = grammar_waits_for_token
-        self._bitmasks: GrammarBitmasks | None = None
+        self._grammar_work: GrammarThread | None = None  # advances the matchers and fills the masks, in order
+        self._verdicts_in_flight: Future | None = None  # see update_from_output
         self.compiling: list[Request] = []
         self._structured: dict[str, Request] = {}
         self._failed: list[EngineCoreOutput] = []
@@ -141,15 +143,19 @@ class Scheduler:
             req = self.requests.get(req_id)
             if req is None or req.is_finished:
                 continue
-            if req.status == RequestStatus.RUNNING:
-                self.running.remove(req)
-            elif req in self.compiling:
-                self.compiling.remove(req)
-            else:
-                self.waiting.remove(req)
+            self._remove(req)
             self._finish(req, RequestStatus.FINISHED_ABORTED)
             aborted.append(req)
         return aborted
+
+    def _remove(self, req: Request) -> None:
+        """Take an unfinished request off whichever queue holds it."""
+        if req.status == RequestStatus.RUNNING:
+            self.running.remove(req)
+        elif req in self.compiling:
+            self.compiling.remove(req)
+        else:
+            self.waiting.remove(req)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running) or len(self.waiting) > 0 or bool(self.compiling) or bool(self._failed)
@@ -359,25 +365,37 @@ class Scheduler:
         """What starts filling the step's mask, once the matchers have seen every token before this step's
         (they advance in update_from_output; under async scheduling in one process the engine starts the fill
         after the step before has been through it, and the worker's sampling waits for the fill)."""
-        if self._bitmasks is None:
-            self._bitmasks = GrammarBitmasks(self.grammars.vocab_size, self.max_num_seqs)
-        return partial(self._bitmasks.start, [r.grammar for r in reqs])
+        return partial(self._grammar_thread().fill, [r.grammar for r in reqs])
+
+    def _grammar_thread(self) -> GrammarThread:
+        if self._grammar_work is None:
+            self._grammar_work = GrammarThread(self.grammars.vocab_size, self.max_num_seqs)
+        return self._grammar_work
 
     def shutdown(self) -> None:
-        if self._bitmasks is not None:
-            self._bitmasks.shutdown()
+        if self._grammar_work is not None:
+            self._grammar_work.shutdown()
 
     # ---------------------------------------------------------------- results back
 
     def update_from_output(self, sched_out: SchedulerOutput, runner_out: ModelRunnerOutput,
                            grammars_advanced: Callable[[], None] | None = None) -> list[EngineCoreOutput]:
-        """Take a step's sampled tokens. The grammars see them first; then ``grammars_advanced`` is called (the
-        engine starts filling the next step's mask with it, while the rest of the update runs)."""
-        outputs = []
+        """Take a step's sampled tokens.
+
+        Structured outputs: the tokens go to the grammars on the grammar thread, and ``grammars_advanced`` is
+        called at once (the engine queues the next step's mask behind them). Where the engine schedules a
+        request again before its newest token is seen (async scheduling in one process), the grammars' verdicts
+        (a grammar completed, or refused a token) come with the next update: such a request finishes then,
+        with no new tokens, and the token its extra step sampled is dropped. Elsewhere they are awaited here."""
+        outputs = self._apply_grammar_verdicts(self._verdicts_in_flight) if self._verdicts_in_flight else []
+        self._verdicts_in_flight = None
         incarnations = self._incarnations.pop(sched_out.step_id, {})
         verdicts = self._advance_grammars(runner_out, incarnations)
         if grammars_advanced is not None:
             grammars_advanced()
+        if verdicts is not None and not self.grammar_waits_for_token:
+            self._verdicts_in_flight, verdicts = verdicts, None
+        verdicts = verdicts.result() if verdicts is not None else {}
         for req_id, reason in runner_out.errors.items():
             req = self.requests.get(req_id)
             if req is None or req.is_finished or req.num_preemptions != incarnations.get(req_id, 0):
@@ -399,11 +417,11 @@ class Scheduler:
             status = None
             req.num_output_placeholders = max(req.num_output_placeholders - len(token_ids), 0)
             error = None
-            grammar_verdicts = verdicts.get(req_id, ())
+            verdict = verdicts.get(req_id)
             for i, token_id in enumerate(token_ids):
                 req.append_output_token(token_id)
                 new_tokens.append(token_id)
-                status, error = grammar_verdicts[i] if i < len(grammar_verdicts) else (None, None)
+                status, error = self._grammar_status(verdict) if verdict is not None and verdict.index == i else (None, None)
                 status = status or self._check_stop(req, token_id)
                 if status is not None:
                     break
@@ -423,29 +441,40 @@ class Scheduler:
             outputs.append(out)
         return outputs
 
-    def _advance_grammars(self, runner_out: ModelRunnerOutput, incarnations: dict[str, int]) -> dict[str, list]:
-        """Feed each sampled token to its request's grammar: per request, a (status, error) per token up to the
-        first that completes the grammar (-> stopped) or that it refuses (the mask should make that impossible:
-        -> aborted with an error)."""
-        verdicts: dict[str, list] = {}
-        if not any(r.grammar is not None for r in self.running):
-            return verdicts
+    def _advance_grammars(self, runner_out: ModelRunnerOutput, incarnations: dict[str, int]) -> Future | None:
+        """Queue each sampled token of a request with a grammar for its matcher: a Future of the verdicts
+        (``GrammarVerdict`` by request, for those whose grammar completed or refused a token), or None."""
+        if not self._structured:
+            return None
+        items = []
         for req_id, token_ids in zip(runner_out.req_ids, runner_out.sampled_token_ids):
             req = self.requests.get(req_id)
             if (req is None or req.grammar is None or not token_ids or req.is_finished or req_id in runner_out.errors
                     or req.num_preemptions != incarnations.get(req_id, 0)):
                 continue
-            verdicts[req_id] = found = []
-            for token_id in token_ids:
-                accepted, complete = accept(req.grammar, token_id)
-                if not accepted:
-                    found.append((RequestStatus.FINISHED_ABORTED,
-                                  f"token {token_id} broke the request's grammar: {first_line(req.grammar.get_error())}"))
-                    break
-                found.append((RequestStatus.FINISHED_STOPPED, None) if complete else (None, None))
-                if complete:
-                    break
-        return verdicts
+            items.append((req_id, req.grammar, token_ids))
+        return self._grammar_thread().advance(items) if items else None
+
+    @staticmethod
+    def _grammar_status(verdict: GrammarVerdict) -> tuple[RequestStatus, str | None]:
+        """A completed grammar stops the request; a refused token (the mask should make that impossible) aborts it."""
+        if verdict.refused is not None:
+            return RequestStatus.FINISHED_ABORTED, f"token {verdict.refused} broke the request's grammar: {verdict.error}"
+        return RequestStatus.FINISHED_STOPPED, None
+
+    def _apply_grammar_verdicts(self, verdicts: Future) -> list[EngineCoreOutput]:
+        """Finish the requests whose grammar completed (or failed) on a token of the step before."""
+        outputs = []
+        for req_id, verdict in verdicts.result().items():
+            req = self.requests.get(req_id)
+            if req is None or req.is_finished:
+                continue
+            status, error = self._grammar_status(verdict)
+            self._remove(req)
+            self._finish(req, status)
+            outputs.append(EngineCoreOutput(req_id, [], [], num_cached_tokens=max(req.num_cached_tokens, 0),
+                                            finish_reason=status.finish_reason, error=error))
+        return outputs
 
     @staticmethod
     def _new_prompt_logprobs(req: Request, computed: tuple[int, list] | None) -> list:

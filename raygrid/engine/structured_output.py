@@ -13,12 +13,12 @@ The flow, per request:
    is a 400 before the engine sees it. Each request gets a matcher of its own, not a copy of a shared one:
    copies share their lexer behind a lock, and their masks could not be filled in parallel.
 2. The scheduler admits the request once its matcher is ready. Each step, the rows of the requests that
-   sample get a bitmask of allowed tokens (``GrammarBitmasks``), filled for the batch on llguidance's threads
-   into pinned host memory, while the device runs the step's forward pass.
+   sample get a bitmask of allowed tokens, filled for the batch on llguidance's threads into pinned host
+   memory while the device runs the step's forward pass (``GrammarThread``).
 3. The worker applies the bitmask to those rows' logits before anything else in the sampler
    (``kernels.ops.apply_token_bitmask``).
-4. Every sampled token advances the request's matcher (``accept``); when the grammar is complete the request
-   finishes with "stop".
+4. Every sampled token advances the request's matcher, on the same thread; when the grammar is complete the
+   request finishes with "stop".
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 
 import numpy as np
@@ -163,12 +164,23 @@ def first_line(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else message
 
 
-class GrammarBitmasks:
-    """The host side of each step: the bitmasks of allowed tokens of the rows that sample, filled for the batch
-    at once on llguidance's threads (``start`` returns at once; a thread of its own waits for them). The masks
-    go into pinned host memory on a GPU host, which the device copies from without staging. Three buffers
-    take turns: a step's buffer is reused three fills later, when its copy to the device has long been done
-    (the engine waits for each step's tokens before the grammars advance for the next fill)."""
+@dataclass(frozen=True)
+class GrammarVerdict:
+    """What a request's grammar made of its tokens: ``index`` is the token it completed on, or refused
+    (``refused`` is that token's id, and ``error`` llguidance's reason)."""
+
+    index: int
+    refused: int | None = None
+    error: str | None = None
+
+
+class GrammarThread:
+    """The per-step grammar work of the batch, on one thread of its own and in the order it is queued: the
+    sampled tokens advance the matchers (``advance``), then the next step's bitmasks of allowed tokens fill
+    (``fill``). llguidance spreads both over its threads and drops the GIL meanwhile. The masks go into pinned
+    host memory on a GPU host, which the device copies from without staging. Three buffers take turns: a
+    step's buffer is reused three fills later, when its copy to the device has long been done (the engine
+    waits for each step's tokens before the grammars advance for the next fill)."""
 
     RING = 3
 
@@ -178,22 +190,39 @@ class GrammarBitmasks:
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         self._executor = llguidance.LLExecutor()
-        self._filler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygrid-bitmask")
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygrid-grammar-step")
         pinned = torch.cuda.is_available()
         self._buffers = [torch.empty((max_rows, self.words), dtype=torch.int32, pin_memory=pinned) for _ in range(self.RING)]
         self._turn = 0
 
-    def start(self, matchers: list) -> Future:
-        """A Future of the ``[len(matchers), ceil(vocab / 32)]`` int32 masks: bit t % 32 of word t // 32 of row i
-        is set when matcher i allows token t. The matchers must not advance until it is done."""
+    def advance(self, items: list[tuple[str, object, list[int]]]) -> Future:
+        """``(request id, matcher, sampled tokens)`` each: a Future of ``{request id: GrammarVerdict}`` for the
+        requests whose grammar completed or refused a token (a matcher stops at that token)."""
+        return self._thread.submit(self._advance, items)
+
+    def fill(self, matchers: list) -> Future:
+        """A Future of the ``[len(matchers), ceil(vocab / 32)]`` int32 masks, filled after everything queued
+        before: bit t % 32 of word t // 32 of row i is set when matcher i allows token t."""
         if len(matchers) > self._buffers[0].shape[0]:
             raise ValueError(f"{len(matchers)} grammar rows in a step; the bitmask buffers hold {self._buffers[0].shape[0]}")
         bitmask = self._buffers[self._turn][: len(matchers)].numpy()
         self._turn = (self._turn + 1) % self.RING
-        return self._filler.submit(self._fill, matchers, bitmask)
+        return self._thread.submit(self._fill, matchers, bitmask)
 
-    def fill(self, matchers: list) -> np.ndarray:
-        return self.start(matchers).result()
+    def _advance(self, items: list[tuple[str, object, list[int]]]) -> dict[str, GrammarVerdict]:
+        accepted = self._executor.consume_token_par([(matcher, tokens[0]) for _, matcher, tokens in items])
+        verdicts = {}
+        for (req_id, matcher, tokens), ok in zip(items, accepted):
+            for index, token in enumerate(tokens):
+                if index and not matcher.consume_token(token):  # a step of several tokens (rare): one at a time
+                    ok = False
+                if not ok:
+                    verdicts[req_id] = GrammarVerdict(index, token, first_line(matcher.get_error()))
+                    break
+                if matcher.is_stopped():
+                    verdicts[req_id] = GrammarVerdict(index)
+                    break
+        return verdicts
 
     def _fill(self, matchers: list, bitmask: np.ndarray) -> np.ndarray:
         from llguidance.numpy import fill_next_token_bitmask_par
@@ -202,10 +231,4 @@ class GrammarBitmasks:
         return bitmask
 
     def shutdown(self) -> None:
-        self._filler.shutdown(wait=False, cancel_futures=True)
-
-
-def accept(matcher, token_id: int) -> tuple[bool, bool]:
-    """Feed a sampled token to a request's matcher: (accepted, grammar complete)."""
-    ok = matcher.consume_token(token_id)
-    return ok, ok and matcher.is_stopped()
+        self._thread.shutdown(wait=False, cancel_futures=True)
