@@ -1,5 +1,6 @@
 """vLLM's offline engine API: EngineArgs (the one definition of the engine's arguments, CLI flags included),
-LLMEngine's add_request / step / abort_request loop as vLLM's example scripts use it, and LLM's helpers."""
+LLMEngine's add_request / step / abort_request loop as vLLM's example scripts use it, and LLM's helpers; the
+calls of vLLM's offline examples (llm_engine_example, structured_outputs, chat_with_tools) as tests."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import dataclasses
 
 import pytest
 
-from raygrid import LLM, EngineArgs, LLMEngine, SamplingParams
+from raygrid import LLM, EngineArgs, LLMEngine, SamplingParams, StructuredOutputsParams
 from tests.conftest import random_prompts
 
 
 @pytest.fixture(scope="module")
 def llm(qwen3_dir):
-    engine = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
+    engine = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=512)  # room for a prompt with tools
     yield engine
     engine.shutdown()
 
@@ -88,6 +89,66 @@ def test_vllm_offline_helpers(llm, qwen3_dir, tmp_path):
         assert (defaults.temperature, defaults.top_k, defaults.top_p, defaults.min_p) == (0.6, 20, 0.95, 0.0)
     finally:
         other.shutdown()
+
+
+# vLLM's structured_outputs example: its simplified SQL grammar (GBNF) and a pydantic model's schema.
+SQL_GRAMMAR = """
+root ::= select_statement
+select_statement ::= "SELECT " column " from " table " where " condition
+column ::= "col_1 " | "col_2 "
+table ::= "table_1 " | "table_2 "
+condition ::= column "= " number
+number ::= "1 " | "2 "
+"""
+
+
+def test_vllm_structured_outputs_and_tools_examples(llm, tokenizer):
+    """vLLM's offline structured_outputs.py (choice, regex with a stop string, a pydantic model's JSON schema, a
+    grammar) and chat_with_tools.py (tools reach the chat template). The weights are random, so the grammar alone
+    makes each output what the example prints; the regex and the model's strings are bounded so that every
+    output finishes within its max_tokens."""
+    import enum
+    import re
+
+    import pydantic
+
+    choice = llm.generate("Classify this sentiment: vLLM is wonderful!",
+                          SamplingParams(structured_outputs=StructuredOutputsParams(choice=["Positive", "Negative"])), use_tqdm=False)
+    assert choice[0].outputs[0].text in ("Positive", "Negative") and choice[0].outputs[0].finish_reason == "stop"
+
+    email = llm.generate("Generate an email address for Alan Turing, who works in Enigma. End in .com and new line.",
+                         SamplingParams(structured_outputs=StructuredOutputsParams(regex=r"[a-z]{1,8}@[a-z]{1,8}\.com\n"),
+                                        stop=["\n"], max_tokens=40), use_tqdm=False)[0].outputs[0]
+    assert re.fullmatch(r"[a-z]{1,8}@[a-z]{1,8}\.com", email.text) and email.finish_reason == "stop"
+
+    class CarType(str, enum.Enum):
+        sedan = "sedan"
+        suv = "SUV"
+        truck = "Truck"
+        coupe = "Coupe"
+
+    class CarDescription(pydantic.BaseModel):
+        brand: str = pydantic.Field(max_length=10)
+        model: str = pydantic.Field(max_length=10)
+        car_type: CarType
+
+    car = llm.generate("Generate a JSON with the brand, model and car_type of the most iconic car from the 90's",
+                       SamplingParams(structured_outputs=StructuredOutputsParams(json=CarDescription.model_json_schema()), max_tokens=120),
+                       use_tqdm=False)[0].outputs[0]
+    assert car.finish_reason == "stop"
+    CarDescription.model_validate_json(car.text)
+
+    sql = llm.generate("Generate an SQL query to show the 'username' and 'email' from the 'users' table.",
+                       SamplingParams(structured_outputs=StructuredOutputsParams(grammar=SQL_GRAMMAR), max_tokens=60), use_tqdm=False)[0].outputs[0]
+    assert re.fullmatch(r"SELECT col_[12]  from table_[12]  where col_[12] = [12] ", sql.text) and sql.finish_reason == "stop"
+
+    # chat_with_tools.py: the tools go into the template (the Hermes block of Qwen's), and the reply comes back.
+    tools = [{"type": "function", "function": {"name": "get_current_weather", "description": "Get the current weather in a given location",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    messages = [{"role": "user", "content": "Can you tell me what the temperate will be in Dallas, in fahrenheit?"}]
+    (out,) = llm.chat(messages, SamplingParams(max_tokens=8), tools=tools, use_tqdm=False)
+    assert out.prompt == tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    assert "get_current_weather" in out.prompt and len(out.outputs[0].token_ids) >= 1
 
 
 @pytest.mark.parametrize("mode", [dict(), dict(max_num_batched_tokens=32, async_scheduling=True)], ids=["whole", "chunked-async"])

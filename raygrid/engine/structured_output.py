@@ -23,6 +23,7 @@ The flow, per request:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -53,8 +54,11 @@ def grammar_for(params: StructuredOutputsParams) -> str:
         raise GrammarError(f"structured_outputs.{kind} is {len(spec.encode())} bytes; the limit is {MAX_SPEC_BYTES}")
     if kind in ("json", "json_object"):
         try:
+            schema = json.loads(spec)
+            if kind == "json":
+                schema = closed_objects(schema)
             # Compact JSON: no free whitespace, which a model could otherwise emit forever.
-            return llguidance.LLMatcher.grammar_from_json_schema(spec, defaults={"whitespace_flexible": False})
+            return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
         except ValueError as error:
             raise GrammarError(f"structured_outputs.{kind}: {error}") from None
     if kind == "choice":
@@ -65,6 +69,29 @@ def grammar_for(params: StructuredOutputsParams) -> str:
         return llguidance.grammar_from("grammar", spec)  # Lark, or GBNF (converted)
     except ValueError as error:
         raise GrammarError(f"structured_outputs.grammar: {error}") from None
+
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
+_SCHEMA_DATA = ("enum", "const", "default", "examples")  # values, not schemas
+
+
+def closed_objects(schema):
+    """The schema with ``additionalProperties: false`` on every object that lists its properties and says
+    nothing of others, as vLLM's default grammar backend (xgrammar, in its strict mode) reads schemas: a pydantic
+    model's schema then admits exactly its fields, instead of letting a model add keys without end."""
+    if isinstance(schema, list):
+        return [closed_objects(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            closed[key] = {name: closed_objects(sub) for name, sub in value.items()}
+        else:
+            closed[key] = value if key in _SCHEMA_DATA else closed_objects(value)
+    if "properties" in schema and not {"additionalProperties", "unevaluatedProperties", "patternProperties"} & schema.keys():
+        closed["additionalProperties"] = False
+    return closed
 
 
 class GrammarCompiler:
