@@ -42,9 +42,11 @@ def run_all(qwen3_dir, prompts, params, **engine):
 
 
 def test_every_grammar_kind_holds_and_async_chunking_preemption_and_n_change_nothing(qwen3_dir, tokenizer):
-    prompts = random_prompts(len(GRAMMARS) + 1, len(tokenizer), min_len=20, max_len=60, seed=5)
+    prompts = random_prompts(len(GRAMMARS) + 2, len(tokenizer), min_len=20, max_len=60, seed=5)
     params = [SamplingParams(n=2, temperature=1.0, seed=10 + i, max_tokens=120, structured_outputs=s) for i, (s, _) in enumerate(GRAMMARS)]
     params.append(SamplingParams(n=2, temperature=1.0, seed=3, max_tokens=40, ignore_eos=True))  # unconstrained, in the same batches
+    # A grammar completed by the last token max_tokens allows: "stop" (the grammar's verdict comes first), in every mode.
+    params.append(SamplingParams(max_tokens=1, structured_outputs=Structured(choice=["a"])))
     plain, _ = run_all(qwen3_dir, prompts, params, async_scheduling=False)
     modes, stats = run_all(qwen3_dir, prompts, params, async_scheduling=True, max_num_batched_tokens=24, num_kv_blocks=26,
                            block_size=8)
@@ -53,12 +55,13 @@ def test_every_grammar_kind_holds_and_async_chunking_preemption_and_n_change_not
             assert completion.finish_reason == "stop" or spec.json_object, (completion.text, completion.finish_reason)
             assert valid(completion.text, completion.finish_reason == "stop"), (spec, completion.text)
     for a, b in zip(plain, modes):
-        assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+        assert [(c.token_ids, c.finish_reason) for c in a.outputs] == [(c.token_ids, c.finish_reason) for c in b.outputs]
+    assert (plain[-1].outputs[0].text, plain[-1].outputs[0].finish_reason) == ("a", "stop")
     assert stats.num_preemptions > 0
     # Two samples of one schema differ (n > 1 draws each child on its own), and an unconstrained request
     # beside the constrained ones is not constrained.
     assert plain[0].outputs[0].text != plain[0].outputs[1].text
-    assert len(plain[-1].outputs[0].token_ids) == 40
+    assert len(plain[-2].outputs[0].token_ids) == 40
 
 
 def test_async_scheduling_with_only_grammar_requests(qwen3_dir, tokenizer):

@@ -423,6 +423,12 @@ class Scheduler:
                 new_tokens.append(token_id)
                 status, error = self._grammar_status(verdict) if verdict is not None and verdict.index == i else (None, None)
                 status = status or self._check_stop(req, token_id)
+                if status is not None and req.grammar is not None and self._verdicts_in_flight is not None:
+                    # It ends here anyway (length, EOS, a stop token): its grammar's verdict on this token comes
+                    # first, as where verdicts are awaited (a grammar completed on its last allowed token is "stop").
+                    late = self._verdicts_in_flight.result().get(req_id)
+                    if late is not None and late.index == i:
+                        status, error = self._grammar_status(late)
                 if status is not None:
                     break
             out = EngineCoreOutput(
