@@ -93,6 +93,53 @@ def test_a_bad_grammar_is_refused_by_name_and_the_engine_carries_on(qwen3_dir):
         llm.shutdown()
 
 
+def fuzzed_schema(rng: random.Random, depth: int = 0):
+    """A random, often invalid, JSON-schema-like value: wrong types, bad refs and patterns, absurd bounds."""
+    if depth > 3 or rng.random() < 0.2:
+        return rng.choice([True, False, None, 7, "string", [], {"type": rng.choice(["string", "integer", "nope", 3])}])
+    schema = {}
+    for _ in range(rng.randint(1, 5)):
+        key = rng.choice(["type", "properties", "items", "anyOf", "allOf", "oneOf", "$ref", "pattern", "minLength", "maxLength",
+                          "enum", "const", "minimum", "maximum", "required", "additionalProperties", "format", "minItems", "maxItems"])
+        schema[key] = {
+            "type": lambda: rng.choice(["object", "array", "string", "integer", "number", "boolean", "null", "nope", ["string", "null"]]),
+            "properties": lambda: {f"k{i}": fuzzed_schema(rng, depth + 1) for i in range(rng.randint(0, 4))},
+            "items": lambda: fuzzed_schema(rng, depth + 1),
+            "$ref": lambda: rng.choice(["#", "#/properties/k0", "#/$defs/none", "http://x/y", "##"]),
+            "pattern": lambda: rng.choice(["(", "[a-z]{2,}", "a{99999}", "(a|b)*c", ".*", "\\", "(?=x)"]),
+            "required": lambda: rng.choice([["k0"], ["zz"], "k0", []]),
+            "format": lambda: rng.choice(["email", "date-time", "uuid", "bogus"]),
+        }.get(key, lambda: rng.choice([[fuzzed_schema(rng, depth + 1) for _ in range(rng.randint(0, 3))], -5, 0, 3, 10**12, "x", 2.5]))()
+    return schema
+
+
+def test_fuzzed_schemas_get_an_answer_and_leave_the_compiler_working(qwen3_dir):
+    """300 random schemas (most of them invalid) through the input processor's check: each compiles or is refused with
+    GrammarError naming the field, none stalls the compile pool, and a plain schema still compiles at once after.
+    A compile over the time limit is refused by name."""
+    from raygrid.engine.structured_output import GrammarCompiler, GrammarError
+    from raygrid.models.loader import load_hf_config
+
+    compiler = GrammarCompiler(qwen3_dir, load_hf_config(qwen3_dir).vocab_size, [2])
+    rng = random.Random(7)
+    try:
+        refused = 0
+        for _ in range(300):
+            schema = fuzzed_schema(rng)
+            try:
+                compiler.check(Structured(json=schema if isinstance(schema, dict) else {"anyOf": [schema]}), time_limit_s=10)
+            except GrammarError as error:
+                assert str(error).startswith("structured_outputs.json"), error
+                refused += 1
+        assert 50 < refused < 300  # many are nonsense, not all
+        with pytest.raises(GrammarError, match="structured_outputs.regex did not compile within 1e-06 s"):
+            compiler.check(Structured(regex="[a-z]{3}-[0-9]{1,40}-(x|y|z)+"), time_limit_s=1e-6)
+        matcher = compiler.submit(Structured(json=PERSON)).result(timeout=5)
+        assert not matcher.is_error()
+    finally:
+        compiler.shutdown()
+
+
 def bounded_schema(rng: random.Random, depth: int = 0) -> dict:
     """A random JSON schema whose every instance is short: strings and arrays have maximum lengths."""
     kinds = ["string", "boolean", "integer", "enum", "array"] + (["object"] if depth < 2 else [])
