@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import numpy as np
@@ -91,8 +92,13 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="sys.setswitchinterval for the run, in seconds (how soon a thread waiting for the GIL gets it)")
+    parser.add_argument("--rows", default="plain,json_schema,plain_again,json_schema_again,json_schema_bounded_strings")
     parser.add_argument("--profile", action="store_true", help="also profile the host side of each row (OUT.<row>.prof.txt)")
     args = parser.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     llm = LLM(model=args.model, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
               async_scheduling=args.async_scheduling)
     try:
@@ -101,18 +107,20 @@ def main() -> None:
         llm.processor.grammars.check(schema)
         compile_s = time.perf_counter() - start
         rows = {}
-        for tag, structured in (("plain", None), ("json_schema", schema), ("plain_again", None), ("json_schema_again", schema),
-                                ("json_schema_bounded_strings", bounded)):
+        kinds = {"plain": None, "json_schema": schema, "plain_again": None, "json_schema_again": schema, "json_schema_bounded_strings": bounded}
+        for tag in args.rows.split(","):
+            structured = kinds[tag]
             rows[tag] = decode_step_ms(llm, args.num_reqs, args.prompt_len, args.steps, structured, tag,
                                        f"{args.out}.{tag}.prof.txt" if args.profile else None)
             print(tag, rows[tag], flush=True)
         # Each side's two runs averaged (runs alternate, so drift falls on both sides).
-        plain = (rows["plain"]["ms_per_step"] + rows["plain_again"]["ms_per_step"]) / 2
-        constrained = (rows["json_schema"]["ms_per_step"] + rows["json_schema_again"]["ms_per_step"]) / 2
+        plain = np.mean([rows[t]["ms_per_step"] for t in ("plain", "plain_again") if t in rows])
+        constrained = np.mean([rows[t]["ms_per_step"] for t in ("json_schema", "json_schema_again") if t in rows])
         result = {"model": args.model, "num_reqs": args.num_reqs, "prompt_len": args.prompt_len, "steps": args.steps, "rows": rows,
                   "schema": ENDLESS, "bounded_schema": BOUNDED, "first_compile_s": compile_s, "plain_ms": plain,
                   "constrained_ms": constrained, "slowdown": constrained / plain,
-                  "bounded_slowdown": rows["json_schema_bounded_strings"]["ms_per_step"] / plain, "machine": device_name(), "git_commit": git_commit(),
+                  "bounded_slowdown": rows["json_schema_bounded_strings"]["ms_per_step"] / plain if "json_schema_bounded_strings" in rows else None,
+                  "switch_interval_s": sys.getswitchinterval(), "machine": device_name(), "git_commit": git_commit(),
                   "date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())}
         print(f"decode step with {args.num_reqs} running: {plain:.2f} ms plain, {constrained:.2f} ms under a JSON schema "
               f"({(constrained / plain - 1) * 100:+.1f}%)")

@@ -133,6 +133,7 @@ class ModelRunner:
         self.graph_memory_bytes = 0  # device memory the decode graphs hold, once captured
         # Requests this worker refused (until the scheduler reports them finished), and why.
         self.rejected: dict[str, str] = {}
+        self._copy_stream: torch.cuda.Stream | None = None  # grammar masks go to the device on it
         self.prev_sampled: torch.Tensor | None = None
         self.prev_sampled_index: dict[str, int] = {}
         max_tokens = config.scheduler.max_num_batched_tokens
@@ -428,16 +429,28 @@ class ModelRunner:
 
     def _apply_grammars(self, logits: torch.Tensor, so: SchedulerOutput, sample_rows: np.ndarray) -> None:
         """Structured outputs: tokens a request's grammar does not allow get -inf, before the sampler
-        applies anything else (as vLLM orders it). The mask is copied as it is (pinned host memory when the
-        scheduler is in this process) and each logits row picks its mask row on the device."""
-        logits_row = {int(row): i for i, row in enumerate(sample_rows.tolist())}
-        found = [(k, logits_row[self.batch.index_of[rid]]) for k, rid in enumerate(so.grammar_req_ids)
-                 if rid in self.batch and self.batch.index_of[rid] in logits_row]
-        if found:
-            mask_rows, rows = zip(*found)
-            bitmask = torch.from_numpy(so.grammar_bitmask()).to(logits.device, non_blocking=True)
-            apply_token_bitmask(logits, bitmask, self.staging.put("grammar_rows", np.array(rows)),
-                                self.staging.put("grammar_mask_rows", np.array(mask_rows)))
+        applies anything else (as vLLM orders it). The mask is copied as it is (from pinned host memory when
+        the scheduler is in this process), on a copy stream so that it overlaps the forward pass still running,
+        and each logits row picks its mask row on the device."""
+        logits_position = np.full(self.batch.num_reqs, -1, dtype=np.int64)  # batch row -> logits row (-1: does not sample)
+        logits_position[sample_rows] = np.arange(len(sample_rows))
+        index_of = self.batch.index_of
+        batch_rows = np.fromiter((index_of.get(rid, -1) for rid in so.grammar_req_ids), dtype=np.int64, count=len(so.grammar_req_ids))
+        rows = np.where(batch_rows >= 0, logits_position[batch_rows], -1)
+        mask_rows = np.nonzero(rows >= 0)[0]
+        if not len(mask_rows):
+            return
+        host = torch.from_numpy(so.grammar_bitmask())
+        if logits.is_cuda:
+            copy_stream = self._copy_stream or torch.cuda.Stream(logits.device)
+            self._copy_stream = copy_stream
+            with torch.cuda.stream(copy_stream):
+                bitmask = host.to(logits.device, non_blocking=True)
+            torch.cuda.current_stream().wait_stream(copy_stream)
+            bitmask.record_stream(torch.cuda.current_stream())
+        else:
+            bitmask = host
+        apply_token_bitmask(logits, bitmask, self.staging.put("grammar_rows", rows[mask_rows]), self.staging.put("grammar_mask_rows", mask_rows))
 
     def _prompt_logprobs(self, hidden: torch.Tensor, meta: AttentionMetadata) -> dict[str, tuple[int, list[SampleLogprobs]]]:
         """For the requests that ask for prompt_logprobs: the entries of the prompt tokens this step's
