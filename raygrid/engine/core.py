@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
+import weakref
 from collections import deque
 from concurrent.futures import Future
 
@@ -49,6 +51,12 @@ class EngineCore:
         # Benchmarks set this to a list to get (finish time, scheduled tokens, scheduled requests) per step.
         self.step_trace: list[tuple[float, int, int]] | None = None
         logger.info("KV cache: %d blocks of %d tokens (%d tokens)", num_blocks, block_size, (num_blocks - 1) * block_size)
+        # What startup made (imports, the model, the KV block pool) lives as long as the engine: out of the
+        # cyclic collector's sight, a full collection mid-serving stops the step loop for milliseconds instead of
+        # hundreds (the H200 runs saw 0.3 s pauses). shutdown(), or this engine's collection, gives them back.
+        gc.collect()
+        gc.freeze()
+        self._unfreeze = weakref.finalize(self, gc.unfreeze)
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add_request(request)
@@ -148,4 +156,5 @@ class EngineCore:
     def shutdown(self) -> None:
         self.grammars.shutdown()
         self.scheduler.shutdown()
+        self._unfreeze()  # before the executor's release, whose collection must see the model
         self.executor.shutdown()
