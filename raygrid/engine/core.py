@@ -42,7 +42,8 @@ class EngineCore:
         self.grammars = grammars or GrammarCompiler(config.model.tokenizer or config.model.model,
                                                     load_hf_config(config.model.model).vocab_size, eos_token_ids)
         self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=split, grammars=self.grammars,
-                                   grammar_waits_for_token=not self.executor.defers_grammar_sampling)
+                                   grammar_waits_for_token=not self.executor.defers_grammar_sampling,
+                                   pin_grammar_masks=self.executor.copies_from_host_memory)
         self._in_flight: deque[tuple[SchedulerOutput, Future]] = deque()
         self.num_steps = 0
         self.step_seconds = 0.0  # wall time inside step(): scheduling, execution (or waiting for it), updates

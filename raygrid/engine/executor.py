@@ -54,6 +54,12 @@ class Executor(ABC):
     def sample_deferred(self, future) -> None:
         """Launch the sampling a step in flight deferred (see ``defers_grammar_sampling``)."""
 
+    @property
+    def copies_from_host_memory(self) -> bool:
+        """Whether a GPU in this process reads the scheduler's host arrays (grammar masks) directly, so that
+        pinning them pays. Elsewhere they are pickled, and pinning would only open a CUDA context here."""
+        return False
+
     def shutdown(self) -> None:  # noqa: B027 - most executors hold nothing to release
         """Release the workers; by default there is nothing to release."""
 
@@ -79,6 +85,10 @@ class InProcessExecutor(Executor):
 
     def sample_deferred(self, future) -> None:
         future.sample_now()
+
+    @property
+    def copies_from_host_memory(self) -> bool:
+        return self.worker.device.type == "cuda"
 
     def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
         return [getattr(self.worker, method)(*args, **(kwargs or {}))]

@@ -82,7 +82,8 @@ class WaitingQueue:
 
 class Scheduler:
     def __init__(self, config: EngineConfig, num_kv_blocks: int, num_batches_in_flight: int = 1,
-                 grammars: GrammarCompiler | None = None, grammar_waits_for_token: bool = True) -> None:
+                 grammars: GrammarCompiler | None = None, grammar_waits_for_token: bool = True,
+                 pin_grammar_masks: bool = False) -> None:
         self.max_num_seqs = config.scheduler.max_num_seqs
         self.max_num_batched_tokens = config.scheduler.max_num_batched_tokens
         self.max_model_len = config.model.max_model_len
@@ -105,6 +106,7 @@ class Scheduler:
         # Async scheduling: whether a request with a grammar waits for its token in flight before its next step
         # (False where the executor holds a step's sampling until the grammars have seen the step before's tokens).
         self.grammar_waits_for_token = grammar_waits_for_token
+        self.pin_grammar_masks = pin_grammar_masks  # a GPU in this process copies them (see GrammarThread)
         self._grammar_work: GrammarThread | None = None  # advances the matchers and fills the masks, in order
         self._verdicts_in_flight: Future | None = None  # see update_from_output
         self.compiling: list[Request] = []
@@ -369,7 +371,7 @@ class Scheduler:
 
     def _grammar_thread(self) -> GrammarThread:
         if self._grammar_work is None:
-            self._grammar_work = GrammarThread(self.grammars.vocab_size, self.max_num_seqs)
+            self._grammar_work = GrammarThread(self.grammars.vocab_size, self.max_num_seqs, pinned=self.pin_grammar_masks)
         return self._grammar_work
 
     def shutdown(self) -> None:

@@ -204,21 +204,22 @@ class GrammarVerdict:
 class GrammarThread:
     """The per-step grammar work of the batch, on one thread of its own and in the order it is queued: the
     sampled tokens advance the matchers (``advance``), then the next step's bitmasks of allowed tokens fill
-    (``fill``). llguidance spreads both over its threads and drops the GIL meanwhile. The masks go into pinned
-    host memory on a GPU host, which the device copies from without staging. Three buffers take turns: a
-    step's buffer is reused three fills later, when its copy to the device has long been done (the engine
-    waits for each step's tokens before the grammars advance for the next fill)."""
+    (``fill``). llguidance spreads both over its threads and drops the GIL meanwhile. Where a GPU in this
+    process reads them, the masks go into pinned host memory, which the device copies from without staging.
+    Three buffers take turns: a step's buffer is reused three fills later, when its copy to the device has long
+    been done (the engine waits for each step's tokens before the grammars advance for the next fill)."""
 
     RING = 3
 
-    def __init__(self, vocab_size: int, max_rows: int) -> None:
+    def __init__(self, vocab_size: int, max_rows: int, pinned: bool = False) -> None:
+        """``pinned``: page-locked buffers (only where a GPU in this process copies them: pinning opens a
+        CUDA context, which a Ray driver must not do on a GPU its workers use)."""
         import llguidance
 
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         self._executor = llguidance.LLExecutor()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygrid-grammar-step")
-        pinned = torch.cuda.is_available()
         self._buffers = [torch.empty((max_rows, self.words), dtype=torch.int32, pin_memory=pinned) for _ in range(self.RING)]
         self._turn = 0
 
