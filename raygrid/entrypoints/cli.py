@@ -4,6 +4,7 @@ flags come from ``EngineArgs``."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from raygrid.engine.arg_utils import EngineArgs
@@ -80,6 +81,31 @@ def cmd_bench_parallel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboards(args: argparse.Namespace) -> int:
+    import json
+
+    try:
+        from raygrid.observability import dashboard
+
+        dashboard.export_json()
+    except ImportError as error:
+        raise ValueError(f"raygrid dashboards needs its extra: pip install 'raygrid[dashboards]' ({error})") from None
+    if args.action == "export":
+        text = json.dumps(dashboard.export_json(), indent=2)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+            print(f"raygrid: wrote the dashboard to {args.output}")
+        else:
+            print(text)
+        return 0
+    if not args.grafana_url:
+        raise ValueError("dashboards push needs --grafana-url (Grafana's base URL, e.g. http://grafana:3000)")
+    answer = dashboard.push(args.grafana_url, api_key=args.api_key, folder_uid=args.folder_uid)
+    print(f"raygrid: dashboard {answer.get('uid')} pushed (version {answer.get('version')}): {answer.get('url')}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raygrid", description="raygrid LLM inference engine")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -140,6 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(bench_par)
     add_parallel_args(bench_par)
     bench_par.set_defaults(func=cmd_bench_parallel)
+
+    boards = sub.add_parser("dashboards", help="raygrid's Grafana dashboard: export its JSON, or push it to a Grafana")
+    boards.add_argument("action", choices=["export", "push"])
+    boards.add_argument("--output", "-o", default=None, help="export: the file to write (default: standard output)")
+    boards.add_argument("--grafana-url", default=None, help="push: Grafana's base URL")
+    boards.add_argument("--api-key", default=os.environ.get("GRAFANA_API_KEY"),
+                        help="push: a Grafana service-account token (default: $GRAFANA_API_KEY)")
+    boards.add_argument("--folder-uid", default=None, help="push: the Grafana folder to put it in")
+    boards.set_defaults(func=cmd_dashboards)
     return parser
 
 
