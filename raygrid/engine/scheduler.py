@@ -399,16 +399,16 @@ class Scheduler:
             self._verdicts_in_flight, verdicts = verdicts, None
         verdicts = verdicts.result() if verdicts is not None else {}
         for req_id, reason in runner_out.errors.items():
-            req = self.requests.get(req_id)
-            if req is None or req.is_finished or req.num_preemptions != incarnations.get(req_id, 0):
+            req = self._scheduled_incarnation(req_id, incarnations)
+            if req is None:
                 continue
             self.running.remove(req)
             self._finish(req, RequestStatus.FINISHED_ABORTED)
             outputs.append(EngineCoreOutput(req_id, [], [], finish_reason="abort", error=f"the engine could not take this request ({reason})"))
         for req_id, token_ids, logprobs in zip(runner_out.req_ids, runner_out.sampled_token_ids, runner_out.logprobs):
-            req = self.requests.get(req_id)
-            if req is None or req.is_finished or req.num_preemptions != incarnations.get(req_id, 0):
-                continue  # aborted meanwhile, or preempted since this step was scheduled (it will recompute)
+            req = self._scheduled_incarnation(req_id, incarnations)
+            if req is None:
+                continue
             prompt_logprobs = self._new_prompt_logprobs(req, runner_out.prompt_logprobs.get(req_id))
             if not token_ids:
                 if prompt_logprobs:  # a prompt chunk of a request that wants its prompt's logprobs
@@ -456,12 +456,18 @@ class Scheduler:
             return None
         items = []
         for req_id, token_ids in zip(runner_out.req_ids, runner_out.sampled_token_ids):
-            req = self.requests.get(req_id)
-            if (req is None or req.grammar is None or not token_ids or req.is_finished or req_id in runner_out.errors
-                    or req.num_preemptions != incarnations.get(req_id, 0)):
-                continue
-            items.append((req_id, req.grammar, token_ids))
+            req = self._scheduled_incarnation(req_id, incarnations)
+            if req is not None and req.grammar is not None and token_ids and req_id not in runner_out.errors:
+                items.append((req_id, req.grammar, token_ids))
         return self._grammar_thread().advance(items) if items else None
+
+    def _scheduled_incarnation(self, req_id: str, incarnations: dict[str, int]) -> Request | None:
+        """The request a step's output is for, or None: aborted or finished meanwhile, or preempted since the
+        step was scheduled (it will recompute)."""
+        req = self.requests.get(req_id)
+        if req is None or req.is_finished or req.num_preemptions != incarnations.get(req_id, 0):
+            return None
+        return req
 
     @staticmethod
     def _grammar_status(verdict: GrammarVerdict) -> tuple[RequestStatus, str | None]:

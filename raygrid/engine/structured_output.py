@@ -27,8 +27,8 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass
 
 import numpy as np
 import torch

@@ -84,25 +84,25 @@ def cmd_bench_parallel(args: argparse.Namespace) -> int:
 def cmd_dashboards(args: argparse.Namespace) -> int:
     import json
 
+    if args.action == "push" and not args.grafana_url:
+        raise ValueError("dashboards push needs --grafana-url (Grafana's base URL, e.g. http://grafana:3000)")
     try:
         from raygrid.observability import dashboard
 
-        dashboard.export_json()
+        if args.action == "push":
+            answer = dashboard.push(args.grafana_url, api_key=args.api_key, folder_uid=args.folder_uid)
+        else:
+            text = json.dumps(dashboard.export_json(), indent=2)
     except ImportError as error:
         raise ValueError(f"raygrid dashboards needs its extra: pip install 'raygrid[dashboards]' ({error})") from None
-    if args.action == "export":
-        text = json.dumps(dashboard.export_json(), indent=2)
-        if args.output:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-            print(f"raygrid: wrote the dashboard to {args.output}")
-        else:
-            print(text)
-        return 0
-    if not args.grafana_url:
-        raise ValueError("dashboards push needs --grafana-url (Grafana's base URL, e.g. http://grafana:3000)")
-    answer = dashboard.push(args.grafana_url, api_key=args.api_key, folder_uid=args.folder_uid)
-    print(f"raygrid: dashboard {answer.get('uid')} pushed (version {answer.get('version')}): {answer.get('url')}")
+    if args.action == "push":
+        print(f"raygrid: dashboard {answer.get('uid')} pushed (version {answer.get('version')}): {answer.get('url')}")
+    elif args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        print(f"raygrid: wrote the dashboard to {args.output}")
+    else:
+        print(text)
     return 0
 
 

@@ -36,7 +36,7 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("Inter-token latency", "s", _quantiles("raygrid:inter_token_latency_seconds", "ITL")),
     PanelSpec("End-to-end request latency", "s", _quantiles("raygrid:e2e_request_latency_seconds", "E2E")),
     PanelSpec("Queue time", "s", _quantiles("raygrid:request_queue_time_seconds", "queue")),
-    PanelSpec("Token throughput", "tokens/s (per second)", (
+    PanelSpec("Token throughput", "suffix: tok/s", (  # Grafana's custom-suffix unit
         Query("sum by (model_name) (rate(raygrid:generation_tokens_total[$__rate_interval]))", "generated {{model_name}}"),
         Query("sum by (model_name) (rate(raygrid:prompt_tokens_total[$__rate_interval]))", "prompt {{model_name}}"),
     )),
