@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 
 import pytest
 import torch
@@ -102,3 +103,35 @@ def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int, **g
                                  min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0, **generate_kwargs)
             outputs.append(out[0, len(prompt):].tolist())
     return outputs
+
+
+# ---------------------------------------------------------------------- one local Ray cluster for the session
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+RAY_METRICS_PORT = free_port()  # Ray's metrics endpoint on the session cluster's node
+
+
+def start_local_ray() -> None:
+    import ray
+
+    # Logical CPUs: the workers of a TP=2 x PP=2 replica and the Serve replicas need more slots than this
+    # machine has cores.
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, _metrics_export_port=RAY_METRICS_PORT)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The session's local Ray cluster (started on first use; tests/test_multinode.py borrows the session
+    for a two-node cluster and starts this one again after)."""
+    import ray
+
+    if not ray.is_initialized():
+        start_local_ray()
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()

@@ -61,12 +61,12 @@ def test_two_api_servers_share_one_engine(qwen3_dir):
         assert results[:24] == [6] * 24 and all(isinstance(text, str) for text in results[24:40])
         # Counted by both processes, summed by whichever answers /metrics.
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and metric(base, "raygrid:num_requests_running"):
+        while time.monotonic() < deadline and metric(base, "raygrid_num_requests_running"):
             time.sleep(0.1)
         finished = {reason: _finished(base, reason) for reason in ("length", "abort")}
         assert finished == {"length": 40, "abort": 1}
-        assert metric(base, "raygrid:generation_tokens_total") >= 40 * 6
-        assert metric(base, "raygrid:num_requests_running") == 0
+        assert metric(base, "raygrid_generation_tokens_total") >= 40 * 6
+        assert metric(base, "raygrid_num_requests_running") == 0
 
         # The engine dies under load: both servers fail what they have in flight, then the supervisor stops.
         async def in_flight():
@@ -99,6 +99,6 @@ def _finished(base: str, reason: str) -> float:
     import httpx
 
     for line in httpx.get(f"{base}/metrics").text.splitlines():
-        if line.startswith("raygrid:request_success_total{") and f'finished_reason="{reason}"' in line:
+        if line.startswith("raygrid_request_success_total{") and f'finished_reason="{reason}"' in line:
             return float(line.rsplit(" ", 1)[1])
     return 0.0

@@ -21,12 +21,7 @@ from tests.test_execution_modes import params_per_prompt
 GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    # Logical CPUs: the workers of a TP=2 x PP=2 replica need more slots than this machine has cores.
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_cluster")  # the session's (conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +285,7 @@ def test_async_front_end_on_ray(model_dirs, references):
         return await asyncio.gather(*(one(p) for p in prompts[:4]))
 
     assert asyncio.run(run()) == expected["qwen3"][:4]
-    assert b"raygrid:generation_tokens_total" in engine.render_metrics()
+    assert b"raygrid_generation_tokens_total" in engine.render_metrics()
     # Dropped without shutdown(): its engine thread ends and garbage collection frees the actors and
     # placement groups, so an engine of the same size fits again.
     thread = engine._thread

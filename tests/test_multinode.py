@@ -1,5 +1,5 @@
-"""Two Ray nodes (ray.cluster_utils.Cluster: two raylets on this machine): pipeline stages land on different
-nodes, steps reach them by actor calls (the default there: Ray 2.60's cross-node compiled-graph channels crashed
+"""Two Ray nodes (ray.cluster_utils.Cluster: two raylets on this machine): TP groups pack onto a node, pipeline
+stages land on different nodes, steps reach them by actor calls (the default there: Ray 2.60's cross-node compiled-graph channels crashed
 a raylet here, ray-project/ray#63229), and greedy tokens equal one process's."""
 
 from __future__ import annotations
@@ -9,35 +9,61 @@ import ray
 from ray.cluster_utils import Cluster
 
 from raygrid import LLM, SamplingParams
-from tests.conftest import random_prompts
+from raygrid.parallel.rank_grid import RankGrid
+from raygrid.placement.placement import check_checkpoint_readable, check_cluster_fits, place_replica, release
+from tests.conftest import random_prompts, start_local_ray
 
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
+    borrowed = ray.is_initialized()  # the session's local cluster (conftest.py): set aside, started again after
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+    if borrowed:
+        start_local_ray()
 
 
-def test_pipeline_stages_on_two_nodes(two_nodes, qwen3_dir, tokenizer):
+def test_tp2_pp2_over_two_nodes(two_nodes, qwen3_dir, tokenizer):
+    """Each TP group packs onto one node, the two stages land on different nodes (two CPUs each), and greedy
+    tokens equal one process's."""
     prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=44)]
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     single = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
     expected = [o.outputs[0].token_ids for o in single.generate(prompts, params, use_tqdm=False)]
     single.shutdown()
-    llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256, pipeline_parallel_size=2)
+    llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256, tensor_parallel_size=2,
+              pipeline_parallel_size=2)
     try:
         names = llm.engine.worker_names()
-        nodes = {ray.get(ray.get_actor(name).node_id.remote()) for name in names}
+        nodes = [ray.get(ray.get_actor(name).node_id.remote()) for name in names]
         transports = llm.engine.transports()
         outputs = llm.generate(prompts, params, use_tqdm=False)
     finally:
         llm.shutdown()
-    assert len(nodes) == 2, "each stage should have a node of its own (one CPU each)"
+    assert nodes[0] == nodes[1] and nodes[2] == nodes[3], f"a TP group was split over nodes: {nodes}"
+    assert nodes[0] != nodes[2], "the two stages should have a node each (two CPUs each)"
     assert transports == ["actor calls"]
     assert [o.outputs[0].token_ids for o in outputs] == expected
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2, "a raylet died"
+
+
+def test_placement_refusals_name_what_is_missing(two_nodes, tmp_path):
+    """A TP group larger than any node, more replicas than the cluster holds, and a checkpoint a node cannot
+    read each fail at once with one line naming the limit (or the node and the path)."""
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=4 needs 4 CPU on one node; the cluster has 2 node\(s\) with 4 CPU in all, 2 on the largest"):
+        check_cluster_fits(RankGrid(tp=4, pp=1), use_gpu=False, worker_cpus=1.0)
+    with pytest.raises(ValueError, match=r"3 replica\(s\) of tensor_parallel_size=1 x pipeline_parallel_size=2 need 6 CPU"):
+        check_cluster_fits(RankGrid(tp=1, pp=2), use_gpu=False, worker_cpus=1.0, num_replicas=3)
+    slots = place_replica(RankGrid(tp=1, pp=2), use_gpu=False, worker_cpus=1.0)
+    try:
+        missing = tmp_path / "not-copied-here"
+        with pytest.raises(ValueError, match=rf"node [0-9.]+ \(rank 0\) cannot read the checkpoint at {missing}: FileNotFoundError"):
+            check_checkpoint_readable(str(missing), slots)
+    finally:
+        release(slots)

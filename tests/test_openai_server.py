@@ -209,15 +209,15 @@ def test_closing_a_stream_frees_its_blocks(server):
             lines = response.iter_lines()
             for _ in range(6):
                 next(line for line in lines if line.startswith("data: "))
-            assert metric(server, "raygrid:num_requests_running") == 1
-            assert metric(server, "raygrid:kv_cache_usage_perc") > 0
+            assert metric(server, "raygrid_num_requests_running") == 1
+            assert metric(server, "raygrid_kv_cache_usage_perc") > 0
         # leaving the block closes the connection mid-stream
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and metric(server, "raygrid:num_requests_running") != 0:
+    while time.monotonic() < deadline and metric(server, "raygrid_num_requests_running") != 0:
         time.sleep(0.1)
-    assert metric(server, "raygrid:num_requests_running") == 0
-    assert metric(server, "raygrid:kv_cache_usage_perc") == 0
-    assert metric(server, 'raygrid:request_success_total') >= 1
+    assert metric(server, "raygrid_num_requests_running") == 0
+    assert metric(server, "raygrid_kv_cache_usage_perc") == 0
+    assert metric(server, 'raygrid_request_success_total') >= 1
 
 
 BAD_REQUESTS = [
@@ -272,13 +272,13 @@ def test_models_version_metrics(server, client):
     assert [m.id for m in client.models.list().data] == ["tiny"]
     assert httpx.get(f"{server}/version").json()["version"]
     text = httpx.get(f"{server}/metrics").text
-    for name in ("raygrid:time_to_first_token_seconds_bucket", "raygrid:inter_token_latency_seconds_bucket",
-                 "raygrid:e2e_request_latency_seconds_count", "raygrid:request_queue_time_seconds_count",
-                 "raygrid:num_requests_waiting", "raygrid:prefix_cache_queries_total", "raygrid:prefix_cache_hits_total",
-                 "raygrid:num_preemptions_total", "raygrid:prompt_tokens_total", "raygrid:generation_tokens_total"):
+    for name in ("raygrid_time_to_first_token_seconds_bucket", "raygrid_inter_token_latency_seconds_bucket",
+                 "raygrid_e2e_request_latency_seconds_count", "raygrid_request_queue_time_seconds_count",
+                 "raygrid_num_requests_waiting", "raygrid_prefix_cache_queries_total", "raygrid_prefix_cache_hits_total",
+                 "raygrid_num_preemptions_total", "raygrid_prompt_tokens_total", "raygrid_generation_tokens_total"):
         assert name in text, name
-    assert metric(server, "raygrid:generation_tokens_total") > 0
-    assert metric(server, "raygrid:time_to_first_token_seconds_count") > 0
+    assert metric(server, "raygrid_generation_tokens_total") > 0
+    assert metric(server, "raygrid_time_to_first_token_seconds_count") > 0
 
 
 def test_cache_salt_isolates_prefixes(server, client):
@@ -287,7 +287,7 @@ def test_cache_salt_isolates_prefixes(server, client):
     def hits_after(**extra) -> float:
         client.completions.create(model="tiny", prompt=tokens, max_tokens=1, extra_body=extra)
         time.sleep(0.6)  # the server refreshes its scheduler metrics at least every 0.25 s
-        return metric(server, "raygrid:prefix_cache_hits_total")
+        return metric(server, "raygrid_prefix_cache_hits_total")
 
     start = hits_after(cache_salt="salt-a")
     assert hits_after(cache_salt="salt-b") == start  # other salt: no hit

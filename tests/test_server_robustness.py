@@ -35,16 +35,16 @@ def keyed_server(qwen3_dir):
 
 def aborted_total(base: str) -> float:
     for line in httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text.splitlines():
-        if line.startswith("raygrid:request_success_total{") and 'finished_reason="abort"' in line:
+        if line.startswith("raygrid_request_success_total{") and 'finished_reason="abort"' in line:
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
 
 def wait_idle(base: str, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and metric(base, "raygrid:num_requests_running") + metric(base, "raygrid:num_requests_waiting"):
+    while time.monotonic() < deadline and metric(base, "raygrid_num_requests_running") + metric(base, "raygrid_num_requests_waiting"):
         time.sleep(0.1)
-    assert metric(base, "raygrid:num_requests_running") == 0 and metric(base, "raygrid:num_requests_waiting") == 0
+    assert metric(base, "raygrid_num_requests_running") == 0 and metric(base, "raygrid_num_requests_waiting") == 0
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> dict:
@@ -131,7 +131,7 @@ def test_a_non_streaming_client_that_leaves_is_aborted(server):
         httpx.post(f"{server}/v1/completions", json=body, timeout=0.3)
     wait_idle(server)
     assert aborted_total(server) == before + 1
-    assert metric(server, "raygrid:kv_cache_usage_perc") == 0
+    assert metric(server, "raygrid_kv_cache_usage_perc") == 0
 
 
 def test_health_answers_while_a_large_prompt_is_tokenized(server):

@@ -28,7 +28,7 @@ from raygrid.cluster.worker_actor import WorkerActor
 from raygrid.config import EngineConfig
 from raygrid.engine.executor import Executor, ReplicaLostError
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
-from raygrid.placement.placement import WorkerSlot, uses_gpu
+from raygrid.placement.placement import WorkerSlot, check_checkpoint_readable, uses_gpu
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class RayExecutor(Executor):
         self.use_gpu = uses_gpu(config.device)
         self.step_timeout_s = parallel.step_timeout_s
         self.slots = slots
+        check_checkpoint_readable(config.model.model, slots)  # a node that cannot is named, before anything loads
         self.names = [f"raygrid-{uuid.uuid4().hex[:8]}-replica{replica}-rank{slot.rank}" for slot in self.slots]
         self.workers = [
             WorkerActor.options(
@@ -181,6 +182,14 @@ class RayExecutor(Executor):
             rank = self._actor_ranks.get(error.actor_id)
         where = f" on rank {rank}" if rank is not None else ""
         return WorkerFailedError(f"execute_model failed{where}: {error}")
+
+    def check_workers(self, timeout_s: float = _PING_TIMEOUT_S) -> None:
+        """Raise WorkerFailedError if a worker is dead or cannot answer within ``timeout_s`` (between steps)."""
+        gather([w.pid.remote() for w in self.workers], "ping", timeout_s)
+
+    def worker_pids(self) -> list[int]:
+        """The workers' process ids, in rank order."""
+        return sorted(self._pid_ranks, key=self._pid_ranks.get)
 
     def worker_names(self) -> list[str]:
         """Ray actor names of the workers, in rank order (``ray.get_actor(name)`` finds them)."""

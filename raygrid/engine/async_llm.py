@@ -19,6 +19,7 @@ import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config, create_engine
 from raygrid.engine.metrics import EngineMetrics
 from raygrid.engine.output_processor import OutputProcessor
@@ -59,21 +60,23 @@ class AsyncLLM:
     this one with False. On Ray each replica's core already runs in its driver actor. With
     ``engine_connection`` (several API servers) it is a client of an engine process started elsewhere, and
     ``observe_scheduler`` says whether this front end reports the engine's gauges and counters (one of
-    them does, or /metrics would count them once per API server)."""
+    them does, or /metrics would count them once per API server). ``engine``: an engine client made
+    elsewhere (the Serve application's, whose engines are another deployment's replicas), and
+    ``metrics_exporter``: where the metrics go (engine/metrics.py)."""
 
     def __init__(self, model: str, max_queued_requests: int = 4096, served_model_name: str | None = None,
                  engine_process: bool = True, engine_connection=None, observe_scheduler: bool = True,
-                 **engine_kwargs) -> None:
+                 engine: EngineClient | None = None, metrics_exporter=None, **engine_kwargs) -> None:
         self.config = build_engine_config(model, **engine_kwargs)
         self.processor = InputProcessor(self.config)
         self.tokenizer = self.processor.tokenizer
         self.model_name = served_model_name or model
         self.max_queued_requests = max_queued_requests
         # The step loop in a process of its own: this one's GIL is left to HTTP, tokenization and streaming.
-        self.engine = create_engine(self.config, self.processor.eos_token_ids, separate_process=engine_process,
-                                    connection=engine_connection, grammars=self.processor.grammars)
+        self.engine = engine or create_engine(self.config, self.processor.eos_token_ids, separate_process=engine_process,
+                                              connection=engine_connection, grammars=self.processor.grammars)
         self.output_processor = OutputProcessor(self.tokenizer)
-        self.metrics = EngineMetrics(self.model_name, observe_scheduler=observe_scheduler)
+        self.metrics = EngineMetrics(self.model_name, observe_scheduler=observe_scheduler, exporter=metrics_exporter)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, _Stream] = {}
         self._num_sequences = 0  # children of the streams above, kept with them under _streams_lock
@@ -160,7 +163,7 @@ class AsyncLLM:
         """Stop a request and free its KV blocks; safe to call from any thread, for any id."""
         self._commands.put(("abort", request_id))
 
-    def render_metrics(self) -> bytes:
+    def render_metrics(self) -> bytes | None:
         return self.metrics.render()
 
     def shutdown(self) -> None:

@@ -1,57 +1,113 @@
-"""Prometheus metrics of one engine (prometheus-client), named like vLLM's with a ``raygrid:`` prefix.
+"""The engine's metrics, named like vLLM's with a ``raygrid_`` prefix, through one of two exporters.
 
-Each engine gets its own registry, so several engines in one process (tests) do not collide. With several
-API server processes (``PROMETHEUS_MULTIPROC_DIR`` set before prometheus-client is imported), each
-process writes its values to files there and /metrics, whichever process answers it, sums the request
-counters and histograms of all of them. The engine's own gauges and counters reach every API server;
-only the one with ``observe_scheduler`` records them.
+- ``PrometheusExporter`` (``raygrid serve``, the default): prometheus-client, a registry per engine (several engines in one
+  process do not collide) and the server's /metrics. With several API server processes
+  (``PROMETHEUS_MULTIPROC_DIR`` set before prometheus-client is imported) each process writes its values to
+  files there and /metrics, whichever process answers, sums the request counters and histograms of all.
+- ``RayExporter`` (serve/ray_metrics.py, the Ray Serve application): ``ray.serve.metrics``, which Ray's metrics endpoint on each node
+  exports with the deployment, replica and application as labels. Ray adds its own prefix, so
+  ``raygrid_time_to_first_token_seconds`` here is ``ray_raygrid_time_to_first_token_seconds`` there; the
+  names carry no colons (Ray refuses them), and the dashboard's ``prefix`` variable picks either.
+
+The scheduler's gauges and counters are recorded by one party only (``observe_scheduler``): the API server
+that owns the engine, or under Serve each engine replica, for itself.
 """
 
 from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
-
 from raygrid.engine.scheduler import SchedulerStats
 
-_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+PREFIX = "raygrid_"
+RAY_PREFIX = "ray_"  # what Ray's metrics endpoint puts before every exported name
+
+
+class PrometheusSeries:
+    """One prometheus-client metric with its labels bound: ``inc``, ``set``, ``observe``; ``labels(**more)``
+    binds a further label (the finish reason). Ray's counterpart is serve/ray_metrics.py's RaySeries."""
+
+    def __init__(self, metric, tags: dict[str, str]) -> None:
+        self._metric, self._tags = metric, tags
+        self._bound = metric.labels(**tags)
+
+    def inc(self, value: float = 1.0) -> None:
+        if value:
+            self._bound.inc(value)
+
+    def set(self, value: float) -> None:
+        self._bound.set(value)
+
+    def observe(self, value: float) -> None:
+        self._bound.observe(value)
+
+    def labels(self, **more: str) -> "PrometheusSeries":
+        return PrometheusSeries(self._metric, {**self._tags, **more})
+
+
+class PrometheusExporter:
+    """Metrics in a registry of their own, rendered by the server's /metrics."""
+
+    name = "prometheus"
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.registry = CollectorRegistry()
+
+    def make(self, kind: str, name: str, doc: str, tags: dict[str, str], extra: tuple[str, ...] = ()) -> PrometheusSeries:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        labels = tuple(tags) + extra
+        if kind == "histogram":
+            metric = Histogram(name, doc, labels, registry=self.registry, buckets=LATENCY_BUCKETS)
+        elif kind == "counter":
+            metric = Counter(name, doc, labels, registry=self.registry)
+        else:  # set by one process: its latest value is the value
+            metric = Gauge(name, doc, labels, registry=self.registry, multiprocess_mode="mostrecent")
+        return PrometheusSeries(metric, tags)
+
+    def render(self) -> bytes:
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
 
 
 class EngineMetrics:
-    def __init__(self, model_name: str, observe_scheduler: bool = True) -> None:
-        self.registry = CollectorRegistry()
-        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    def __init__(self, model_name: str, observe_scheduler: bool = True, exporter=None) -> None:
+        """``exporter``: a PrometheusExporter (the default) or serve/ray_metrics.py's RayExporter."""
+        self.exporter = exporter or PrometheusExporter()
         self.observes_scheduler = observe_scheduler
-        labels = ["model_name"]
-        r = self.registry
+        tags = {"model_name": model_name}
 
         def histogram(name, doc):
-            return Histogram(name, doc, labels, registry=r, buckets=_LATENCY_BUCKETS).labels(model_name)
+            return self.exporter.make("histogram", PREFIX + name, doc, tags)
 
-        def counter(name, doc):
-            return Counter(name, doc, labels, registry=r).labels(model_name)
+        def counter(name, doc, extra: tuple[str, ...] = ()):
+            return self.exporter.make("counter", PREFIX + name, doc, tags, extra)
 
-        def gauge(name, doc):  # set by one process: its latest value is the value
-            return Gauge(name, doc, labels, registry=r, multiprocess_mode="mostrecent").labels(model_name)
+        def gauge(name, doc):
+            return self.exporter.make("gauge", PREFIX + name, doc, tags)
 
-        self.time_to_first_token = histogram("raygrid:time_to_first_token_seconds", "Time from arrival to the first output token.")
-        self.inter_token_latency = histogram("raygrid:inter_token_latency_seconds", "Time between consecutive output tokens.")
-        self.e2e_latency = histogram("raygrid:e2e_request_latency_seconds", "Time from arrival to the last output token.")
-        self.queue_time = histogram("raygrid:request_queue_time_seconds", "Time a request waited before it first ran.")
-        self.num_running = gauge("raygrid:num_requests_running", "Requests in the running batch.")
-        self.num_waiting = gauge("raygrid:num_requests_waiting", "Requests waiting to run.")
-        self.kv_cache_usage = gauge("raygrid:kv_cache_usage_perc", "Fraction of KV cache blocks in use (0 to 1).")
-        self.prefix_cache_queries = counter("raygrid:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
-        self.prefix_cache_hits = counter("raygrid:prefix_cache_hits", "Prompt tokens found in the prefix cache.")
-        self.preemptions = counter("raygrid:num_preemptions", "Requests preempted for lack of KV blocks.")
-        self.prompt_tokens = counter("raygrid:prompt_tokens", "Prompt tokens of accepted requests.")
-        self.generation_tokens = counter("raygrid:generation_tokens", "Output tokens generated.")
-        self.requests_finished = Counter(
-            "raygrid:request_success", "Finished requests by finish reason.", ["model_name", "finished_reason"], registry=r
-        )
-        self._model_name = model_name
+        self.time_to_first_token = histogram("time_to_first_token_seconds", "Time from arrival to the first output token.")
+        self.inter_token_latency = histogram("inter_token_latency_seconds", "Time between consecutive output tokens.")
+        self.e2e_latency = histogram("e2e_request_latency_seconds", "Time from arrival to the last output token.")
+        self.queue_time = histogram("request_queue_time_seconds", "Time a request waited before it first ran.")
+        self.num_running = gauge("num_requests_running", "Requests in the running batch.")
+        self.num_waiting = gauge("num_requests_waiting", "Requests waiting to run.")
+        self.kv_cache_usage = gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (0 to 1).")
+        self.prefix_cache_queries = counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
+        self.prefix_cache_hits = counter("prefix_cache_hits", "Prompt tokens found in the prefix cache.")
+        self.preemptions = counter("num_preemptions", "Requests preempted for lack of KV blocks.")
+        self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of accepted requests.")
+        self.generation_tokens = counter("generation_tokens", "Output tokens generated.")
+        self.requests_finished = counter("request_success", "Finished requests by finish reason.", ("finished_reason",))
         self._last = SchedulerStats()
 
     def observe_scheduler(self, stats: SchedulerStats) -> None:
@@ -67,11 +123,8 @@ class EngineMetrics:
         self._last = stats
 
     def observe_finished(self, finish_reason: str) -> None:
-        self.requests_finished.labels(self._model_name, finish_reason).inc()
+        self.requests_finished.labels(finished_reason=finish_reason).inc()
 
-    def render(self) -> bytes:
-        if self.multiprocess:
-            registry = CollectorRegistry()
-            MultiProcessCollector(registry)
-            return generate_latest(registry)
-        return generate_latest(self.registry)
+    def render(self) -> bytes | None:
+        """The Prometheus text of these metrics; None when Ray's metrics endpoint exports them."""
+        return self.exporter.render()

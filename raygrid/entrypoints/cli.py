@@ -54,6 +54,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.model not in (DEFAULT_MODEL_NAME, args.model_tag):
             raise ValueError(f"the model is given twice, as {args.model_tag!r} and --model {args.model!r}: give it once")
         args.model = args.model_tag
+    if args.ray_serve:
+        from raygrid.serve.run import run_serve_app
+
+        return run_serve_app(args, engine_kwargs(args))
     return run_server(args, engine_kwargs(args))
 
 
@@ -145,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the step loop on a thread of the API process instead of a process of its own")
     serve.add_argument("--api-server-count", type=int, default=1,
                        help="API server processes sharing the port and the engine (HTTP, tokenization and streaming spread over them)")
+    serve.add_argument("--ray-serve", action="store_true",
+                       help="run as a Ray Serve application (raygrid.serve.build_app): an ingress and one engine deployment "
+                            "whose replicas are the data-parallel copies")
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)

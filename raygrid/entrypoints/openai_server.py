@@ -130,7 +130,11 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
 
     @app.get("/metrics")
     async def metrics():
-        return Response(engine.render_metrics(), media_type=CONTENT_TYPE_LATEST)
+        text = engine.render_metrics()
+        if text is None:  # the Serve application: Ray's metrics endpoint on each node exports them
+            raise APIError(404, "metrics are exported by Ray's metrics endpoint on each node (as ray_raygrid_*), not here",
+                           kind="not_found_error")
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
     async def models():

@@ -8,6 +8,7 @@ The same builders make the tiny checkpoints of the tests.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -62,9 +63,14 @@ def resolve_model_path(model: str) -> str:
         path = cache_dir() / "models" / model
         marker = path / "raygrid-built-in-version"
         if not marker.is_file() or marker.read_text() != BUILT_IN_VERSION:
-            print(f"raygrid: creating the built-in model {model} (random weights, its text is noise) in {path}", flush=True)
-            BUILT_IN_MODELS[model](path)
-            marker.write_text(BUILT_IN_VERSION)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Processes of one node (Serve replicas, workers) may start together: one writes, the others wait.
+            with open(path.parent / f".{model}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not marker.is_file() or marker.read_text() != BUILT_IN_VERSION:
+                    print(f"raygrid: creating the built-in model {model} (random weights, its text is noise) in {path}", flush=True)
+                    BUILT_IN_MODELS[model](path)
+                    marker.write_text(BUILT_IN_VERSION)
         return str(path)
     if not Path(model).is_dir():
         raise FileNotFoundError(

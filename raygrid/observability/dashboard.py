@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 DASHBOARD_UID = "raygrid-overview"
 DATASOURCE = "${datasource}"  # the dashboard's Prometheus, picked in Grafana
+# The metric names' start, picked in Grafana: "raygrid_" as `raygrid serve` exports them, "ray_raygrid_" as Ray's
+# metrics endpoint does for the Serve application (engine/metrics.py).
+PREFIX = "${prefix}"
+PREFIXES = {"raygrid serve": "raygrid_", "Ray Serve": "ray_raygrid_"}
 
 
 @dataclass(frozen=True)
@@ -32,29 +36,29 @@ def _quantiles(metric: str, what: str) -> tuple[Query, ...]:
 
 
 PANELS: tuple[PanelSpec, ...] = (
-    PanelSpec("Time to first token", "s", _quantiles("raygrid:time_to_first_token_seconds", "TTFT")),
-    PanelSpec("Inter-token latency", "s", _quantiles("raygrid:inter_token_latency_seconds", "ITL")),
-    PanelSpec("End-to-end request latency", "s", _quantiles("raygrid:e2e_request_latency_seconds", "E2E")),
-    PanelSpec("Queue time", "s", _quantiles("raygrid:request_queue_time_seconds", "queue")),
+    PanelSpec("Time to first token", "s", _quantiles(f"{PREFIX}time_to_first_token_seconds", "TTFT")),
+    PanelSpec("Inter-token latency", "s", _quantiles(f"{PREFIX}inter_token_latency_seconds", "ITL")),
+    PanelSpec("End-to-end request latency", "s", _quantiles(f"{PREFIX}e2e_request_latency_seconds", "E2E")),
+    PanelSpec("Queue time", "s", _quantiles(f"{PREFIX}request_queue_time_seconds", "queue")),
     PanelSpec("Token throughput", "suffix: tok/s", (  # Grafana's custom-suffix unit
-        Query("sum by (model_name) (rate(raygrid:generation_tokens_total[$__rate_interval]))", "generated {{model_name}}"),
-        Query("sum by (model_name) (rate(raygrid:prompt_tokens_total[$__rate_interval]))", "prompt {{model_name}}"),
+        Query(f"sum by (model_name) (rate({PREFIX}generation_tokens_total[$__rate_interval]))", "generated {{model_name}}"),
+        Query(f"sum by (model_name) (rate({PREFIX}prompt_tokens_total[$__rate_interval]))", "prompt {{model_name}}"),
     )),
     PanelSpec("Requests", "short", (
-        Query("sum by (model_name) (raygrid:num_requests_running)", "running {{model_name}}"),
-        Query("sum by (model_name) (raygrid:num_requests_waiting)", "waiting {{model_name}}"),
-        Query("sum by (model_name, finished_reason) (rate(raygrid:request_success_total[$__rate_interval]))",
+        Query(f"sum by (model_name) ({PREFIX}num_requests_running)", "running {{model_name}}"),
+        Query(f"sum by (model_name) ({PREFIX}num_requests_waiting)", "waiting {{model_name}}"),
+        Query(f"sum by (model_name, finished_reason) (rate({PREFIX}request_success_total[$__rate_interval]))",
               "finished ({{finished_reason}}) per s"),
     )),
     PanelSpec("KV cache usage", "percentunit", (
-        Query("max by (model_name) (raygrid:kv_cache_usage_perc)", "{{model_name}}"),
+        Query(f"max by (model_name) ({PREFIX}kv_cache_usage_perc)", "{{model_name}}"),
     )),
     PanelSpec("Prefix cache hit rate", "percentunit", (
-        Query("sum by (model_name) (rate(raygrid:prefix_cache_hits_total[$__rate_interval])) / "
-              "sum by (model_name) (rate(raygrid:prefix_cache_queries_total[$__rate_interval]))", "{{model_name}}"),
+        Query(f"sum by (model_name) (rate({PREFIX}prefix_cache_hits_total[$__rate_interval])) / "
+              f"sum by (model_name) (rate({PREFIX}prefix_cache_queries_total[$__rate_interval]))", "{{model_name}}"),
     )),
     PanelSpec("Preemptions", "short", (
-        Query("sum by (model_name) (rate(raygrid:num_preemptions_total[$__rate_interval]))", "per s {{model_name}}"),
+        Query(f"sum by (model_name) (rate({PREFIX}num_preemptions_total[$__rate_interval]))", "per s {{model_name}}"),
     )),
 )
 
@@ -63,14 +67,17 @@ def build_dashboard():
     """The dashboard as grafana-foundation-sdk's model: a Prometheus datasource variable, then the panels two
     abreast."""
     from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
-    from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos
+    from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos, VariableOption
 
     board = (dashboard.Dashboard("raygrid")
              .uid(DASHBOARD_UID)
              .tags(["raygrid", "llm"])
              .time("now-1h", "now")
              .refresh("10s")
-             .with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus")))
+             .with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+             .with_variable(dashboard.CustomVariable("prefix").label("Exported by")
+                            .values(", ".join(f"{name} : {value}" for name, value in PREFIXES.items()))
+                            .current(VariableOption(text=next(iter(PREFIXES)), value=next(iter(PREFIXES.values()))))))
     source = DataSourceRef(type_val="prometheus", uid=DATASOURCE)
     for n, spec in enumerate(PANELS):
         panel = (timeseries.Panel().title(spec.title).unit(spec.unit).datasource(source)
@@ -107,12 +114,12 @@ def push(grafana_url: str, api_key: str | None = None, folder_uid: str | None = 
         raise ValueError(f"--grafana-url {grafana_url}: {type(error).__name__}: {error}") from None
 
 
-def metric_names() -> set[str]:
-    """The series names the panel queries read."""
+def metric_names(prefix: str = PREFIXES["raygrid serve"]) -> set[str]:
+    """The series names the panel queries read, with the names starting as ``prefix`` (one of PREFIXES)."""
     import re
 
     names = set()
     for spec in PANELS:
         for query in spec.queries:
-            names.update(re.findall(r"raygrid:[a-z0-9_]+", query.expr))
+            names.update(prefix + rest for rest in re.findall(re.escape(PREFIX) + r"([a-z0-9_]+)", query.expr))
     return names

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raygrid.parallel.rank_grid import RankGrid
 
@@ -82,3 +83,55 @@ def release(slots: list[WorkerSlot]) -> None:
             remove_placement_group(pg)
         except Exception:  # already gone with the cluster
             pass
+
+
+# ---------------------------------------------------------------------- a Serve replica's own placement group
+
+
+def replica_bundles(grid: RankGrid, use_gpu: bool, worker_cpus: float) -> tuple[list[dict[str, float]], str]:
+    """The bundles and strategy of a Serve replica's placement group: bundle 0 for the replica actor (with the
+    device, when the engine has one rank and runs in the replica's own engine process), then one per worker.
+    One stage packs strictly onto a node; several may spread (PACK), and ``slots_in`` checks that no TP group
+    was split."""
+    if grid.world_size == 1:
+        return [worker_bundle(use_gpu, worker_cpus)], "STRICT_PACK"
+    return [{"CPU": 1.0}] + [worker_bundle(use_gpu, worker_cpus) for _ in range(grid.world_size)], \
+        "STRICT_PACK" if grid.pp == 1 else "PACK"
+
+
+def slots_in(pg: PlacementGroup, grid: RankGrid) -> list[WorkerSlot]:
+    """Worker slots in a placement group made by ``replica_bundles`` (rank r in bundle r + 1); a TP group whose
+    bundles landed on different nodes is refused, naming the nodes."""
+    from ray.util.placement_group import placement_group_table
+
+    nodes = placement_group_table(pg).get("bundles_to_node_id", {})
+    for group in grid.tp_groups():
+        where = {nodes.get(rank + 1) for rank in group}
+        if len(where) > 1:
+            raise ValueError(f"tensor_parallel_size={grid.tp}: ranks {group} were placed on {len(where)} nodes "
+                             f"({', '.join(sorted(map(str, where)))}); a TP group needs one node with {grid.tp} devices")
+    return [WorkerSlot(rank, pg, rank + 1) for rank in range(grid.world_size)]
+
+
+@ray.remote(num_cpus=0)
+def _read_checkpoint(path: str) -> tuple[str, str | None]:
+    import os
+
+    node = ray.util.get_node_ip_address()
+    try:
+        with open(os.path.join(path, "config.json"), "rb") as f:
+            f.read(1)
+    except OSError as error:
+        return node, f"{type(error).__name__}: {error.strerror or error}"
+    return node, None
+
+
+def check_checkpoint_readable(path: str, slots: list[WorkerSlot]) -> None:
+    """Every worker's node must read the checkpoint (a shared path, or a copy at the same path on each node);
+    raise a ValueError naming the first node that cannot, and the path."""
+    refs = [_read_checkpoint.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        s.placement_group, placement_group_bundle_index=s.bundle_index)).remote(path) for s in slots]
+    for slot, (node, error) in zip(slots, ray.get(refs)):
+        if error is not None:
+            raise ValueError(f"node {node} (rank {slot.rank}) cannot read the checkpoint at {path}: {error}; "
+                             "put it on a path every node shares, or copy it to that path on each node")

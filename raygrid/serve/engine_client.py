@@ -1,0 +1,133 @@
+"""ServeEngineClient: the ingress's EngineClient over the engine deployment's Serve handle.
+
+Each request is one streaming call, ``EngineServer.generate``: Serve's router picks the replica (fewest
+requests in flight of two sampled) and counts it toward the deployment's autoscaling. The calls run on an
+event loop of this client's own, on a thread; their outputs queue up for ``step()``, which the AsyncLLM
+engine thread calls as it would any engine's. Aborting cancels the call, and the replica frees the request.
+
+A call that fails before its first output (the replica it reached had lost its engine, or died) is sent
+again, up to ``retries`` times over about 20 s: Serve routes it to another replica or to the replacement of the lost one.
+One that fails later ends with an error; continuing such a stream elsewhere is request migration's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+
+from raygrid.engine.outputs import EngineCoreOutput
+from raygrid.engine.request import Request
+from raygrid.engine.scheduler import SchedulerStats
+
+logger = logging.getLogger(__name__)
+
+_STALE_S = 10.0  # a replica not heard from this long no longer counts in stats()
+
+
+class ServeEngineClient:
+    def __init__(self, handle, retries: int = 8, retry_wait_s: float = 0.25) -> None:
+        self._handle = handle.options(stream=True)
+        self.retries, self.retry_wait_s = retries, retry_wait_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="raygrid-serve-client", daemon=True)
+        self._thread.start()
+        self._finalizer = weakref.finalize(self, _stop_loop, self._loop, self._thread)
+        self._ready: queue.SimpleQueue[list[EngineCoreOutput]] = queue.SimpleQueue()
+        self._calls: dict[str, Future] = {}
+        self._replicas: dict[str, tuple[float, SchedulerStats, dict[str, float]]] = {}
+
+    # ------------------------------------------------------------------ EngineClient
+
+    @property
+    def healthy(self) -> list[bool]:
+        """Whether this client can reach the deployment; the replicas' own health is Serve's to keep."""
+        return [self._thread.is_alive()]
+
+    def add_request(self, request: Request) -> None:
+        if not self._thread.is_alive():
+            raise RuntimeError("the Serve engine client is shut down")
+        self._calls[request.request_id] = asyncio.run_coroutine_threadsafe(self._stream(request), self._loop)
+
+    def abort_requests(self, request_ids) -> None:
+        for req_id in request_ids:
+            call = self._calls.pop(req_id, None)
+            if call is not None:
+                call.cancel()  # cancels the task on the client loop, which cancels the Serve call
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._calls)
+
+    def step(self) -> list[EngineCoreOutput]:
+        try:
+            outputs = list(self._ready.get(timeout=0.05))
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                outputs.extend(self._ready.get_nowait())
+            except queue.Empty:
+                break
+        for out in outputs:
+            if out.finished:
+                self._calls.pop(out.req_id, None)
+        return outputs
+
+    def stats(self) -> SchedulerStats:
+        """The replicas' counters as of the outputs last streamed from each, summed (KV usage averaged)."""
+        total, live = SchedulerStats(), self._live_replicas()
+        for _, stats, _ in live:
+            for name in vars(total):
+                setattr(total, name, getattr(total, name) + getattr(stats, name))
+        total.kv_cache_usage /= len(live) or 1
+        return total
+
+    def step_timing(self) -> list[dict[str, float]]:
+        return [timing for _, _, timing in self._live_replicas()]
+
+    def shutdown(self) -> None:
+        for call in list(self._calls.values()):
+            call.cancel()
+        self._calls.clear()
+        self._finalizer()
+
+    # ------------------------------------------------------------------ the client loop
+
+    def _live_replicas(self):
+        now = time.monotonic()
+        return [entry for entry in list(self._replicas.values()) if now - entry[0] < _STALE_S]
+
+    async def _stream(self, request: Request) -> None:
+        for attempt in range(self.retries + 1):
+            call = self._handle.generate.remote(request)
+            heard = False
+            try:
+                async for batch in call:
+                    heard = True
+                    self._replicas[batch.replica] = (time.monotonic(), batch.stats, batch.step_timing)
+                    self._ready.put(batch.outputs)
+                return
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            except Exception as error:  # noqa: BLE001 - a lost replica or engine: retry, or fail this request
+                if heard or attempt == self.retries:
+                    reason = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+                    self._ready.put([EngineCoreOutput(request.request_id, [], [], finish_reason="abort",
+                                                      error=f"the engine replica failed: {reason}")])
+                    return
+                logger.warning("request %s: engine replica unavailable (%s); sending it again", request.request_id,
+                               type(error).__name__)
+                # Doubling waits, up to 4 s (about 20 s in all): long enough for Serve's health check to take a
+                # lost replica out of routing, or to replace it.
+                await asyncio.sleep(min(self.retry_wait_s * 2**attempt, 4.0))
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    if loop.is_running():
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)

@@ -1,0 +1,180 @@
+"""The Ray Serve application on the session's local Ray cluster, started the way users start it:
+``raygrid serve --ray-serve`` joining the cluster, with two engine replicas behind Serve's HTTP proxy. The
+official openai client talks to it; an engine process is SIGKILLed and Serve replaces its replica while the
+app keeps answering; the metrics reach Ray's metrics endpoint under the names the dashboard reads."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+import yaml
+from ray import serve
+
+from raygrid import LLM, SamplingParams
+from raygrid.entrypoints.cli import build_parser, engine_kwargs
+from raygrid.observability.dashboard import PREFIXES, metric_names
+from raygrid.serve import ServeArgs, build_app
+from raygrid.serve.run import serve_args_from_cli
+from tests.conftest import RAY_METRICS_PORT, free_port, random_prompts
+
+ENGINE_FLAGS = ["--device", "cpu", "--dtype", "float32", "--max-model-len", "256", "--max-num-seqs", "8",
+                "--num-kv-blocks", "24"]  # a small pool: a burst of long requests preempts
+
+
+@pytest.fixture(scope="module")
+def app(ray_cluster, qwen3_dir):
+    port = free_port()
+    cmd = [sys.executable, "-m", "raygrid.entrypoints.cli", "serve", qwen3_dir, "--ray-serve", "--ray-address", ray_cluster,
+           "--served-model-name", "tiny", "-dp", "2", "--port", str(port), "--log-level", "warning", *ENGINE_FLAGS]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while True:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the Serve application did not come up in 240 s"
+        time.sleep(1)
+    yield url
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, output
+    assert "raygrid" not in serve.status().applications, "the application outlived `raygrid serve --ray-serve`"
+    serve.shutdown()
+
+
+def engine_replicas(seen: int = 2, tries: int = 60) -> dict[str, list[int]]:
+    """Replica id -> its engine process ids, asking through the deployment's handle until ``seen`` answered."""
+    handle = serve.get_deployment_handle("EngineServer", app_name="raygrid")
+    replicas: dict[str, list[int]] = {}
+    for _ in range(tries):
+        replica, pids = handle.describe.remote().result(timeout_s=30)
+        replicas[replica] = pids
+        if len(replicas) >= seen:
+            break
+    return replicas
+
+
+def test_openai_routes_through_serve(app, qwen3_dir, tokenizer):
+    client = openai.OpenAI(base_url=f"{app}/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    # Greedy completions through Serve equal the offline engine's, for several prompts spread over the replicas.
+    prompts = random_prompts(6, len(tokenizer), seed=61)
+    llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
+    expected = [o.outputs[0].text for o in llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                                           SamplingParams(temperature=0, max_tokens=10, ignore_eos=True), use_tqdm=False)]
+    llm.shutdown()
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda p: client.completions.create(model="tiny", prompt=p, max_tokens=10, temperature=0,
+                                                                extra_body={"ignore_eos": True}), prompts))
+    assert [r.choices[0].text for r in got] == expected
+    assert all(r.usage.completion_tokens == 10 and r.choices[0].finish_reason == "length" for r in got)
+    # Chat, whole and streamed, agree; n=2 sampled with a seed gives two choices.
+    messages = [{"role": "user", "content": "Say something."}]
+    whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0)
+    stream = client.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    sampled = client.completions.create(model="tiny", prompt="hello there", max_tokens=6, n=2, temperature=1.0, seed=5)
+    assert sorted(c.index for c in sampled.choices) == [0, 1]
+    # A bad request is refused by the ingress with the field named, and the app goes on serving.
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 256 tokens"):
+        client.completions.create(model="tiny", prompt="x", max_tokens=10_000)
+    # Metrics are Ray's to export under Serve; /metrics says where they are.
+    answer = httpx.get(f"{app}/metrics")
+    assert answer.status_code == 404 and "Ray's metrics endpoint" in answer.json()["error"]["message"]
+
+
+def test_metrics_reach_rays_endpoint_under_the_dashboards_names(app, tokenizer):
+    """After a burst that preempts and a repeated prompt that hits the prefix cache, every series the Grafana
+    dashboard reads (with its "Ray Serve" prefix) is on Ray's metrics endpoint, the engine gauges once per
+    replica."""
+    client = openai.OpenAI(base_url=f"{app}/v1", api_key="unused", max_retries=0)
+    shared = random_prompts(1, len(tokenizer), min_len=40, max_len=41, seed=62)[0]
+    for _ in range(3):  # two replicas: at least two of the three land on one of them
+        client.completions.create(model="tiny", prompt=shared, max_tokens=2)
+    long = random_prompts(8, len(tokenizer), min_len=40, max_len=41, seed=63)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda p: client.completions.create(model="tiny", prompt=p, max_tokens=180, temperature=0,
+                                                          extra_body={"ignore_eos": True}), long))
+    wanted = metric_names(PREFIXES["Ray Serve"])
+    deadline, text = time.monotonic() + 60, ""
+    while time.monotonic() < deadline:
+        text = httpx.get(f"http://127.0.0.1:{RAY_METRICS_PORT}/metrics", timeout=10).text
+        if wanted <= set(re.findall(r"^(ray_raygrid_[a-z0-9_]+)\{", text, re.M)):
+            break
+        time.sleep(2)
+    exported = set(re.findall(r"^(ray_raygrid_[a-z0-9_]+)\{", text, re.M))
+    assert wanted <= exported, sorted(wanted - exported)
+    running = re.findall(r'^ray_raygrid_num_requests_running\{[^}]*replica="([^"]+)"', text, re.M)
+    assert len(set(running)) >= 2, "each engine replica reports its own scheduler"
+    assert re.search(r'^ray_raygrid_num_preemptions_total\{[^}]*deployment="EngineServer"', text, re.M)
+
+
+def test_killed_engine_process_is_replaced_and_the_app_keeps_answering(app):
+    client = openai.OpenAI(base_url=f"{app}/v1", api_key="unused", max_retries=0, timeout=60)
+    before = engine_replicas()
+    assert len(before) == 2
+    victim, pids = next(iter(before.items()))
+    os.kill(pids[0], signal.SIGKILL)
+    answered, replaced_at = 0, None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        # Every request gets its answer: one that reaches the dead replica is sent again by the ingress.
+        reply = client.completions.create(model="tiny", prompt="still there?", max_tokens=4, extra_body={"ignore_eos": True})
+        assert reply.usage.completion_tokens == 4
+        answered += 1
+        now = engine_replicas(seen=2, tries=10)
+        if victim not in now and len(now) == 2 and replaced_at is None:
+            replaced_at = time.monotonic()
+        if replaced_at is not None and time.monotonic() - replaced_at > 2:
+            break
+    assert replaced_at is not None, "Serve did not replace the replica whose engine process died"
+    assert answered >= 2
+    status = serve.status().applications["raygrid"].deployments["EngineServer"]
+    assert status.status == "HEALTHY" and status.replica_states.get("RUNNING") == 2
+
+
+def test_serve_config_and_cli_mapping(qwen3_dir, ray_cluster):
+    """`raygrid serve --ray-serve`'s flags map onto ServeArgs; ray_configs/serve.yaml is a valid Serve config whose
+    args build; bad fields are refused with the field named."""
+    args = build_parser().parse_args(["serve", qwen3_dir, "--ray-serve", "-dp", "3", "-tp", "2", "--api-key", "k",
+                                      "--tool-call-parser", "hermes", "--max-model-len", "128"])
+    serve_args = serve_args_from_cli(args, engine_kwargs(args))
+    llm_config = serve_args.llm_configs[0]
+    assert llm_config.engine_kwargs == {"max_model_len": 128, "tensor_parallel_size": 2}
+    assert llm_config.deployment_config == {"num_replicas": 3}
+    assert serve_args.server.api_key == "k" and serve_args.server.tool_call_parser == "hermes"
+    bad = build_parser().parse_args(["serve", qwen3_dir, "--ray-serve", "--api-server-count", "2"])
+    with pytest.raises(ValueError, match="--api-server-count: not available with --ray-serve"):
+        serve_args_from_cli(bad, engine_kwargs(bad))
+
+    from ray.serve.schema import ServeDeploySchema
+
+    config = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "ray_configs", "serve.yaml")))
+    ServeDeploySchema.model_validate(config)
+    (application,) = config["applications"]
+    assert application["import_path"] == "raygrid.serve:build_app"
+    ServeArgs.model_validate(application["args"])
+
+    base = {"model_loading_config": {"model_id": "m", "model_source": qwen3_dir}}
+    for engine_kwargs_, message in (({"max_model_lenn": 5}, "engine_kwargs.max_model_lenn: not an engine argument"),
+                                    ({"data_parallel_size": 2}, "engine_kwargs.data_parallel_size: not set under Serve")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            ServeArgs.model_validate({"llm_config": {**base, "engine_kwargs": engine_kwargs_}})
+    with pytest.raises(ValueError, match=r"1 replica\(s\) of tensor_parallel_size=64 x pipeline_parallel_size=1 need 64 CPU; the cluster has"):
+        build_app({"llm_config": {**base, "engine_kwargs": {"device": "cpu", "tensor_parallel_size": 64}}})
