@@ -115,6 +115,7 @@ def free_port() -> int:
 
 
 RAY_METRICS_PORT = free_port()  # Ray's metrics endpoint on the session cluster's node
+RAY_DASHBOARD_PORT = free_port()  # its dashboard: the job server
 
 
 def start_local_ray() -> None:
@@ -122,7 +123,8 @@ def start_local_ray() -> None:
 
     # Logical CPUs: the workers of a TP=2 x PP=2 replica and the Serve replicas need more slots than this
     # machine has cores.
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, _metrics_export_port=RAY_METRICS_PORT)
+    ray.init(num_cpus=16, include_dashboard=True, dashboard_port=RAY_DASHBOARD_PORT, log_to_driver=False,
+             _metrics_export_port=RAY_METRICS_PORT)
 
 
 @pytest.fixture(scope="session")

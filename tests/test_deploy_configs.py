@@ -60,7 +60,9 @@ def test_kuberay_manifests_match_the_crds(crd_schemas):
                 argv = shlex.split(doc["spec"]["entrypoint"])
                 assert argv[0] == "raygrid"
                 build_parser().parse_args(argv[1:])
-    assert {"RayCluster", "RayJob"} <= kinds
+            if doc["kind"] == "RayService":  # its Serve config is Serve's, and its args are build_app's
+                check_serve_config(yaml.safe_load(doc["spec"]["serveConfigV2"]))
+    assert {"RayCluster", "RayJob", "RayService"} <= kinds
 
     cluster = yaml.safe_load((ROOT / "k8s" / "raycluster.yaml").read_text())
     for path, value in ((["spec", "workerGroupSpecs", 0, "replicas"], "one"),  # a wrong type
@@ -77,6 +79,32 @@ def test_kuberay_manifests_match_the_crds(crd_schemas):
     job["spec"]["entrypoint"] = job["spec"]["entrypoint"].replace("--random-range", "--random-lengths")
     with pytest.raises(SystemExit):
         build_parser().parse_args(shlex.split(job["spec"]["entrypoint"])[1:])
+
+
+def check_serve_config(config: dict) -> None:
+    from ray.serve.schema import ServeDeploySchema
+
+    from raygrid.serve import ServeArgs
+
+    ServeDeploySchema.model_validate(config)
+    for application in config["applications"]:
+        assert application["import_path"] == "raygrid.serve:build_app"
+        ServeArgs.model_validate(application["args"])
+
+
+def test_serve_configs_are_serves_and_build_apps_args():
+    """ray_configs/serve.yaml (and the RayService's copy, checked above) pass Serve's own schema and ServeArgs;
+    a misspelt engine argument or Serve field in them is refused."""
+    config = yaml.safe_load((ROOT / "ray_configs" / "serve.yaml").read_text())
+    check_serve_config(config)
+    broken = copy.deepcopy(config)
+    broken["applications"][0]["args"]["llm_configs"][0]["engine_kwargs"]["tensor_parallel"] = 2
+    with pytest.raises(ValueError, match="engine_kwargs.tensor_parallel: not an engine argument"):
+        check_serve_config(broken)
+    broken = copy.deepcopy(config)
+    broken["applications"][0]["route_prefx"] = "/"
+    with pytest.raises(ValueError, match="route_prefx"):
+        check_serve_config(broken)
 
 
 def test_cluster_launcher_config_matches_rays_schema():

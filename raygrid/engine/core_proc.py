@@ -246,7 +246,8 @@ class EngineProcClient:
         deadline = time.monotonic() + timeout_s
         while not self._inbox.poll(_POLL_MS):
             if not self._engine_alive():
-                raise RuntimeError("the engine process exited while starting")
+                code = f" (exit code {self._owned.process.exitcode})" if self._owned is not None else ""
+                raise RuntimeError(f"the engine process exited while starting{code}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the engine process did not start within {timeout_s:g} s")
         kind, payload = pickle.loads(self._inbox.recv())

@@ -44,6 +44,7 @@ class Worker:
         self.runner = ModelRunner(config, self.model, self.device, self.dtype, eos_token_ids)
         self._memory: dict[str, int] = {}
         self._launched = None  # execute_model_pipelined's step in flight
+        self._num_steps, self._execute_seconds = 0, 0.0  # the steps this rank answered (step_report)
 
     def determine_num_kv_blocks(self) -> int:
         """How many KV blocks fit: on GPU what is left of ``gpu_memory_utilization`` after the peak of the
@@ -92,7 +93,19 @@ class Worker:
         self._launched = None
 
     def execute_model(self, scheduler_output: SchedulerOutput, non_blocking: bool = False, defer_grammar: bool = False):
-        return self.runner.execute_model(scheduler_output, non_blocking, defer_grammar)
+        result = self.runner.execute_model(scheduler_output, non_blocking, defer_grammar)
+        return result if non_blocking else self._counted(result)
+
+    def _counted(self, output: ModelRunnerOutput | None) -> ModelRunnerOutput | None:
+        if output is not None:
+            self._num_steps += 1
+            self._execute_seconds += output.execute_seconds
+        return output
+
+    def step_report(self) -> dict:
+        """This rank's steps since start and their mean time from taking a step to its tokens on the host."""
+        return {"rank": self.rank, "num_steps": self._num_steps,
+                "mean_execute_s": self._execute_seconds / self._num_steps if self._num_steps else 0.0}
 
     def execute_model_pipelined(self, scheduler_output: SchedulerOutput | None) -> ModelRunnerOutput | None:
         """Launch this step, then return the output of the step launched before it (None if none was): the
@@ -101,4 +114,4 @@ class Worker:
         one call at a time (a Ray actor), with async scheduling."""
         launched = self.runner.execute_model(scheduler_output, non_blocking=True) if scheduler_output is not None else None
         previous, self._launched = self._launched, launched
-        return previous.result() if previous is not None else None
+        return self._counted(previous.result()) if previous is not None else None

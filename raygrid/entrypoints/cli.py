@@ -1,4 +1,4 @@
-"""The ``raygrid`` command: ``raygrid generate``, ``serve``, ``bench serve / throughput / parallel``. The engine's
+"""The ``raygrid`` command: ``raygrid generate``, ``serve``, ``bench serve / throughput / parallel / cluster``. The engine's
 flags come from ``EngineArgs``."""
 
 from __future__ import annotations
@@ -72,6 +72,13 @@ def cmd_bench_throughput(args: argparse.Namespace) -> int:
     from raygrid.bench.throughput import run_throughput_benchmark
 
     run_throughput_benchmark(args, engine_kwargs(args))
+    return 0
+
+
+def cmd_bench_cluster(args: argparse.Namespace) -> int:
+    from raygrid.bench.cluster import run_cluster_benchmark
+
+    run_cluster_benchmark(args)
     return 0
 
 
@@ -173,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(bench_par)
     add_parallel_args(bench_par)
     bench_par.set_defaults(func=cmd_bench_parallel)
+
+    from raygrid.bench.cluster import add_cluster_args
+
+    bench_cluster = bench.add_parser("cluster", help="sweep layouts (TPxPPxDP) and request rates on a Ray cluster "
+                                                     "(a `ray job submit` run): JSON, PNG plots and a Markdown summary")
+    add_cluster_args(bench_cluster)
+    bench_cluster.set_defaults(func=cmd_bench_cluster)
 
     boards = sub.add_parser("dashboards", help="raygrid's Grafana dashboard: export its JSON, or push it to a Grafana")
     boards.add_argument("action", choices=["export", "push"])

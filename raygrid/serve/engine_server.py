@@ -131,12 +131,6 @@ class EngineServer:
     def stats(self) -> SchedulerStats:
         return self._stats
 
-    def describe(self) -> tuple[str, list[int]]:
-        """This replica's id and the processes that run its model: its engine process, or its workers."""
-        if hasattr(self.engine, "connection"):  # an EngineProcClient
-            return self.replica, [self.engine.connection.engine_pid]
-        return self.replica, self.engine.executor.worker_pids()
-
     def __del__(self) -> None:  # Serve's graceful shutdown of the replica
         self.shutdown()
 
