@@ -94,7 +94,7 @@ def check_serve_config(config: dict) -> None:
 
 def test_serve_configs_are_serves_and_build_apps_args():
     """ray_configs/serve.yaml (and the RayService's copy, checked above) pass Serve's own schema and ServeArgs;
-    a misspelt engine argument or Serve field in them is refused."""
+    a misspelt engine argument or server option, or a field Serve's schema refuses, fails the check."""
     config = yaml.safe_load((ROOT / "ray_configs" / "serve.yaml").read_text())
     check_serve_config(config)
     broken = copy.deepcopy(config)
@@ -102,8 +102,12 @@ def test_serve_configs_are_serves_and_build_apps_args():
     with pytest.raises(ValueError, match="engine_kwargs.tensor_parallel: not an engine argument"):
         check_serve_config(broken)
     broken = copy.deepcopy(config)
-    broken["applications"][0]["route_prefx"] = "/"
-    with pytest.raises(ValueError, match="route_prefx"):
+    broken["applications"][0]["deployments"] = "EngineServer"  # Serve's schema: a list of deployment options
+    with pytest.raises(ValueError, match="deployments"):
+        check_serve_config(broken)
+    broken = copy.deepcopy(config)
+    broken["applications"][0]["args"]["server"]["max_queued_request"] = 5
+    with pytest.raises(ValueError, match="max_queued_request"):
         check_serve_config(broken)
 
 
@@ -144,7 +148,7 @@ def test_dockerfile_installs_as_ci_does_on_the_manifests_ray():
     (image_ray,) = re.findall(r"^FROM rayproject/ray:([\d.]+)-", dockerfile, re.M)
     for path in MANIFESTS:
         for doc in yaml.safe_load_all(path.read_text()):
-            spec = doc["spec"].get("rayClusterSpec", doc["spec"])
+            spec = doc["spec"].get("rayClusterSpec") or doc["spec"].get("rayClusterConfig") or doc["spec"]
             assert spec["rayVersion"] == image_ray, path
 
 

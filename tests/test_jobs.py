@@ -4,6 +4,7 @@ with a working directory, and the report it writes (JSON, PNG plots, a Markdown 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import numpy as np
@@ -25,8 +26,9 @@ def test_cluster_benchmark_job_writes_its_report(ray_cluster, qwen3_dir, tmp_pat
              "http_port": free_port()}
     (job_dir / "sweep.yaml").write_text(yaml.safe_dump(sweep))
     client = JobSubmissionClient(f"http://127.0.0.1:{RAY_DASHBOARD_PORT}")
-    # As users submit it: `ray job submit --working-dir . -- raygrid bench cluster --config sweep.yaml`
-    job = client.submit_job(entrypoint=f"raygrid bench cluster --config sweep.yaml --output-dir {out}",
+    # As users submit it: `ray job submit --working-dir . -- raygrid bench cluster --config sweep.yaml` (the command
+    # through this interpreter: the test's environment may not have its scripts on PATH).
+    job = client.submit_job(entrypoint=f"{sys.executable} -m raygrid.entrypoints.cli bench cluster --config sweep.yaml --output-dir {out}",
                             runtime_env={"working_dir": str(job_dir)})
     deadline = time.monotonic() + 300
     while (status := client.get_job_status(job)) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:

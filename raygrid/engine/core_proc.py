@@ -29,11 +29,10 @@ import uuid
 import weakref
 from dataclasses import dataclass
 
-import msgspec
 import zmq
 
 from raygrid.config import EngineConfig
-from raygrid.engine.outputs import EngineCoreOutput
+from raygrid.engine.outputs import EngineCoreOutput, decode_outputs, encode_outputs
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
 
@@ -57,8 +56,6 @@ def _dumps(message) -> bytes:
     return pickle.dumps(message, protocol=5)
 
 
-_encode_outputs = msgspec.msgpack.Encoder().encode
-_decode_outputs = msgspec.msgpack.Decoder(list[EngineCoreOutput]).decode
 
 
 class _Orphaned(Exception):
@@ -151,7 +148,7 @@ def _publish(core, outboxes: list, by_client: list[list[EngineCoreOutput]], pare
     own, so its gauges stay current; the counters are read once for all of them."""
     status = (core.stats(), core.step_timing(), core.healthy)
     for outbox, outputs in zip(outboxes, by_client):
-        _send(outbox, ("outputs", _encode_outputs(outputs), *status), parent_pid)
+        _send(outbox, ("outputs", encode_outputs(outputs), *status), parent_pid)
 
 
 class EngineProc:
@@ -296,7 +293,7 @@ class EngineProcClient:
         self._last_heard = time.monotonic()
         while True:
             _, step_outputs, self._stats, self._timing, self._replicas_healthy = pickle.loads(self._inbox.recv())
-            self._pending.extend(_decode_outputs(step_outputs))
+            self._pending.extend(decode_outputs(step_outputs))
             if not self._inbox.poll(0):
                 return True
 

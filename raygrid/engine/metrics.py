@@ -30,7 +30,8 @@ class PrometheusSeries:
 
     def __init__(self, metric, tags: dict[str, str]) -> None:
         self._metric, self._tags = metric, tags
-        self._bound = metric.labels(**tags)
+        # Bound once when every label has its value (the hot paths); a metric with a further label is bound by labels().
+        self._bound = metric.labels(**tags) if len(tags) == len(metric._labelnames) else None
 
     def inc(self, value: float = 1.0) -> None:
         if value:

@@ -179,3 +179,7 @@ class RequestOutput:
         self.finished = later.finished
         self.num_cached_tokens = max(self.num_cached_tokens, later.num_cached_tokens)
         self.error = later.error or self.error
+
+
+encode_outputs = msgspec.msgpack.Encoder().encode  # list[EngineCoreOutput] -> bytes, between processes
+decode_outputs = msgspec.msgpack.Decoder(list[EngineCoreOutput]).decode

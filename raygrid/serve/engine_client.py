@@ -20,7 +20,7 @@ import time
 import weakref
 from concurrent.futures import Future
 
-from raygrid.engine.outputs import EngineCoreOutput
+from raygrid.engine.outputs import EngineCoreOutput, decode_outputs
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
 
@@ -109,7 +109,7 @@ class ServeEngineClient:
                 async for batch in call:
                     heard = True
                     self._replicas[batch.replica] = (time.monotonic(), batch.stats, batch.step_timing)
-                    self._ready.put(batch.outputs)
+                    self._ready.put(decode_outputs(batch.outputs))
                 return
             except asyncio.CancelledError:
                 call.cancel()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import threading
 import time
@@ -29,7 +30,7 @@ from ray.util import get_current_placement_group
 from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.input_processor import InputProcessor
 from raygrid.engine.metrics import EngineMetrics
-from raygrid.engine.outputs import EngineCoreOutput
+from raygrid.engine.outputs import EngineCoreOutput, decode_outputs, encode_outputs
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
 from raygrid.serve.config import LLMConfig
@@ -49,7 +50,7 @@ class StreamBatch:
     replica: str
     stats: SchedulerStats
     step_timing: dict[str, float]
-    outputs: list[EngineCoreOutput]
+    outputs: bytes  # list[EngineCoreOutput] as MessagePack (decode_outputs): several times cheaper than pickle
 
 
 def _build_engine(llm_config: LLMConfig) -> EngineClient:
@@ -83,6 +84,7 @@ class EngineServer:
             self.replica = ray.get_runtime_context().get_actor_id() or "local"
         self.engine = _build_engine(self.llm_config)
         self.metrics = EngineMetrics(self.llm_config.model_id, exporter=RayExporter())  # its scheduler's, this replica's
+        self.messages_per_s = self.llm_config.stream_messages_per_s
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._streams_lock = threading.Lock()
@@ -104,9 +106,16 @@ class EngineServer:
             self._streams[request.request_id] = (loop, outputs)
         self._commands.put(("add", request))
         finished = produced = False
+        last_yield = -math.inf
         try:
             while not finished:
                 batch = [await outputs.get()]
+                # Each message costs both ends a fixed price (Ray's streaming protocol, the ingress's loop), so
+                # this replica keeps its streams to stream_messages_per_s messages a second in all: with few
+                # streams every step goes out at once; with many, each stream's steps are grouped.
+                wait = len(self._streams) / self.messages_per_s - (time.monotonic() - last_yield)
+                if wait > 0 and not batch[-1].finished:
+                    await asyncio.sleep(wait)
                 while not outputs.empty():
                     batch.append(outputs.get_nowait())
                 finished = batch[-1].finished
@@ -114,7 +123,8 @@ class EngineServer:
                     # The engine was lost before this request produced anything: another replica can run it.
                     raise EngineUnavailableError(batch[-1].error)
                 produced = True
-                yield StreamBatch(self.replica, self._stats, self._timing, batch)
+                last_yield = time.monotonic()
+                yield StreamBatch(self.replica, self._stats, self._timing, encode_outputs(batch))
         finally:
             with self._streams_lock:
                 self._streams.pop(request.request_id, None)
