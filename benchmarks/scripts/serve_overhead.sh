@@ -4,7 +4,8 @@
 # replica -> an EngineServer replica, whose engine process runs the same core), one engine replica each on
 # one GPU. At each of RATES requests/s: 512 prompt and 128 output tokens, 300 requests (Poisson arrivals),
 # after a warm-up. Writes direct_rateR.json and serve_rateR.json (raygrid bench serve's) and overhead.json.
-#   [RATES="8 16 32"] [NUM=300] benchmarks/scripts/serve_overhead.sh OUT_DIR
+# PACES: the Serve runs' --stream-messages-per-s, one Serve run each.
+#   [RATES="8 16 32"] [NUM=300] [PACES="1000"] benchmarks/scripts/serve_overhead.sh OUT_DIR
 set -uo pipefail
 out=$1
 rates=${RATES:-8 16 32}
@@ -27,25 +28,30 @@ server=$!
 wait_up 8001 $server && bench 8001 direct
 kill $server; wait $server
 
-(exec python3 -m raygrid.entrypoints.cli serve "${common[@]}" --ray-serve --port 8002) > "$out/serve_server.log" 2>&1 &
-server=$!
-# up once `raygrid serve --ray-serve` says so (serve.run returns when every replica runs)
-until grep -q "through Ray Serve at" "$out/serve_server.log"; do kill -0 $server 2>/dev/null || { echo "serve exited"; tail -50 "$out/serve_server.log"; break; }; sleep 1; done
-wait_up 8002 $server && bench 8002 serve
-kill -INT $server; wait $server
-python3 - "$out" $rates <<'PY'
-import json, sys
+for pace in ${PACES:-1000}; do  # --stream-messages-per-s of each Serve run
+  (exec python3 -m raygrid.entrypoints.cli serve "${common[@]}" --ray-serve --port 8002 --stream-messages-per-s "$pace") \
+    > "$out/serve${pace}_server.log" 2>&1 &
+  server=$!
+  # up once `raygrid serve --ray-serve` says so (serve.run returns when every replica runs)
+  until grep -q "through Ray Serve at" "$out/serve${pace}_server.log"; do
+    kill -0 $server 2>/dev/null || { echo "serve exited"; tail -50 "$out/serve${pace}_server.log"; break; }; sleep 1; done
+  wait_up 8002 $server && bench 8002 "serve$pace"
+  kill -INT $server; wait $server
+done
+PACES="${PACES:-1000}" python3 - "$out" $rates <<'PY'
+import json, os, sys
 out, rates = sys.argv[1], sys.argv[2:]
 rows = []
-for rate in rates:
-    d, s = (json.load(open(f"{out}/{name}_rate{rate}.json")) for name in ("direct", "serve"))
-    row = {"rate": float(rate)}
-    for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "median_tpot_ms"):
-        row[key] = {"direct": d[key], "serve": s[key], "serve_over_direct": s[key] / d[key] if d[key] else None}
-    row["completed"] = {"direct": d["completed"], "serve": s["completed"]}
-    rows.append(row)
+for pace in os.environ["PACES"].split():
+    for rate in rates:
+        d, s = (json.load(open(f"{out}/{name}_rate{rate}.json")) for name in ("direct", f"serve{pace}"))
+        row = {"stream_messages_per_s": float(pace), "rate": float(rate), "completed": {"direct": d["completed"], "serve": s["completed"]}}
+        for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms"):
+            row[key] = {"direct": d[key], "serve": s[key], "serve_over_direct": s[key] / d[key] if d[key] else None}
+        rows.append(row)
 json.dump(rows, open(f"{out}/overhead.json", "w"), indent=2)
 for r in rows:
-    print(f"{r['rate']:g} req/s: " + ", ".join(f"{k} {v['direct']:.2f} -> {v['serve']:.2f} ({v['serve_over_direct']:.3f}x)"
-                                          for k, v in r.items() if isinstance(v, dict) and "serve_over_direct" in v))
+    print(f"pace {r['stream_messages_per_s']:g}, {r['rate']:g} req/s: " + ", ".join(
+        f"{k} {v['direct']:.2f} -> {v['serve']:.2f} ({v['serve_over_direct']:.3f}x)"
+        for k, v in r.items() if isinstance(v, dict) and v.get("serve_over_direct") is not None))
 PY

@@ -58,6 +58,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from raygrid.serve.run import run_serve_app
 
         return run_serve_app(args, engine_kwargs(args))
+    if args.stream_messages_per_s is not None:
+        raise ValueError("--stream-messages-per-s: only with --ray-serve (it paces the engine replicas' streams)")
     return run_server(args, engine_kwargs(args))
 
 
@@ -159,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ray-serve", action="store_true",
                        help="run as a Ray Serve application (raygrid.serve.build_app): an ingress and one engine deployment "
                             "whose replicas are the data-parallel copies")
+    serve.add_argument("--stream-messages-per-s", type=float, default=None,
+                       help="with --ray-serve: messages a second each engine replica streams to the ingress, all requests "
+                            "together (default 1000); under heavier load a request's tokens go several steps at a time")
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)

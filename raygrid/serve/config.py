@@ -39,7 +39,7 @@ class LLMConfig(_Strict):
     deployment_config: dict[str, Any] = Field(default_factory=dict)
     runtime_env: dict[str, Any] | None = None
     stream_messages_per_s: float = Field(
-        default=2000.0, gt=0,
+        default=1000.0, gt=0,
         description="messages a second an engine replica streams to the ingress, all requests together: with more "
                     "requests in flight than that allows each step, a request's tokens are sent several steps at a time")
 

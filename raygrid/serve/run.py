@@ -30,8 +30,9 @@ def serve_args_from_cli(args: argparse.Namespace, engine_kwargs: dict) -> ServeA
     replicas = kwargs.pop("data_parallel_size", 1)
     kwargs.pop("ray_address", None)
     kwargs.pop("distributed_executor_backend", None)
+    streaming = {} if args.stream_messages_per_s is None else {"stream_messages_per_s": args.stream_messages_per_s}
     llm_config = LLMConfig(model_loading_config={"model_id": args.served_model_name or model, "model_source": model},
-                           engine_kwargs=kwargs, deployment_config={"num_replicas": replicas})
+                           engine_kwargs=kwargs, deployment_config={"num_replicas": replicas}, **streaming)
     server = ServerOptions(**{name: getattr(args, name) for name in ServerOptions.model_fields})
     return ServeArgs(llm_configs=[llm_config], server=server)
 
