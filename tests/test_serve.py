@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 from ray import serve
+from ray.util.placement_group import placement_group_table
 
 from raygrid import LLM, SamplingParams
 from raygrid.entrypoints.cli import build_parser, engine_kwargs
@@ -180,3 +181,43 @@ def test_serve_config_and_cli_mapping(qwen3_dir, ray_cluster):
             ServeArgs.model_validate({"llm_config": {**base, "engine_kwargs": engine_kwargs_}})
     with pytest.raises(ValueError, match=r"1 replica\(s\) of tensor_parallel_size=64 x pipeline_parallel_size=1 need 64 CPU; the cluster has"):
         build_app({"llm_config": {**base, "engine_kwargs": {"device": "cpu", "tensor_parallel_size": 64}}})
+
+
+def test_tp2_replica_in_its_placement_group_and_replaced_after_a_worker_dies(app, qwen3_dir, tokenizer):
+    """An engine replica of TP=2 (gloo on CPU): its two workers run in the replica's placement group, its greedy
+    tokens equal one process's, and SIGKILL on one worker makes the health check fail and Serve replace it."""
+    serve.run(build_app({"llm_config": {"model_loading_config": {"model_id": "tiny-tp2", "model_source": qwen3_dir},
+                                        "engine_kwargs": {"device": "cpu", "dtype": "float32", "max_model_len": 256,
+                                                          "tensor_parallel_size": 2},
+                                        "deployment_config": {"num_replicas": 1, "health_check_period_s": 1.0}}}),
+              name="raygrid-tp2", route_prefix="/tp2")
+    try:
+        client = openai.OpenAI(base_url=f"{app}/tp2/v1", api_key="unused", max_retries=0, timeout=60)
+        prompts = random_prompts(3, len(tokenizer), seed=64)
+        llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
+        expected = [o.outputs[0].text for o in llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                                               SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)]
+        llm.shutdown()
+        got = [client.completions.create(model="tiny-tp2", prompt=p, max_tokens=8, temperature=0,
+                                         extra_body={"ignore_eos": True}).choices[0].text for p in prompts]
+        assert got == expected
+        table = processes()
+        (replica,) = [pid for pid, _, cmd in table if cmd.startswith(b"ray::ServeReplica:raygrid-tp2:EngineServer")]
+        workers = [pid for pid, _, cmd in table if cmd.startswith(b"ray::WorkerActor")]  # only this app has workers
+        assert len(workers) == 2
+        groups = [g for g in placement_group_table().values() if g["state"] == "CREATED"]
+        assert any(g["strategy"] == "STRICT_PACK" and list(g["bundles"].values()) == [{"CPU": 1.0}] * 3 for g in groups), \
+            "the replica's placement group: its own bundle and one a worker"
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            now = [pid for pid, _, cmd in processes() if cmd.startswith(b"ray::ServeReplica:raygrid-tp2:EngineServer")]
+            if now and now != [replica] and serve.status().applications["raygrid-tp2"].status == "RUNNING":
+                break
+            time.sleep(1)
+        assert now and now != [replica], "Serve did not replace the TP=2 replica whose worker died"
+        reply = client.completions.create(model="tiny-tp2", prompt=prompts[0], max_tokens=8, temperature=0,
+                                          extra_body={"ignore_eos": True})
+        assert reply.choices[0].text == expected[0]
+    finally:
+        serve.delete("raygrid-tp2")
