@@ -24,6 +24,7 @@ from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, Pro
 from raygrid.engine.metrics import EngineMetrics
 from raygrid.engine.output_processor import OutputProcessor
 from raygrid.engine.outputs import EngineCoreOutput, RequestOutput
+from raygrid.engine.queues import drain
 from raygrid.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -230,21 +231,12 @@ class AsyncLLM:
             return False
 
     def _apply_commands(self, block: bool) -> None:
-        try:
-            command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            kind = command[0]
+        for kind, *payload in drain(self._commands, 0.5 if block else None):
             if kind == "add":
-                self._add(command[1], command[2])
+                self._add(*payload)
             elif kind == "abort":
-                self._abort(command[1])
+                self._abort(payload[0])
             elif kind == "stop":
-                return
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
                 return
 
     def _add(self, processed: ProcessedRequest, delta: bool) -> None:

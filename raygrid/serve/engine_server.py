@@ -30,7 +30,8 @@ from ray.util import get_current_placement_group
 from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.input_processor import InputProcessor
 from raygrid.engine.metrics import EngineMetrics
-from raygrid.engine.outputs import EngineCoreOutput, decode_outputs, encode_outputs
+from raygrid.engine.outputs import EngineCoreOutput, encode_outputs
+from raygrid.engine.queues import drain
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
 from raygrid.serve.config import LLMConfig
@@ -178,20 +179,12 @@ class EngineServer:
             self._dispatch(outputs)
 
     def _apply_commands(self, block: bool) -> None:
-        try:
-            command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            if command[0] == "add":
-                self.engine.add_request(command[1])
-            elif command[0] == "abort":
-                self.engine.abort_requests([command[1]])
+        for kind, *payload in drain(self._commands, 0.5 if block else None):
+            if kind == "add":
+                self.engine.add_request(payload[0])
+            elif kind == "abort":
+                self.engine.abort_requests(payload)
             else:  # stop
-                return
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
                 return
 
     def _observe(self, force: bool = False) -> None:
