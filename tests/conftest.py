@@ -135,5 +135,5 @@ def ray_cluster():
 
     if not ray.is_initialized():
         start_local_ray()
-    yield ray.get_runtime_context().gcs_address
+    yield  # its address: ray.get_runtime_context().gcs_address, read when needed (a restart changes it)
     ray.shutdown()

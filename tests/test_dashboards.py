@@ -1,4 +1,5 @@
-"""raygrid's Grafana dashboard: every series its panels query is served by a live `raygrid serve`'s /metrics, and
+"""raygrid's Grafana dashboard: every series its panels query is served by a live `raygrid serve`'s /metrics, a real
+Prometheus scraping it (ray_configs/prometheus.yml) answers every panel's query with data, and
 `raygrid dashboards push` makes the request Grafana's dashboard API requires. No Grafana server installs here:
 the push goes to a small local HTTP server that checks that request (path, method, token, JSON body with the
 dashboard's uid and title, overwrite) and answers as Grafana does."""
@@ -9,17 +10,23 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 pytest.importorskip("grafana_foundation_sdk", reason="grafana-foundation-sdk is a dependency of raygrid's dashboards")
 
-from raygrid.observability.dashboard import DASHBOARD_UID, PANELS, export_json, metric_names  # noqa: E402
+from raygrid.observability.dashboard import DASHBOARD_UID, PANELS, PREFIX, PREFIXES, export_json, metric_names  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
 
 
-def test_every_panel_query_reads_series_the_server_exports(qwen3_dir):
+def test_every_panel_query_reads_series_the_server_exports(qwen3_dir, tmp_path):
+    """Every series the panels read is on a live server's /metrics, and a real Prometheus scraping it with
+    ray_configs/prometheus.yml answers every panel's query with data."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from tests.test_openai_server import start_server, stop_server
@@ -29,14 +36,58 @@ def test_every_panel_query_reads_series_the_server_exports(qwen3_dir):
     assert all(p["targets"] and all(t["expr"] and t["datasource"]["uid"] == "${datasource}" for t in p["targets"]) for p in board["panels"])
     assert {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]} == {(12 * (n % 2), 8 * (n // 2)) for n in range(len(PANELS))}
     proc, base = start_server(qwen3_dir)
+    prometheus = None
     try:
-        for _ in range(2):  # a finished request, so that every histogram and labelled counter has a series
+        prometheus, prometheus_url = start_prometheus(base, tmp_path)
+        for _ in range(4):  # finished requests, so that every histogram and labelled counter has a series
             assert httpx.post(f"{base}/v1/completions", json={"model": "tiny", "prompt": "hello", "max_tokens": 3}, timeout=30).status_code == 200
+            time.sleep(1)
+        queries = [query.expr.replace(PREFIX, PREFIXES["raygrid serve"]).replace("$__rate_interval", "30s")
+                   for spec in PANELS for query in spec.queries]
+        deadline, empty = time.monotonic() + 60, queries  # the step-time gauge is read every 5 s
+        while empty and time.monotonic() < deadline:
+            time.sleep(1)
+            empty = [q for q in queries if not prometheus_query(prometheus_url, q)]
+        assert not empty, f"Prometheus found no data for: {empty}"
         text = httpx.get(f"{base}/metrics", timeout=10).text
+        served = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+        assert metric_names() <= served, sorted(metric_names() - served)
     finally:
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(timeout=30)
         stop_server(proc)
-    served = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
-    assert metric_names() <= served, sorted(metric_names() - served)
+
+
+def start_prometheus(target: str, tmp_path) -> tuple[subprocess.Popen, str]:
+    """A real Prometheus (Debian's, which .ci/run installs) with ray_configs/prometheus.yml, pointed at ``target``
+    and scraping every second."""
+    config = yaml.safe_load((Path(__file__).parent.parent / "ray_configs" / "prometheus.yml").read_text())
+    config["global"]["scrape_interval"] = "1s"
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "raygrid"]
+    job["static_configs"][0]["targets"] = [target.removeprefix("http://")]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    subprocess.run(["promtool", "check", "config", str(path)], check=True, capture_output=True)
+    port = free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={path}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "Prometheus did not start"
+        time.sleep(0.5)
+
+
+def prometheus_query(url: str, expr: str) -> list:
+    answer = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10).json()
+    assert answer["status"] == "success", (expr, answer)
+    return answer["data"]["result"]
 
 
 class FakeGrafana(BaseHTTPRequestHandler):

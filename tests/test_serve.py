@@ -17,6 +17,7 @@ import time
 import httpx
 import openai
 import pytest
+import ray
 from ray import serve
 from ray.util.placement_group import placement_group_table
 
@@ -32,27 +33,30 @@ ENGINE_FLAGS = ["--device", "cpu", "--dtype", "float32", "--max-model-len", "256
 
 
 @pytest.fixture(scope="module")
-def app(ray_cluster, qwen3_dir):
+def app(ray_cluster, qwen3_dir, tmp_path_factory):
     port = free_port()
-    cmd = [sys.executable, "-m", "raygrid.entrypoints.cli", "serve", qwen3_dir, "--ray-serve", "--ray-address", ray_cluster,
+    address = ray.get_runtime_context().gcs_address  # now: tests/test_multinode.py restarts the session cluster
+    cmd = [sys.executable, "-m", "raygrid.entrypoints.cli", "serve", qwen3_dir, "--ray-serve", "--ray-address", address,
            "--served-model-name", "tiny", "-dp", "2", "--port", str(port), "--log-level", "warning", *ENGINE_FLAGS]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path_factory.mktemp("serve") / "raygrid-serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
     while True:
-        assert proc.poll() is None, proc.stdout.read()
+        assert proc.poll() is None, log.read_text()[-5000:]
         try:  # up once Serve calls the application running: the ingress and both engine replicas
             application = serve.status().applications.get("raygrid")
             if application is not None and application.status == "RUNNING" and httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
-        assert time.monotonic() < deadline, "the Serve application did not come up in 240 s"
+        assert time.monotonic() < deadline, f"the Serve application did not come up in 240 s:\n{log.read_text()[-5000:]}"
         time.sleep(1)
     yield url
     proc.send_signal(signal.SIGINT)
-    output = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 0, output
+    proc.wait(timeout=120)
+    assert proc.returncode == 0, log.read_text()[-5000:]
     assert "raygrid" not in serve.status().applications, "the application outlived `raygrid serve --ray-serve`"
     serve.shutdown()
 

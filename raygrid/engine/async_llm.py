@@ -84,7 +84,7 @@ class AsyncLLM:
         self._streams_lock = threading.Lock()
         self._ids = itertools.count()
         self._dead: BaseException | None = None
-        self._last_observed = 0.0
+        self._last_observed = self._last_timed = 0.0
         self._load_changed = False
         self._stopping = False
         # The thread holds only a weak reference, so that dropping the AsyncLLM ends the loop and garbage
@@ -287,12 +287,15 @@ class AsyncLLM:
 
     def _observe_scheduler(self, force: bool = False) -> None:
         """Refresh the scheduler gauges and counters: when requests came or went, otherwise at most
-        every 0.25 s (on Ray, reading the stats is a round trip to every replica)."""
+        every 0.25 s; the step times every 5 s (on Ray, reading them is a round trip to every replica)."""
         now = time.monotonic()
         if force or now - self._last_observed >= 0.25:
             self._last_observed = now
             self._load_changed = False
             self.metrics.observe_scheduler(self.engine.stats())
+        if self.metrics.observes_scheduler and now - self._last_timed >= 5.0:
+            self._last_timed = now
+            self.metrics.observe_step_timing(self.engine.step_timing())
 
     def _observe_tokens(self, core_outputs: list[EngineCoreOutput], now: float) -> None:
         new_tokens = 0

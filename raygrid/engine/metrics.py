@@ -109,7 +109,11 @@ class EngineMetrics:
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of accepted requests.")
         self.generation_tokens = counter("generation_tokens", "Output tokens generated.")
         self.requests_finished = counter("request_success", "Finished requests by finish reason.", ("finished_reason",))
+        self.step_seconds = self.exporter.make(
+            "gauge", PREFIX + "engine_step_seconds", "Mean wall time of an engine step since the last reading, by engine replica.",
+            tags, ("engine_replica",))
         self._last = SchedulerStats()
+        self._last_timing: dict[int, tuple[float, float]] = {}  # engine replica -> (steps, seconds in them)
 
     def observe_scheduler(self, stats: SchedulerStats) -> None:
         """Gauges take the new values; counters advance by what changed since the last call."""
@@ -122,6 +126,17 @@ class EngineMetrics:
         self.prefix_cache_hits.inc(stats.prefix_cache_hits - self._last.prefix_cache_hits)
         self.preemptions.inc(stats.num_preemptions - self._last.num_preemptions)
         self._last = stats
+
+    def observe_step_timing(self, timings: list[dict[str, float]]) -> None:
+        """Each engine replica's mean step time over the steps since the last call (``step_timing()``'s readings)."""
+        if not self.observes_scheduler:
+            return
+        for replica, timing in enumerate(timings):
+            steps, seconds = timing["num_steps"], timing["engine_step_s"] * timing["num_steps"]
+            last_steps, last_seconds = self._last_timing.get(replica, (0, 0.0))
+            if steps > last_steps:
+                self.step_seconds.labels(engine_replica=str(replica)).set((seconds - last_seconds) / (steps - last_steps))
+            self._last_timing[replica] = (steps, seconds)
 
     def observe_finished(self, finish_reason: str) -> None:
         self.requests_finished.labels(finished_reason=finish_reason).inc()

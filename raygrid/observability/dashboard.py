@@ -57,6 +57,11 @@ PANELS: tuple[PanelSpec, ...] = (
         Query(f"sum by (model_name) (rate({PREFIX}prefix_cache_hits_total[$__rate_interval])) / "
               f"sum by (model_name) (rate({PREFIX}prefix_cache_queries_total[$__rate_interval]))", "{{model_name}}"),
     )),
+    PanelSpec("Engine step time by replica", "s", (
+        # raygrid serve labels its data-parallel replicas engine_replica; Serve adds its own replica label.
+        Query(f"max by (model_name, engine_replica, replica) ({PREFIX}engine_step_seconds)",
+              "{{model_name}} {{replica}}{{engine_replica}}"),
+    )),
     PanelSpec("Preemptions", "short", (
         Query(f"sum by (model_name) (rate({PREFIX}num_preemptions_total[$__rate_interval]))", "per s {{model_name}}"),
     )),

@@ -192,8 +192,10 @@ class EngineServer:
         now = time.monotonic()
         if force or now - self._last_observed > 0.25:
             self._last_observed = now
-            self._timing = self.engine.step_timing()[0] if self.engine.step_timing() else {}
+            timings = self.engine.step_timing()
+            self._timing = timings[0] if timings else {}
             self.metrics.observe_scheduler(self._stats)
+            self.metrics.observe_step_timing(timings)
 
     def _dispatch(self, outputs: list[EngineCoreOutput]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, EngineCoreOutput]]] = {}
