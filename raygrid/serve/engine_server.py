@@ -120,7 +120,8 @@ class EngineServer:
                 while not outputs.empty():
                     batch.append(outputs.get_nowait())
                 finished = batch[-1].finished
-                if finished and batch[-1].error and not produced and not any(o.new_token_ids for o in batch):
+                if finished and batch[-1].error and not produced and not any(o.new_token_ids for o in batch) \
+                        and (self._error is not None or not all(self.engine.healthy)):
                     # The engine was lost before this request produced anything: another replica can run it.
                     raise EngineUnavailableError(batch[-1].error)
                 produced = True
@@ -138,9 +139,6 @@ class EngineServer:
         ping = getattr(getattr(self.engine, "executor", None), "check_workers", None)
         if ping is not None and not self.engine.has_unfinished_requests():
             ping()  # idle, a dead worker would go unnoticed until the next step
-
-    def stats(self) -> SchedulerStats:
-        return self._stats
 
     def __del__(self) -> None:  # Serve's graceful shutdown of the replica
         self.shutdown()
@@ -181,7 +179,10 @@ class EngineServer:
     def _apply_commands(self, block: bool) -> None:
         for kind, *payload in drain(self._commands, 0.5 if block else None):
             if kind == "add":
-                self.engine.add_request(payload[0])
+                try:
+                    self.engine.add_request(payload[0])
+                except Exception as error:  # noqa: BLE001 - this request fails; the others go on
+                    self._dispatch([EngineCoreOutput(payload[0].request_id, [], [], finish_reason="abort", error=str(error))])
             elif kind == "abort":
                 self.engine.abort_requests(payload)
             else:  # stop
