@@ -1,8 +1,9 @@
 """The one interface between front ends (LLM, AsyncLLM, the server) and engines.
 
-Three implementations: ``EngineCore`` in this process (offline ``LLM``), ``EngineProcClient`` for an engine
-core in its own process over ZeroMQ (``AsyncLLM`` on one device), and ``RayEngineClient`` for data-parallel
-replicas on Ray (each replica's engine core runs in its DriverActor's process). A front end adds and
+Four implementations: ``EngineCore`` in this process (offline ``LLM``), ``EngineProcClient`` for an engine
+core in its own process over ZeroMQ (``AsyncLLM`` on one device), ``RayEngineClient`` for data-parallel
+replicas on Ray (each replica's engine core runs in its DriverActor's process), and the Serve application's
+``ServeEngineClient`` (serve/engine_client.py: each request a streaming call to an EngineServer replica). A front end adds and
 aborts requests, calls ``step()`` for the next outputs, and reads health and counters; nothing else.
 """
 
