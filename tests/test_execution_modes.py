@@ -57,6 +57,25 @@ def summarize(outputs):
     ]
 
 
+def assert_same_outputs(a, b, logprob_atol: float = 1e-3) -> None:
+    """Two ``summarize`` results agree: tokens, finish and stop reasons exactly, logprobs within ``logprob_atol``.
+    The modes batch the requests differently, and a different batch shape rounds the logits differently in their
+    low bits, in float32 too (seen: -2.8764 against -2.8765 on the same token)."""
+    floats_a, floats_b = [], []
+    assert _without_floats(a, floats_a) == _without_floats(b, floats_b)
+    worst = max((abs(x - y) for x, y in zip(floats_a, floats_b)), default=0.0)
+    assert worst <= logprob_atol, f"logprobs differ by up to {worst:g}"
+
+
+def _without_floats(value, floats: list):
+    if isinstance(value, float):
+        floats.append(value)
+        return "logprob"
+    if isinstance(value, (list, tuple)):
+        return type(value)(_without_floats(v, floats) for v in value)
+    return value
+
+
 @pytest.mark.parametrize("model", ["qwen3", "llama"])
 def test_async_scheduling_equals_sync_for_every_sampling_parameter(model_dirs, tokenizer, model):
     prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=31)]
@@ -70,7 +89,7 @@ def test_async_scheduling_equals_sync_for_every_sampling_parameter(model_dirs, t
         results[mode] = summarize(outputs)
         if mode:
             assert llm.engine.step_timing()[0]["max_batches_in_flight"] == 2, "async scheduling did not overlap steps"
-    assert results[True] == results[False]
+    assert_same_outputs(results[True], results[False])
     # The stop token was banned below min_tokens, then allowed.
     min_tokens_ids = results[False][3][0][0]
     assert results["stop"] not in min_tokens_ids[:6]
