@@ -24,7 +24,12 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from raygrid.engine.arg_utils import EngineArgs
+from raygrid.engine.arg_utils import check_engine_kwargs
+
+# Engine arguments a sweep's engine_kwargs may not hold: the sweep sets them itself.
+_SET_BY_THE_SWEEP = {"model": "the config's model names it", "tensor_parallel_size": "the layouts set it",
+                     "pipeline_parallel_size": "the layouts set it", "data_parallel_size": "the layouts set it",
+                     "distributed_executor_backend": "every layout runs on Ray"}
 
 
 class _Strict(BaseModel):
@@ -59,11 +64,7 @@ class ClusterBenchConfig(_Strict):
     @field_validator("engine_kwargs")
     @classmethod
     def _engine_kwargs(cls, kwargs: dict) -> dict:
-        fields = set(EngineArgs.__dataclass_fields__) - {"model", "tensor_parallel_size", "pipeline_parallel_size",
-                                                         "data_parallel_size", "distributed_executor_backend"}
-        for key in kwargs:
-            if key not in fields:
-                raise ValueError(f"engine_kwargs.{key}: not an engine argument here (layouts set the parallel sizes)")
+        check_engine_kwargs(kwargs, _SET_BY_THE_SWEEP, "in a sweep")
         return kwargs
 
 

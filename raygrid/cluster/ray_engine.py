@@ -158,13 +158,7 @@ class RayEngineClient:
 
     def stats(self) -> SchedulerStats:
         """The healthy replicas' counters as of their last steps, summed (KV usage averaged); no round trip."""
-        total = SchedulerStats()
-        live = [r for r in self.replicas if r.healthy]
-        for replica in live:
-            for field in vars(total):
-                setattr(total, field, getattr(total, field) + getattr(replica.stats, field))
-        total.kv_cache_usage /= len(live) or 1
-        return total
+        return SchedulerStats.combined([r.stats for r in self.replicas if r.healthy])
 
     def step_timing(self) -> list[dict[str, float]]:
         return [timing for _, timing in self._live_calls(lambda d: d.step_timing.remote())]

@@ -116,6 +116,17 @@ class EngineArgs:
         return config.resolve(load_hf_config(model_path).max_position_embeddings)
 
 
+def check_engine_kwargs(kwargs: dict, refused: dict[str, str], where: str) -> None:
+    """A config file's ``engine_kwargs``: every key an EngineArgs field, none of those ``refused`` (name -> why,
+    said as ``not set {where} (why)``); a ValueError naming the first bad key otherwise."""
+    known = {f.name for f in dataclasses.fields(EngineArgs)} - set(refused)
+    for key in kwargs:
+        if key in refused:
+            raise ValueError(f"engine_kwargs.{key}: not set {where} ({refused[key]})")
+        if key not in known:
+            raise ValueError(f"engine_kwargs.{key}: not an engine argument (known: {', '.join(sorted(known))})")
+
+
 def _unwrap(hint):
     """The type a flag parses: ``int | None`` -> int, ``bool`` -> bool."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):

@@ -56,8 +56,6 @@ def _dumps(message) -> bytes:
     return pickle.dumps(message, protocol=5)
 
 
-
-
 class _Orphaned(Exception):
     pass
 

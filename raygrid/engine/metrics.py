@@ -15,6 +15,7 @@ that owns the engine, or under Serve each engine replica, for itself.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from raygrid.engine.scheduler import SchedulerStats
@@ -87,15 +88,11 @@ class EngineMetrics:
         self.observes_scheduler = observe_scheduler
         tags = {"model_name": model_name}
 
-        def histogram(name, doc):
-            return self.exporter.make("histogram", PREFIX + name, doc, tags)
+        def metric(kind: str, name: str, doc: str, extra: tuple[str, ...] = ()):
+            """``kind`` histogram, counter or gauge; ``extra``: labels bound later (``labels(...)``)."""
+            return self.exporter.make(kind, PREFIX + name, doc, tags, extra)
 
-        def counter(name, doc, extra: tuple[str, ...] = ()):
-            return self.exporter.make("counter", PREFIX + name, doc, tags, extra)
-
-        def gauge(name, doc):
-            return self.exporter.make("gauge", PREFIX + name, doc, tags)
-
+        histogram, counter, gauge = (functools.partial(metric, kind) for kind in ("histogram", "counter", "gauge"))
         self.time_to_first_token = histogram("time_to_first_token_seconds", "Time from arrival to the first output token.")
         self.inter_token_latency = histogram("inter_token_latency_seconds", "Time between consecutive output tokens.")
         self.e2e_latency = histogram("e2e_request_latency_seconds", "Time from arrival to the last output token.")
@@ -109,9 +106,8 @@ class EngineMetrics:
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of accepted requests.")
         self.generation_tokens = counter("generation_tokens", "Output tokens generated.")
         self.requests_finished = counter("request_success", "Finished requests by finish reason.", ("finished_reason",))
-        self.step_seconds = self.exporter.make(
-            "gauge", PREFIX + "engine_step_seconds", "Mean wall time of an engine step since the last reading, by engine replica.",
-            tags, ("engine_replica",))
+        self.step_seconds = gauge("engine_step_seconds", "Mean wall time of an engine step since the last reading, by engine replica.",
+                                  ("engine_replica",))
         self._last = SchedulerStats()
         self._last_timing: dict[int, tuple[float, float]] = {}  # engine replica -> (steps, seconds in them)
 

@@ -46,6 +46,16 @@ class SchedulerStats:
     def prefix_cache_hit_rate(self) -> float:
         return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
+    @classmethod
+    def combined(cls, replicas: list["SchedulerStats"]) -> "SchedulerStats":
+        """Several replicas' counters as one: summed, the KV usage averaged."""
+        total = cls()
+        for stats in replicas:
+            for name in vars(total):
+                setattr(total, name, getattr(total, name) + getattr(stats, name))
+        total.kv_cache_usage /= len(replicas) or 1
+        return total
+
 
 class WaitingQueue:
     """Requests waiting to run, best first: by arrival (FCFS) or by (priority, arrival)."""

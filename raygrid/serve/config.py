@@ -10,17 +10,16 @@ not an engine argument here; each replica is one engine of tensor_parallel_size 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from raygrid.engine.arg_utils import EngineArgs
+from raygrid.engine.arg_utils import EngineArgs, check_engine_kwargs
 from raygrid.parallel.rank_grid import RankGrid
 
-_ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineArgs)} - {"model"}
 # Set by the replica itself: Serve places it, and Serve replicas are the data-parallel copies.
-_NOT_UNDER_SERVE = {"data_parallel_size": "use the deployment's num_replicas or autoscaling_config",
+_NOT_UNDER_SERVE = {"model": "model_loading_config names it",
+                    "data_parallel_size": "use the deployment's num_replicas or autoscaling_config",
                     "distributed_executor_backend": "each replica picks its own", "ray_address": "the replica runs on Serve's cluster"}
 
 
@@ -46,11 +45,7 @@ class LLMConfig(_Strict):
     @field_validator("engine_kwargs")
     @classmethod
     def _known_engine_args(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        for key in kwargs:
-            if key in _NOT_UNDER_SERVE:
-                raise ValueError(f"engine_kwargs.{key}: not set under Serve ({_NOT_UNDER_SERVE[key]})")
-            if key not in _ENGINE_FIELDS:
-                raise ValueError(f"engine_kwargs.{key}: not an engine argument (known: {', '.join(sorted(_ENGINE_FIELDS))})")
+        check_engine_kwargs(kwargs, _NOT_UNDER_SERVE, "under Serve")
         return kwargs
 
     @property

@@ -79,12 +79,7 @@ class ServeEngineClient:
 
     def stats(self) -> SchedulerStats:
         """The replicas' counters as of the outputs last streamed from each, summed (KV usage averaged)."""
-        total, live = SchedulerStats(), self._live_replicas()
-        for _, stats, _ in live:
-            for name in vars(total):
-                setattr(total, name, getattr(total, name) + getattr(stats, name))
-        total.kv_cache_usage /= len(live) or 1
-        return total
+        return SchedulerStats.combined([stats for _, stats, _ in self._live_replicas()])
 
     def step_timing(self) -> list[dict[str, float]]:
         return [timing for _, _, timing in self._live_replicas()]
