@@ -54,10 +54,23 @@ class SchedulerConfig(_Strict):
     async_scheduling: bool | None = None
 
 
+class EPLBConfig(_Strict):
+    """The expert-parallel load balancer (vLLM's ``eplb_config``)."""
+    window_size: int = Field(default=1000, ge=1, description="steps of expert load the rebalancer looks back over")
+    step_interval: int = Field(default=3000, ge=1, description="steps between two rebalances")
+    num_redundant_experts: int = Field(default=0, ge=0, description="extra physical expert slots, for replicas of hot experts")
+    log_balancedness: bool = Field(default=False, description="log each step's balancedness (mean / max tokens per EP rank)")
+
+
 class ParallelConfig(_Strict):
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
     data_parallel_size: int = Field(default=1, ge=1)
+    enable_expert_parallel: bool = Field(
+        default=False, description="MoE experts split over the DP x TP ranks of a stage instead of replicated; the DP "
+                                   "replicas then form one world and step together")
+    enable_eplb: bool = Field(default=False, description="rebalance experts over the EP ranks by their measured load")
+    eplb_config: EPLBConfig = EPLBConfig()
     # "ray": workers are Ray actors (needed for more than one device); "inprocess": one device here.
     distributed_executor_backend: Literal["inprocess", "ray"] | None = None
     ray_address: str | None = Field(default=None, description="Ray cluster to join ('auto'); default: start a local one")
@@ -87,9 +100,22 @@ class ParallelConfig(_Strict):
     def world_size(self) -> int:
         return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
+    @model_validator(mode="after")
+    def _check_eplb(self) -> "ParallelConfig":
+        if self.enable_eplb and not self.enable_expert_parallel:
+            raise ValueError("enable_eplb needs enable_expert_parallel: experts are only rebalanced between EP ranks")
+        return self
+
+    @property
+    def num_engine_replicas(self) -> int:
+        """Engine replicas the front end balances over: the DP replicas, or one under expert parallelism, where
+        the DP replicas share the experts and so are one world that steps together (and fails together)."""
+        return 1 if self.enable_expert_parallel else self.data_parallel_size
+
     def replica_grid(self) -> RankGrid:
-        """The rank grid of one data-parallel replica: its PP x TP workers."""
-        return RankGrid(tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size)
+        """The rank grid of one engine replica: its PP x TP workers, times DP under expert parallelism."""
+        dp = self.data_parallel_size if self.enable_expert_parallel else 1
+        return RankGrid(tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size, dp=dp)
 
 
 class EngineConfig(_Strict):

@@ -297,6 +297,20 @@ def test_fused_moe_with_crowded_and_idle_experts():
     torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids), fused_moe_ref(x, w13, w2, weights, ids), **tol(torch.float32))
 
 
+def test_fused_moe_skips_experts_held_elsewhere():
+    """Expert parallelism: a rank holds 3 of the experts as slots 0-2 and id 3 marks a pair another rank serves.
+    Those pairs add nothing: the result is the reference's over the local pairs alone (their weights zeroed)."""
+    torch.manual_seed(2)
+    tokens, hidden, inter, slots = 29, 32, 16, 3
+    x = torch.randn(tokens, hidden, device=DEVICE)
+    w13, w2 = torch.randn(slots, 2 * inter, hidden, device=DEVICE) * 0.2, torch.randn(slots, hidden, inter, device=DEVICE) * 0.2
+    ids = torch.randint(0, slots + 1, (tokens, 2), device=DEVICE)
+    weights = torch.softmax(torch.randn(tokens, 2, device=DEVICE), dim=-1)
+    local_only = fused_moe_ref(x, w13, w2, torch.where(ids < slots, weights, 0.0), torch.where(ids < slots, ids, 0))
+    torch.testing.assert_close(fused_moe_ref(x, w13, w2, weights, ids), local_only, **tol(torch.float32))
+    torch.testing.assert_close(fused_moe(x, w13, w2, weights, ids), local_only, **tol(torch.float32))
+
+
 def runs_by_expert(pairs, block_expert, block_m):
     """Each expert's pair indices, sorted: the kernel may order the pairs of an expert's run freely,
     across the run's blocks too."""

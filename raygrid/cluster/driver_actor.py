@@ -1,4 +1,5 @@
-"""DriverActor: one replica's engine core (scheduler + RayExecutor) as a Ray actor, stepping on its own.
+"""DriverActor: one replica's engine core (scheduler + RayExecutor) as a Ray actor, stepping on its own
+(under expert parallelism the replica is a world of DP ranks: a DataParallelEngine).
 
 The step loop runs on a thread of the actor and never waits for the front end: while it has requests it
 steps, and each step's outputs queue up until the front end collects them. The front end talks to it with
@@ -21,6 +22,7 @@ import ray
 from raygrid.cluster.ray_executor import RayExecutor
 from raygrid.config import EngineConfig
 from raygrid.engine.core import EngineCore
+from raygrid.engine.dp_engine import DataParallelEngine
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
@@ -36,7 +38,9 @@ class DriverActor:
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int, slots: list[WorkerSlot]) -> None:
         self.executor = RayExecutor(config, eos_token_ids, slots, replica)
         try:
-            self.core = EngineCore(config, eos_token_ids, executor=self.executor)
+            # Under expert parallelism the DP ranks are one world: an engine core each, stepping together.
+            several = self.executor.grid.dp > 1
+            self.core = (DataParallelEngine if several else EngineCore)(config, eos_token_ids, executor=self.executor)
         except BaseException:
             self.executor.shutdown()
             raise

@@ -1,6 +1,7 @@
 """RayEngineClient: the front end's handle on one or more engine replicas running on Ray.
 
-Each data-parallel replica is a DriverActor with its own workers (TP x PP) in placement groups that this
+Each data-parallel replica (under expert parallelism: the one world of all DP ranks, which steps and fails
+as one) is a DriverActor with its own workers (TP x PP) in placement groups that this
 client reserves and therefore releases: on shutdown, when the client is garbage-collected or the
 interpreter exits, and when the replica fails. New requests go to the replica with the fewest unfinished
 requests. Replicas step independently, each on its own loop: the front end keeps at most one exchange
@@ -71,12 +72,12 @@ class RayEngineClient:
         self.driver_timeout_s = 2 * parallel.step_timeout_s
         grid, use_gpu = parallel.replica_grid(), uses_gpu(config.device)
         # Fail before starting anything if the cluster cannot hold every replica.
-        check_cluster_fits(grid, use_gpu, parallel.ray_worker_cpus, parallel.data_parallel_size)
+        check_cluster_fits(grid, use_gpu, parallel.ray_worker_cpus, parallel.num_engine_replicas)
         self.replicas: list[_Replica] = []
         # Releases everything however this client ends: shutdown(), garbage collection, interpreter exit.
         self._finalizer = weakref.finalize(self, _release_all, self.replicas)
         try:
-            for i in range(parallel.data_parallel_size):
+            for i in range(parallel.num_engine_replicas):
                 slots = place_replica(grid, use_gpu, parallel.ray_worker_cpus)
                 self.replicas.append(_Replica(DriverActor.remote(config, eos_token_ids, i, slots), slots))
             for replica, stats in zip(self.replicas, ray.get([r.driver.stats.remote() for r in self.replicas])):

@@ -16,6 +16,7 @@ Other calls (loading, KV sizing, resets) go to every worker as ordinary actor ca
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections import deque
 from typing import Any, Callable
@@ -82,7 +83,9 @@ class RayExecutor(Executor):
         ]
         ip, port = ray.get(self.workers[0].address.remote())
         gather([w.init_worker.remote(f"tcp://{ip}:{port}") for w in self.workers], "loading the model")
-        self.output_rank = self.grid.rank_of(pp=self.grid.pp - 1, tp=0)
+        # Each DP rank's output rank (first TP rank of its last pipeline stage); more than one when the DP
+        # replicas are one world (expert parallelism), whose steps carry a SchedulerOutput per DP rank.
+        self.output_ranks = [self.grid.rank_of(dp=d, pp=self.grid.pp - 1, tp=0) for d in range(self.grid.dp)]
         self.async_scheduling = bool(config.scheduler.async_scheduling)
         self._actor_ranks = {w._actor_id.hex(): rank for rank, w in enumerate(self.workers)}
         self._pid_ranks = {pid: rank for rank, pid in enumerate(ray.get([w.pid.remote() for w in self.workers]))}
@@ -91,6 +94,7 @@ class RayExecutor(Executor):
         # waiter and the step it answers (None: nothing); ``_pending_step`` is the step launched and not yet answered.
         self._method = "execute_model_pipelined" if self.async_scheduling else "execute_model"
         self._sends: deque[tuple[Callable[[], list], int | None]] = deque()
+        self._lock = threading.Lock()  # sends may come from one thread while another reads (DataParallelEngine)
         self._pending_step: int | None = None
         self._num_steps = 0
         self._dag = None
@@ -126,15 +130,18 @@ class RayExecutor(Executor):
         if not self.async_scheduling:
             wait = self._send(scheduler_output)
             return _StepInFlight(lambda: self._output(wait()))
-        step, self._num_steps = self._num_steps, self._num_steps + 1
-        self._sends.append((self._send(scheduler_output), self._pending_step))
-        self._pending_step = step
+        with self._lock:
+            step, self._num_steps = self._num_steps, self._num_steps + 1
+            self._sends.append((self._send(scheduler_output), self._pending_step))
+            self._pending_step = step
         return _StepInFlight(lambda: self._pipelined_output(step))
 
     def _pipelined_output(self, step: int) -> ModelRunnerOutput:
-        if self._pending_step == step:  # nothing was sent after it: ask for it alone
-            self._sends.append((self._send(None), step))
-            self._pending_step = None
+        """The answers are read by one thread at a time, in order; sends may come meanwhile."""
+        with self._lock:
+            if self._pending_step == step:  # nothing was sent after it: ask for it alone
+                self._sends.append((self._send(None), step))
+                self._pending_step = None
         while self._sends:
             wait, answers = self._sends.popleft()
             outputs = wait()
@@ -161,11 +168,15 @@ class RayExecutor(Executor):
                 raise self._failure(error) from error
         return wait
 
-    def _output(self, outputs: list[ModelRunnerOutput]) -> ModelRunnerOutput:
-        """The output rank's result, timed as the slowest worker's (what the step waited for)."""
-        output = outputs[self.output_rank]
-        output.execute_seconds = max(o.execute_seconds for o in outputs)
-        return output
+    def _output(self, outputs: list[ModelRunnerOutput]):
+        """The output rank's result, timed as the slowest worker's (what the step waited for); under expert
+        parallelism the list of each DP rank's."""
+        slowest = max(o.execute_seconds for o in outputs)
+        for rank in self.output_ranks:
+            outputs[rank].execute_seconds = slowest
+        if len(self.output_ranks) == 1:
+            return outputs[self.output_ranks[0]]
+        return [outputs[rank] for rank in self.output_ranks]
 
     def _failure(self, error: Exception) -> WorkerFailedError:
         """The replica-failing error for what a step raised, naming the rank when it can be told."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from raygrid.config import CacheConfig, EngineConfig, ModelConfig, ParallelConfig, SchedulerConfig
+from raygrid.config import CacheConfig, EngineConfig, EPLBConfig, ModelConfig, ParallelConfig, SchedulerConfig
 from raygrid.models.default_model import DEFAULT_MODEL_NAME, is_dummy_built_in, resolve_model_path
 
 
@@ -49,6 +50,9 @@ class EngineArgs:
     tensor_parallel_size: int = _arg(1, "GPUs per tensor-parallel group", short="-tp")
     pipeline_parallel_size: int = _arg(1, "pipeline stages", short="-pp")
     data_parallel_size: int = _arg(1, "engine replicas", short="-dp")
+    enable_expert_parallel: bool = _arg(False, "MoE experts split over the DP x TP ranks (the DP replicas become one world)")
+    enable_eplb: bool = _arg(False, "rebalance experts over the EP ranks by their measured load (needs --enable-expert-parallel)")
+    eplb_config: dict | None = _arg(None, "EPLB settings as JSON: window_size, step_interval, num_redundant_experts, log_balancedness")
     distributed_executor_backend: Literal["inprocess", "ray"] | None = _arg(None, "default: ray for more than one device")
     ray_address: str | None = _arg(None, "Ray cluster to join ('auto'); default: start a local one")
     ray_worker_cpus: float = _arg(1.0, "CPUs a worker actor reserves")
@@ -67,6 +71,8 @@ class EngineArgs:
             kwargs: dict = dict(dest=f.name, default=f.default, help=f.metadata["help"])
             if kind is bool:
                 kwargs["action"] = argparse.BooleanOptionalAction
+            elif kind is dict:
+                kwargs["type"] = _json_object
             elif typing.get_origin(kind) is Literal:
                 kwargs["choices"] = list(typing.get_args(kind))
             else:
@@ -108,6 +114,8 @@ class EngineArgs:
                                       policy=self.scheduling_policy, async_scheduling=self.async_scheduling),
             parallel=ParallelConfig(tensor_parallel_size=self.tensor_parallel_size, pipeline_parallel_size=self.pipeline_parallel_size,
                                     data_parallel_size=self.data_parallel_size,
+                                    enable_expert_parallel=self.enable_expert_parallel, enable_eplb=self.enable_eplb,
+                                    eplb_config=EPLBConfig(**(self.eplb_config or {})),
                                     distributed_executor_backend=self.distributed_executor_backend, ray_address=self.ray_address,
                                     ray_worker_cpus=self.ray_worker_cpus, step_timeout_s=self.step_timeout_s,
                                     compiled_graph=self.compiled_graph),
@@ -125,6 +133,13 @@ def check_engine_kwargs(kwargs: dict, refused: dict[str, str], where: str) -> No
             raise ValueError(f"engine_kwargs.{key}: not set {where} ({refused[key]})")
         if key not in known:
             raise ValueError(f"engine_kwargs.{key}: not an engine argument (known: {', '.join(sorted(known))})")
+
+
+def _json_object(text: str) -> dict:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
 
 
 def _unwrap(hint):

@@ -20,23 +20,32 @@ from raygrid.models.loader import load_hf_config
 logger = logging.getLogger(__name__)
 
 
+def initialize_kv_cache(executor: Executor, config: EngineConfig) -> int:
+    """Size the KV pool (the smallest any worker can hold, unless fixed), make it on every worker, and return
+    its number of blocks."""
+    num_blocks = config.cache.num_kv_blocks or min(executor.collective_rpc("determine_num_kv_blocks"))
+    block_size, max_len = config.cache.block_size, config.model.max_model_len
+    needed = -(-max_len // block_size) + 1
+    if num_blocks < needed:
+        raise ValueError(
+            f"the KV pool has {num_blocks} blocks of {block_size} tokens; one request of max_model_len "
+            f"({max_len}) needs {needed} (with the null block): raise num_kv_blocks or "
+            f"gpu_memory_utilization, or lower max_model_len"
+        )
+    executor.collective_rpc("initialize_cache", (num_blocks,))
+    return num_blocks
+
+
 class EngineCore:
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor | None = None,
-                 grammars: GrammarCompiler | None = None) -> None:
+                 grammars: GrammarCompiler | None = None, num_blocks: int | None = None) -> None:
         """``grammars``: the input processor's compiler when it lives in this process (one tokenizer to build, and
-        each grammar compiled once: the processor's check leaves it in the cache)."""
+        each grammar compiled once: the processor's check leaves it in the cache). ``num_blocks``: the KV pool the
+        workers already hold (several engine cores sharing one world's workers); by default it is sized and made here."""
         self.config = config
         self.executor = executor or InProcessExecutor(config, eos_token_ids)
-        num_blocks = config.cache.num_kv_blocks or min(self.executor.collective_rpc("determine_num_kv_blocks"))
-        block_size, max_len = config.cache.block_size, config.model.max_model_len
-        needed = -(-max_len // block_size) + 1
-        if num_blocks < needed:
-            raise ValueError(
-                f"the KV pool has {num_blocks} blocks of {block_size} tokens; one request of max_model_len "
-                f"({max_len}) needs {needed} (with the null block): raise num_kv_blocks or "
-                f"gpu_memory_utilization, or lower max_model_len"
-            )
-        self.executor.collective_rpc("initialize_cache", (num_blocks,))
+        if num_blocks is None:
+            num_blocks = initialize_kv_cache(self.executor, config)
         # Pipeline stages split the requests over their batches; async scheduling (one device) does not.
         split = 1 if config.scheduler.async_scheduling else self.executor.max_concurrent_batches
         self.grammars = grammars or GrammarCompiler(config.model.tokenizer or config.model.model,
@@ -48,9 +57,11 @@ class EngineCore:
         self.num_steps = 0
         self.step_seconds = 0.0  # wall time inside step(): scheduling, execution (or waiting for it), updates
         self.max_batches_in_flight = 0
+        self.eplb_reports: list = []  # the EPLB rebalances (parallel/eplb.py's RebalanceReport), oldest first
         self.execute_seconds = 0.0  # worker-side time of those steps: taking the step to its tokens on the host (slowest rank)
         # Benchmarks set this to a list to get (finish time, scheduled tokens, scheduled requests) per step.
         self.step_trace: list[tuple[float, int, int]] | None = None
+        block_size = config.cache.block_size
         logger.info("KV cache: %d blocks of %d tokens (%d tokens)", num_blocks, block_size, (num_blocks - 1) * block_size)
         # What startup made (imports, the model, the KV block pool) lives as long as the engine: out of the
         # cyclic collector's sight, a full collection mid-serving stops the step loop for milliseconds instead of
@@ -121,6 +132,8 @@ class EngineCore:
             self.step_trace.append((time.perf_counter(), scheduler_output.total_num_scheduled_tokens, len(scheduler_output.num_scheduled_tokens)))
         self.num_steps += 1
         self.execute_seconds += runner_output.execute_seconds
+        if runner_output.eplb is not None:
+            self.eplb_reports.append(runner_output.eplb)
         return self.scheduler.update_from_output(scheduler_output, runner_output, grammars_advanced=self._start_grammar_fills)
 
     def _start_grammar_fills(self) -> None:
@@ -149,7 +162,13 @@ class EngineCore:
         }]
 
     def stats(self) -> SchedulerStats:
-        return self.scheduler.stats()
+        stats = self.scheduler.stats()
+        if self.eplb_reports:
+            last = self.eplb_reports[-1]
+            stats.eplb_rebalances = len(self.eplb_reports)
+            stats.expert_balancedness = last.balancedness_before
+            stats.expert_balancedness_after_rebalance = last.balancedness_after
+        return stats
 
     def reset_prefix_cache(self) -> bool:
         return self.scheduler.kv.reset_prefix_cache()

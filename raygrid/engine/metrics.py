@@ -108,6 +108,9 @@ class EngineMetrics:
         self.requests_finished = counter("request_success", "Finished requests by finish reason.", ("finished_reason",))
         self.step_seconds = gauge("engine_step_seconds", "Mean wall time of an engine step since the last reading, by engine replica.",
                                   ("engine_replica",))
+        self.expert_balancedness = gauge("expert_balancedness", "Expert parallelism with EPLB: mean over max tokens per EP rank "
+                                         "over the last rebalance's window (1 is even).")
+        self.eplb_rebalances = counter("eplb_rebalances", "EPLB rebalances of the experts.")
         self._last = SchedulerStats()
         self._last_timing: dict[int, tuple[float, float]] = {}  # engine replica -> (steps, seconds in them)
 
@@ -121,6 +124,9 @@ class EngineMetrics:
         self.prefix_cache_queries.inc(stats.prefix_cache_queries - self._last.prefix_cache_queries)
         self.prefix_cache_hits.inc(stats.prefix_cache_hits - self._last.prefix_cache_hits)
         self.preemptions.inc(stats.num_preemptions - self._last.num_preemptions)
+        if stats.eplb_rebalances:
+            self.expert_balancedness.set(stats.expert_balancedness)
+            self.eplb_rebalances.inc(max(stats.eplb_rebalances - self._last.eplb_rebalances, 0))
         self._last = stats
 
     def observe_step_timing(self, timings: list[dict[str, float]]) -> None:

@@ -16,7 +16,9 @@ from raygrid.engine.outputs import ModelRunnerOutput, SampleLogprobs, SchedulerO
 from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs, row_seeds
 from raygrid.kernels.ops import apply_token_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
-from raygrid.parallel.groups import get_pp_group
+from raygrid.parallel.eplb import Rebalancer
+from raygrid.parallel.expert_parallel import dp_forward, expert_parallel_enabled
+from raygrid.parallel.groups import get_parallel_state, get_pp_group
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ class PendingRunnerOutput:
         self.logprobs = logprobs
         self.started: float | None = None  # when the worker took the step (perf_counter)
         self.errors: dict[str, str] = {}
+        self.eplb = None  # an EPLB rebalance report to pass on
         self._host_tokens = None
         self._event = None
         self._copy_back(tokens)
@@ -111,7 +114,7 @@ class PendingRunnerOutput:
         # From taking the step to its tokens on the host: inputs, forward, sampling and the copy back.
         execute_seconds = time.perf_counter() - self.started if self.started is not None else 0.0
         return ModelRunnerOutput(self.req_ids, sampled, logprobs, execute_seconds=execute_seconds, errors=self.errors,
-                                 prompt_logprobs=self.prompt_logprobs)
+                                 prompt_logprobs=self.prompt_logprobs, eplb=self.eplb)
 
 
 class ModelRunner:
@@ -163,10 +166,48 @@ class ModelRunner:
         # Noise seeds of requests without a seed of their own. Every tensor-parallel rank draws the same
         # ones (same engine seed, one draw per step), so all ranks sample the same tokens.
         self.seed_rng = np.random.default_rng(config.model.seed)
+        # Expert parallelism: every DP rank of the world runs a forward pass each step (a dummy one when it has
+        # nothing to run), and with EPLB the experts are rebalanced every step_interval passes.
+        self.expert_parallel = expert_parallel_enabled()
+        self.rebalancer = self._make_rebalancer() if config.parallel.enable_eplb else None
+        self._eplb_report = None
+        if self.expert_parallel and device.type == "cuda" and not config.model.enforce_eager:
+            logger.warning("expert parallelism runs eagerly: decode CUDA graphs are not captured under it yet")
+
+    def _make_rebalancer(self) -> Rebalancer:
+        eplb = self.config.parallel.eplb_config
+        layers = [m for m in self.model.modules() if getattr(m, "map", None) is not None and hasattr(m, "w13")]
+        return Rebalancer(layers, get_parallel_state().eplb, eplb.window_size, eplb.step_interval, eplb.log_balancedness)
+
+    def _forward(self, input_ids, positions, meta, intermediate, kv_caches=None):
+        """The model on one batch; under expert parallelism the DP ranks agree on their token counts first."""
+        with dp_forward(input_ids.shape[0]):
+            return self.model(input_ids, positions, self.kv_caches if kv_caches is None else kv_caches, meta, intermediate)
+
+    def _after_forward(self) -> None:
+        if self.rebalancer is not None:
+            report = self.rebalancer.step()
+            if report is not None:
+                self._eplb_report = report  # goes out with the next real step's output
+
+    @torch.inference_mode()
+    def _dummy_step(self) -> None:
+        """Expert parallelism with nothing to run: a forward pass of one token whose KV goes to the null block,
+        so that this rank takes part in the layers' collectives (the other DP ranks' tokens go through them)."""
+        ids = torch.zeros(1, dtype=torch.long, device=self.device)
+        meta = single_sequence_metadata(1, self.block_size, self.device, first_block=0)
+        intermediate = None
+        if not self.pp.is_first:
+            shape = (1, self.model.config.hidden_size)
+            intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
+        hidden = self._forward(ids, ids.clone(), meta, intermediate)
+        if not self.pp.is_last:
+            self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
+        self._after_forward()
 
     @property
     def uses_cuda_graphs(self) -> bool:
-        return self.device.type == "cuda" and not self.config.model.enforce_eager
+        return self.device.type == "cuda" and not self.config.model.enforce_eager and not self.expert_parallel
 
     def _capture_decode_graphs(self, kv_caches: list[torch.Tensor], sizes: list[int] | None = None) -> DecodeGraphs:
         stage_input = None if self.pp.is_first else (self.model.config.hidden_size, self.dtype)
@@ -178,6 +219,9 @@ class ModelRunner:
 
     def initialize_kv_cache(self, kv_caches: list[torch.Tensor]) -> None:
         self.kv_caches = kv_caches
+        if self.rebalancer is not None:  # the profiling passes counted made-up tokens
+            for layer in self.rebalancer.layers:
+                layer.map.window.zero_()
         if self.uses_cuda_graphs:
             free_before = free_device_memory()
             self.graphs = self._capture_decode_graphs(kv_caches)
@@ -380,15 +424,23 @@ class ModelRunner:
         forward pass only; its sampling waits for ``sample_now()``, which the engine calls once the step
         before's tokens have advanced the grammars (the masks are filled then)."""
         start = time.perf_counter()
+        if so is None:  # expert parallelism: this DP rank has no step, the others do
+            self._dummy_step()
+            pending = PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None, [])
+            pending.started, pending.errors = start, {}
+            return pending if non_blocking else pending.result()
         refused = self._update_states(so)
         pending = self._execute(so, defer_grammar and non_blocking)
         pending.started = start
         pending.errors = refused
+        pending.eplb, self._eplb_report = self._eplb_report, None
         return pending if non_blocking else pending.result()
 
     @torch.inference_mode()
     def _execute(self, so: SchedulerOutput, defer_grammar: bool = False) -> "PendingRunnerOutput":
         if so.is_empty or self.batch.num_reqs == 0:
+            if self.expert_parallel:
+                self._dummy_step()
             return PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None, [])
         input_ids, positions, meta, logits_indices, sample_rows, sample_positions = self._prepare_inputs(so)
         intermediate = None
@@ -401,7 +453,8 @@ class ModelRunner:
             hidden = self.graphs.run(graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor,
                                      intermediate)
         else:
-            hidden = self.model(input_ids, positions, self.kv_caches, meta, intermediate)
+            hidden = self._forward(input_ids, positions, meta, intermediate)
+        self._after_forward()
         req_ids = list(self.batch.req_ids)
         if not self.pp.is_last:
             self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
@@ -486,21 +539,12 @@ class ModelRunner:
         caches = self.allocate_kv_cache(blocks + 1)
         ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
         positions = torch.arange(num_tokens, device=self.device)
-        meta = AttentionMetadata(
-            slot_mapping=positions + self.block_size,
-            block_tables=torch.arange(1, blocks + 1, device=self.device)[None, :],
-            seq_lens=[num_tokens],
-            query_start_loc=[0, num_tokens],
-            max_query_len=num_tokens,
-            max_seq_len=num_tokens,
-            seq_lens_tensor=torch.tensor([num_tokens], dtype=torch.int32, device=self.device),
-            query_start_loc_tensor=torch.tensor([0, num_tokens], dtype=torch.int32, device=self.device),
-        )
+        meta = single_sequence_metadata(num_tokens, self.block_size, self.device, first_block=1)
         intermediate = None
         if not self.pp.is_first:
             zeros = torch.zeros(num_tokens, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
             intermediate = (zeros, zeros.clone())
-        out = self.model(ids, positions, caches, meta, intermediate)
+        out = self._forward(ids, positions, meta, intermediate, kv_caches=caches)
         del caches
         if self.pp.is_last:
             rows = self.config.scheduler.max_num_seqs
@@ -553,6 +597,23 @@ class ModelRunner:
     def kv_cache_bytes_per_block(self) -> int:
         per_layer = int(np.prod(kv_cache_shape(self.model, self.block_size, 1))) * self.dtype.itemsize
         return per_layer * len(self.model.layers)
+
+
+def single_sequence_metadata(num_tokens: int, block_size: int, device: torch.device, first_block: int) -> AttentionMetadata:
+    """Attention inputs of one sequence of ``num_tokens`` prompt tokens in consecutive blocks from ``first_block``
+    (block 0 is the null block, which nothing reads)."""
+    blocks = -(-num_tokens // block_size)
+    positions = torch.arange(num_tokens, device=device)
+    return AttentionMetadata(
+        slot_mapping=positions + first_block * block_size,
+        block_tables=torch.arange(first_block, first_block + blocks, device=device)[None, :],
+        seq_lens=[num_tokens],
+        query_start_loc=[0, num_tokens],
+        max_query_len=num_tokens,
+        max_seq_len=num_tokens,
+        seq_lens_tensor=torch.tensor([num_tokens], dtype=torch.int32, device=device),
+        query_start_loc_tensor=torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
+    )
 
 
 def kv_cache_shape(model: torch.nn.Module, block_size: int, num_blocks: int) -> tuple[int, ...]:

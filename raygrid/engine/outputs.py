@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -98,6 +99,8 @@ class ModelRunnerOutput:
     # Requests with prompt_logprobs whose prompt this step computed: (the prompt position the first entry
     # is for, one entry per prompt token predicted, the predicted token first).
     prompt_logprobs: dict[str, tuple[int, list[SampleLogprobs]]] = field(default_factory=dict)
+    # The EPLB rebalance that ran since the last output, if one did (parallel/eplb.py's RebalanceReport).
+    eplb: Any = None
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, gc=False):

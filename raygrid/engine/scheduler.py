@@ -41,6 +41,11 @@ class SchedulerStats:
     num_scheduled_tokens: int = 0  # tokens computed since start
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache since start
     prefix_cache_hits: int = 0
+    # Expert parallelism with EPLB: rebalances since start, and the balancedness (mean over max tokens per EP
+    # rank, 1.0 is even) the last one measured over its window, and expects of its new placement.
+    eplb_rebalances: int = 0
+    expert_balancedness: float = 0.0
+    expert_balancedness_after_rebalance: float = 0.0
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -48,12 +53,13 @@ class SchedulerStats:
 
     @classmethod
     def combined(cls, replicas: list["SchedulerStats"]) -> "SchedulerStats":
-        """Several replicas' counters as one: summed, the KV usage averaged."""
+        """Several replicas' counters as one: summed, the KV usage and balancedness averaged."""
         total = cls()
         for stats in replicas:
             for name in vars(total):
                 setattr(total, name, getattr(total, name) + getattr(stats, name))
-        total.kv_cache_usage /= len(replicas) or 1
+        for name in ("kv_cache_usage", "expert_balancedness", "expert_balancedness_after_rebalance"):
+            setattr(total, name, getattr(total, name) / (len(replicas) or 1))
         return total
 
 

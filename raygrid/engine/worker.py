@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import torch
@@ -35,13 +36,19 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device.index or 0)
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.parallel = init_parallel_state(config.parallel.replica_grid(), rank, init_method, self.device)
+        self.parallel = init_parallel_state(config.parallel.replica_grid(), rank, init_method, self.device,
+                                            expert_parallel=config.parallel.enable_expert_parallel)
+        if config.parallel.enable_expert_parallel:  # read by the MoE layers as the model is built
+            eplb = config.parallel.eplb_config
+            self.parallel.num_redundant_experts = eplb.num_redundant_experts
+            self.parallel.eplb_window_size = eplb.window_size if config.parallel.enable_eplb else 0
         self.hf_config = load_hf_config(config.model.model)
         self.dtype = resolve_dtype(config.model.dtype, self.hf_config, self.device)
         torch.manual_seed(config.model.seed)
         self.model = load_model(config.model.model, self.hf_config, self.dtype, self.device, config.model.load_format,
                                 config.model.seed)
         self.runner = ModelRunner(config, self.model, self.device, self.dtype, eos_token_ids)
+        self.dp_rank = self.parallel.grid.coords(rank).dp  # which entry of a world step is this rank's
         self._memory: dict[str, int] = {}
         self._launched = None  # execute_model_pipelined's step in flight
         self._num_steps, self._execute_seconds = 0, 0.0  # the steps this rank answered (step_report)
@@ -92,8 +99,13 @@ class Worker:
         self.runner.reset_requests()
         self._launched = None
 
-    def execute_model(self, scheduler_output: SchedulerOutput, non_blocking: bool = False, defer_grammar: bool = False):
-        result = self.runner.execute_model(scheduler_output, non_blocking, defer_grammar)
+    def _own(self, step):
+        """This rank's SchedulerOutput of a step: under expert parallelism a step carries one per DP rank
+        (None for a rank with nothing to run, which still takes part in the forward pass)."""
+        return step[self.dp_rank] if isinstance(step, list) else step
+
+    def execute_model(self, scheduler_output, non_blocking: bool = False, defer_grammar: bool = False):
+        result = self.runner.execute_model(self._own(scheduler_output), non_blocking, defer_grammar)
         return result if non_blocking else self._counted(result)
 
     def _counted(self, output: ModelRunnerOutput | None) -> ModelRunnerOutput | None:
@@ -101,6 +113,18 @@ class Worker:
             self._num_steps += 1
             self._execute_seconds += output.execute_seconds
         return output
+
+    def expert_placement(self) -> list[list[tuple[int, torch.Tensor, torch.Tensor]]]:
+        """Under expert parallelism, per MoE layer of this rank: each slot's logical expert and its weights
+        (w13, w2), on the CPU."""
+        layers = [m for m in self.model.modules() if getattr(m, "map", None) is not None and hasattr(m, "w13")]
+        return [[(expert, layer.w13[slot].cpu(), layer.w2[slot].cpu()) for slot, expert in enumerate(layer.map.local_experts())]
+                for layer in layers]
+
+    def eplb_reports(self) -> list[dict]:
+        """This rank's EPLB rebalances so far (balancedness before and after, seconds, experts moved)."""
+        rebalancer = self.runner.rebalancer
+        return [dataclasses.asdict(r) for r in rebalancer.reports] if rebalancer is not None else []
 
     def step_report(self) -> dict:
         """This rank's steps since start and their mean time from taking a step to its tokens on the host."""
@@ -112,6 +136,6 @@ class Worker:
         host prepares a step while the device still runs the one before, as async scheduling does in one
         process. ``None`` launches nothing and returns the step in flight. For a worker that gets its steps
         one call at a time (a Ray actor), with async scheduling."""
-        launched = self.runner.execute_model(scheduler_output, non_blocking=True) if scheduler_output is not None else None
+        launched = self.runner.execute_model(self._own(scheduler_output), non_blocking=True) if scheduler_output is not None else None
         previous, self._launched = self._launched, launched
         return self._counted(previous.result()) if previous is not None else None

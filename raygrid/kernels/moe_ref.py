@@ -22,9 +22,12 @@ def fused_moe_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     """``sum_k weight[t, k] * down_e(silu(gate_e(x_t)) * up_e(x_t))`` with e = ``topk_ids[t, k]``.
 
     hidden ``[T, H]``; w13 ``[E, 2I, H]`` (gate rows, then up rows); w2 ``[E, H, I]``. Experts are visited
-    in ascending order and their rows added into the output, as transformers' Qwen3-MoE does."""
+    in ascending order and their rows added into the output, as transformers' Qwen3-MoE does. An id outside
+    [0, E) is an expert held elsewhere (expert parallelism): its pair contributes nothing."""
     out = torch.zeros_like(hidden)
     for expert in torch.unique(topk_ids).tolist():
+        if not 0 <= expert < w13.shape[0]:
+            continue
         token, slot = torch.where(topk_ids == expert)
         gate, up = F.linear(hidden[token], w13[expert]).chunk(2, dim=-1)
         y = F.linear(F.silu(gate) * up, w2[expert])

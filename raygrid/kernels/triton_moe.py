@@ -44,12 +44,12 @@ def _count_experts_kernel(ids_ptr, cursor_ptr, block_expert_ptr, num_padded_ptr,
 
 
 @triton.jit
-def _place_pairs_kernel(ids_ptr, cursor_ptr, sorted_pairs_ptr, num_pairs, BLOCK: tl.constexpr):
+def _place_pairs_kernel(ids_ptr, cursor_ptr, sorted_pairs_ptr, num_pairs, num_experts, BLOCK: tl.constexpr):
     """Each pair takes the next free row of its expert's run. Rows within a run come in any order: a row's
-    result does not depend on where it sits."""
+    result does not depend on where it sits. A pair of an expert held elsewhere (id >= num_experts) takes none."""
     idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    valid = idx < num_pairs
-    experts = tl.load(ids_ptr + idx, mask=valid, other=0)
+    experts = tl.load(ids_ptr + idx, mask=idx < num_pairs, other=0)
+    valid = (idx < num_pairs) & (experts >= 0) & (experts < num_experts)
     rows = tl.atomic_add(cursor_ptr + experts, tl.full((BLOCK,), 1, tl.int32), mask=valid)
     tl.store(sorted_pairs_ptr + rows, idx.to(tl.int32), mask=valid)
 
@@ -69,7 +69,7 @@ def align_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int):
     _count_experts_kernel[(1,)](flat, cursor, block_expert, num_padded, num_pairs, num_experts, max_rows, block_m,
                                 E_BINS=triton.next_power_of_2(num_experts + 1), BLOCK=1024)
     place = 256
-    _place_pairs_kernel[(triton.cdiv(num_pairs, place),)](flat, cursor, sorted_pairs, num_pairs, BLOCK=place)
+    _place_pairs_kernel[(triton.cdiv(num_pairs, place),)](flat, cursor, sorted_pairs, num_pairs, num_experts, BLOCK=place)
     return sorted_pairs, block_expert, num_padded
 
 
@@ -165,7 +165,8 @@ def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_we
     gate_up = torch.empty(pairs, w13.shape[1], dtype=hidden.dtype, device=hidden.device)
     _grouped_gemm(hidden, w13, gate_up, topk_weights, sorted_pairs, block_expert, num_padded, top_k, False, gate_up_tiles)
     act = silu_and_mul(gate_up)
-    down = torch.empty(pairs, w2.shape[1], dtype=hidden.dtype, device=hidden.device)
+    # Zeroed: a pair of an expert held elsewhere (expert parallelism) is never written, and adds nothing.
+    down = torch.zeros(pairs, w2.shape[1], dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.contiguous().view(-1)
     _grouped_gemm(act, w2, down, weights, sorted_pairs, block_expert, num_padded, 1, True, down_tiles)
     return down.view(num_tokens, top_k, -1).sum(dim=1)

@@ -49,6 +49,44 @@ class GroupCoordinator:
         dist.all_gather(parts, tensor.contiguous(), group=self.device_group)
         return torch.cat(parts, dim=dim)
 
+    def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``tensor`` stacked along dim 0, in group order (same shape on all ranks)."""
+        if self.world_size == 1:
+            return tensor
+        if tensor.is_cuda:
+            out = torch.empty((self.world_size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+            dist.all_gather_into_tensor(out, tensor.contiguous(), group=self.device_group)
+            return out
+        return self.all_gather(tensor, dim=0)  # gloo has no all_gather_into_tensor
+
+    def reduce_scatter(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum ``tensor`` over the group and keep this rank's slice of dim 0 (``world_size`` equal slices)."""
+        if self.world_size == 1:
+            return tensor
+        rows = tensor.shape[0] // self.world_size
+        if tensor.is_cuda:
+            out = torch.empty((rows, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+            dist.reduce_scatter_tensor(out, tensor.contiguous(), group=self.device_group)
+            return out
+        total = tensor.contiguous()  # gloo has no reduce_scatter: the whole sum, then this rank's slice
+        dist.all_reduce(total, group=self.device_group)
+        return total[self.rank_in_group * rows : (self.rank_in_group + 1) * rows]
+
+    def all_gather_ints(self, value: int) -> list[int]:
+        """Every rank's ``value`` (on the CPU group: no device synchronisation)."""
+        if self.world_size == 1:
+            return [value]
+        parts = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
+        dist.all_gather(parts, torch.tensor([value], dtype=torch.int64), group=self.cpu_group)
+        return [int(p) for p in parts]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        if self.world_size == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self.cpu_group)
+        return out
+
     def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
         if self.world_size == 1:
             return obj
@@ -80,13 +118,23 @@ class ParallelState:
     rank: int
     tp: GroupCoordinator
     pp: GroupCoordinator
+    # The replica's DP ranks of this stage and TP position (one rank unless the DP replicas are one world),
+    # and under expert parallelism the stage's EP group (DP x TP) and a second communicator over the same
+    # ranks for the load balancer, so that its traffic never interleaves with the forward pass's.
+    dp: GroupCoordinator
+    ep: GroupCoordinator | None = None
+    eplb: GroupCoordinator | None = None
+    # Expert slots beyond one per expert on the EP group, and the EPLB load window (0: no load recorded).
+    num_redundant_experts: int = 0
+    eplb_window_size: int = 0
 
 
 _STATE: ParallelState | None = None
 
 
-def init_parallel_state(grid: RankGrid, rank: int, init_method: str | None, device: torch.device, timeout_s: float = 600.0) -> ParallelState:
-    """Join the replica's world (if it has more than one rank) and build its TP and PP groups."""
+def init_parallel_state(grid: RankGrid, rank: int, init_method: str | None, device: torch.device, timeout_s: float = 600.0,
+                        expert_parallel: bool = False) -> ParallelState:
+    """Join the replica's world (if it has more than one rank) and build its groups."""
     global _STATE
     if grid.world_size > 1:
         if not dist.is_initialized():
@@ -95,10 +143,13 @@ def init_parallel_state(grid: RankGrid, rank: int, init_method: str | None, devi
                                     timeout=timedelta(seconds=timeout_s))
         tp = _make_group(grid.tp_groups(), rank, device)
         pp = _make_group(grid.pp_groups(), rank, device)
+        dp = _make_group(grid.dp_groups(), rank, device)
+        ep = _make_group(grid.ep_groups(), rank, device) if expert_parallel else None
+        eplb = _make_group(grid.ep_groups(), rank, device) if expert_parallel else None
     else:
-        tp = GroupCoordinator([0], 0)
-        pp = GroupCoordinator([0], 0)
-    _STATE = ParallelState(grid, rank, tp, pp)
+        tp, pp, dp = GroupCoordinator([0], 0), GroupCoordinator([0], 0), GroupCoordinator([0], 0)
+        ep = eplb = GroupCoordinator([0], 0) if expert_parallel else None
+    _STATE = ParallelState(grid, rank, tp, pp, dp, ep, eplb)
     return _STATE
 
 
@@ -125,6 +176,15 @@ def get_tp_group() -> GroupCoordinator:
 
 def get_pp_group() -> GroupCoordinator:
     return get_parallel_state().pp
+
+
+def get_dp_group() -> GroupCoordinator:
+    return get_parallel_state().dp
+
+
+def get_ep_group() -> GroupCoordinator | None:
+    """The stage's expert-parallel group; None when experts are replicated on every rank."""
+    return get_parallel_state().ep
 
 
 def destroy_parallel_state() -> None:

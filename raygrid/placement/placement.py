@@ -45,7 +45,8 @@ def check_cluster_fits(grid: RankGrid, use_gpu: bool, worker_cpus: float, num_re
     summary = f"the cluster has {len(nodes)} node(s) with {total:g} {kind} in all, {per_node[0] if per_node else 0:g} on the largest"
     if need_total > total:
         raise ValueError(
-            f"{num_replicas} replica(s) of tensor_parallel_size={grid.tp} x pipeline_parallel_size={grid.pp} need "
+            f"{num_replicas} replica(s) of tensor_parallel_size={grid.tp} x pipeline_parallel_size={grid.pp}"
+            f"{f' x data_parallel_size={grid.dp} (expert parallelism: one world)' if grid.dp > 1 else ''} need "
             f"{need_total:g} {kind}; {summary}"
         )
     if not per_node or need_node > per_node[0]:
