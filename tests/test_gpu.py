@@ -149,3 +149,36 @@ def test_two_gpu_layouts_equal_one_gpu_for_every_sampling_parameter(model_dirs, 
         assert sorted(d["device"] for d in devices) == ["cuda:0", "cuda:1"], devices
         assert all(d["visible_devices"] == 2 and len(d["peer_access"]) == 1 for d in devices), devices
         assert timing["max_batches_in_flight"] == (1 if mode.get("async_scheduling") is False else 2), (mode, timing)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_expert_parallel_on_two_gpus_equals_one_gpu_for_every_sampling_parameter(qwen3_moe_dir, tokenizer):
+    """EP=2 (DP=2 attention) with its GPU defaults (decode CUDA graphs holding the MoE all-gather and
+    reduce-scatter, async scheduling, the compiled graph) and EPLB rebalancing every 4 steps, and EP=2 eager,
+    give what one GPU gives (eager, synchronous) for every sampling feature, float32; and a prompt alone (the
+    other DP rank idle) gives its tokens too."""
+    from tests.test_distributed import outputs_agree
+    from tests.test_execution_modes import params_per_prompt
+
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=37)]
+    common = dict(model=qwen3_moe_dir, max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32")
+    plain = LLM(**common, enforce_eager=True, async_scheduling=False)
+    try:
+        params = params_per_prompt(plain.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2])
+        expected = plain.generate(prompts, params, use_tqdm=False)
+        alone = plain.generate(prompts[7], greedy(), use_tqdm=False)
+    finally:
+        plain.shutdown()
+    eplb = dict(enable_eplb=True, eplb_config=dict(num_redundant_experts=2, step_interval=4, window_size=8))
+    for mode in (dict(**eplb), dict(enforce_eager=True, async_scheduling=False)):
+        llm = LLM(**common, enable_expert_parallel=True, data_parallel_size=2, **mode)
+        try:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+            alone_ep = llm.generate(prompts[7], greedy(), use_tqdm=False)
+            stats = llm.get_stats()
+        finally:
+            llm.shutdown()
+        assert all(o.error is None for o in outputs), mode
+        outputs_agree(outputs, expected, logprob_tol=1e-3)
+        assert alone_ep[0].outputs[0].token_ids == alone[0].outputs[0].token_ids
+        assert stats.eplb_rebalances >= (5 if "enable_eplb" in mode else 0), mode

@@ -72,6 +72,8 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
             raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
         generated = sum(len(o.outputs[0].token_ids) for o in outputs)
         result = {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": llm.engine.step_timing()}
+        if engine_kwargs.get("enable_eplb"):
+            result["eplb"] = eplb_summary(llm)
         if traced:
             result["where_the_time_goes"] = summarize_steps(start, llm.engine.step_trace)
             llm.engine.step_trace = None
@@ -86,6 +88,18 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
         return result
     finally:
         llm.shutdown()
+
+
+def eplb_summary(llm) -> dict:
+    """The EPLB rebalances of the run, as the first worker saw them (every EP rank rebalances together)."""
+    engine = llm.engine
+    reports = engine.collective_rpc("eplb_reports")[0] if hasattr(engine, "transports") else engine.executor.collective_rpc("eplb_reports")
+    reports = reports[0]
+    stats = llm.get_stats()
+    print(f"  EPLB: {len(reports)} rebalances; balancedness " + ", ".join(
+        f"{r['balancedness_before']:.3f} -> {r['balancedness_after']:.3f} ({r['seconds'] * 1000:.0f} ms, {r['moved_experts']} moved)"
+        for r in reports[:4]) + (" ..." if len(reports) > 4 else ""))
+    return {"rebalances": reports, "expert_balancedness": stats.expert_balancedness}
 
 
 def summarize_steps(start: float, trace: list[tuple[float, int, int]]) -> list[dict]:
@@ -198,6 +212,7 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "where_the_time_goes": result.get("where_the_time_goes"),
         "decode_profiles": result.get("decode_profiles"),
         "memory": result.get("memory"),
+        "eplb": result.get("eplb"),
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),

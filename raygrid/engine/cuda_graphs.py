@@ -10,11 +10,16 @@ sizes in the same order, and replays the same size, since all see the same Sched
 stage captures its own layers: a stage after the first reads the previous stage's hidden states and
 residual from two more static buffers, and a stage before the last returns its own pair; the hand-off
 between stages stays outside the graph.
+
+Under expert parallelism the MoE layers' all-gather and reduce-scatter over the DP ranks are captured too:
+the DP ranks agree before each pass whether all of them replay, and then replay the same size.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
+from typing import Callable, ContextManager
 
 import torch
 
@@ -33,8 +38,10 @@ def capture_sizes(max_batch: int) -> list[int]:
 
 class DecodeGraphs:
     def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], max_batch: int, max_blocks: int, device: torch.device,
-                 sizes: list[int] | None = None, stage_input: tuple[int, torch.dtype] | None = None) -> None:
-        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives."""
+                 sizes: list[int] | None = None, stage_input: tuple[int, torch.dtype] | None = None,
+                 context: Callable[[int], ContextManager] | None = None) -> None:
+        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives. ``context``:
+        what each size's warm-up and capture run under (expert parallelism: the DP ranks' token counts)."""
         self.sizes = sizes or capture_sizes(max_batch)
         self.max_batch = max_batch
         self.input_ids = torch.zeros(max_batch, dtype=torch.long, device=device)
@@ -52,12 +59,13 @@ class DecodeGraphs:
         pool = None
         for size in reversed(self.sizes):  # largest first, so the smaller ones reuse its memory pool
             args = (self.input_ids[:size], self.positions[:size], kv_caches, self._metadata(size), self._stage_input(size))
-            for _ in range(2):  # compile and warm up (and, under TP, set up the communicators) outside the capture
-                model(*args)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self.outputs[size] = model(*args)
+            with context(size) if context is not None else nullcontext():
+                for _ in range(2):  # compile and warm up (and, under TP, set up the communicators) outside the capture
+                    model(*args)
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self.outputs[size] = model(*args)
             pool = graph.pool()
             self.graphs[size] = graph
         torch.cuda.synchronize()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from functools import partial
 
 import numpy as np
@@ -17,8 +18,8 @@ from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs, r
 from raygrid.kernels.ops import apply_token_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.eplb import Rebalancer
-from raygrid.parallel.expert_parallel import dp_forward, expert_parallel_enabled
-from raygrid.parallel.groups import get_parallel_state, get_pp_group
+from raygrid.parallel.expert_parallel import dp_tokens, exchange_dp_step, expert_parallel_enabled, valid_rows
+from raygrid.parallel.groups import get_dp_group, get_parallel_state, get_pp_group
 
 logger = logging.getLogger(__name__)
 
@@ -171,18 +172,44 @@ class ModelRunner:
         self.expert_parallel = expert_parallel_enabled()
         self.rebalancer = self._make_rebalancer() if config.parallel.enable_eplb else None
         self._eplb_report = None
-        if self.expert_parallel and device.type == "cuda" and not config.model.enforce_eager:
-            logger.warning("expert parallelism runs eagerly: decode CUDA graphs are not captured under it yet")
+        self.dp_size = get_dp_group().world_size
+        # Under expert parallelism a graph's MoE layers read which gathered rows are real from here.
+        self._graph_valid = torch.zeros(self.dp_size * self.max_graph_batch, dtype=torch.bool, device=device) \
+            if self.expert_parallel and self.uses_cuda_graphs else None
 
     def _make_rebalancer(self) -> Rebalancer:
         eplb = self.config.parallel.eplb_config
         layers = [m for m in self.model.modules() if getattr(m, "map", None) is not None and hasattr(m, "w13")]
         return Rebalancer(layers, get_parallel_state().eplb, eplb.window_size, eplb.step_interval, eplb.log_balancedness)
 
-    def _forward(self, input_ids, positions, meta, intermediate, kv_caches=None):
-        """The model on one batch; under expert parallelism the DP ranks agree on their token counts first."""
-        with dp_forward(input_ids.shape[0]):
+    def _plan_pass(self, num_tokens: int, decode_rows: int) -> tuple[int | None, tuple[int, ...] | None]:
+        """How this forward pass runs: the CUDA graph size it replays (None: eagerly), and under expert parallelism
+        for an eager pass the DP ranks' token counts. ``decode_rows``: the pass's rows if it is decode only, else -1.
+        Under expert parallelism the DP ranks decide together: a graph when every one of them can replay one (all
+        replay the size that fits the most rows), eagerly otherwise."""
+        replayable = self.graphs is not None and decode_rows >= 0
+        if not self.expert_parallel:
+            return (self.graphs.padded_size(decode_rows) if replayable else None), None
+        step = exchange_dp_step(num_tokens, decode_rows if replayable else -1)
+        size = self.graphs.padded_size(max(step.decode_rows)) if step.all_decode else None
+        if size is None:
+            return None, step.counts
+        self._graph_valid[: self.dp_size * size].copy_(torch.from_numpy(valid_rows(step.decode_rows, size)))
+        return size, None
+
+    def _forward(self, plan, num_reqs: int, input_ids, positions, meta, intermediate, kv_caches=None):
+        graph_size, dp_counts = plan
+        if graph_size is not None:
+            return self.graphs.run(graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor,
+                                   intermediate)
+        with dp_tokens(dp_counts) if dp_counts is not None else nullcontext():
             return self.model(input_ids, positions, self.kv_caches if kv_caches is None else kv_caches, meta, intermediate)
+
+    def _graph_context(self, size: int):
+        """What a graph of ``size`` rows captures its MoE layers under: every DP rank brings ``size`` rows."""
+        if not self.expert_parallel:
+            return nullcontext()
+        return dp_tokens((size,) * self.dp_size, valid=self._graph_valid[: self.dp_size * size])
 
     def _after_forward(self) -> None:
         if self.rebalancer is not None:
@@ -192,26 +219,38 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _dummy_step(self) -> None:
-        """Expert parallelism with nothing to run: a forward pass of one token whose KV goes to the null block,
-        so that this rank takes part in the layers' collectives (the other DP ranks' tokens go through them)."""
-        ids = torch.zeros(1, dtype=torch.long, device=self.device)
-        meta = single_sequence_metadata(1, self.block_size, self.device, first_block=0)
-        intermediate = None
-        if not self.pp.is_first:
-            shape = (1, self.model.config.hidden_size)
-            intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
-        hidden = self._forward(ids, ids.clone(), meta, intermediate)
-        if not self.pp.is_last:
-            self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
+        """Expert parallelism with nothing to run: this rank still takes part in the layers' collectives (the
+        other DP ranks' tokens go through them), replaying a graph of padding rows alone, or eagerly a pass of one
+        token whose KV goes to the null block."""
+        plan = self._plan_pass(1, 0)
+        if plan[0] is not None:  # every stage of this DP rank replays padding: nothing to hand over
+            empty = torch.zeros(0, dtype=torch.long, device=self.device)
+            blocks = torch.zeros(0, 1, dtype=torch.int32, device=self.device)
+            intermediate = None if self.pp.is_first else tuple(torch.zeros(0, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
+                                                               for _ in range(2))
+            meta = AttentionMetadata(slot_mapping=empty, block_tables=blocks, seq_lens=[], query_start_loc=[], max_query_len=1, max_seq_len=0,
+                                     seq_lens_tensor=blocks[:, 0], query_start_loc_tensor=blocks[:, 0])
+            self._forward(plan, 0, empty, empty, meta, intermediate)
+        else:
+            ids = torch.zeros(1, dtype=torch.long, device=self.device)
+            meta = single_sequence_metadata(1, self.block_size, self.device, first_block=0)
+            intermediate = None
+            if not self.pp.is_first:
+                shape = (1, self.model.config.hidden_size)
+                intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
+            hidden = self._forward(plan, 1, ids, ids.clone(), meta, intermediate)
+            if not self.pp.is_last:
+                self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
         self._after_forward()
 
     @property
     def uses_cuda_graphs(self) -> bool:
-        return self.device.type == "cuda" and not self.config.model.enforce_eager and not self.expert_parallel
+        return self.device.type == "cuda" and not self.config.model.enforce_eager
 
     def _capture_decode_graphs(self, kv_caches: list[torch.Tensor], sizes: list[int] | None = None) -> DecodeGraphs:
         stage_input = None if self.pp.is_first else (self.model.config.hidden_size, self.dtype)
-        return DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, sizes, stage_input)
+        return DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, sizes, stage_input,
+                            context=self._graph_context)
 
     @property
     def max_graph_batch(self) -> int:
@@ -448,12 +487,8 @@ class ModelRunner:
             shape = (input_ids.shape[0], self.model.config.hidden_size)  # every stage refuses the same requests
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
-        graph_size = self.graphs.padded_size(num_reqs) if self.graphs is not None and meta.decode_only else None
-        if graph_size is not None:
-            hidden = self.graphs.run(graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor,
-                                     intermediate)
-        else:
-            hidden = self._forward(input_ids, positions, meta, intermediate)
+        plan = self._plan_pass(input_ids.shape[0], num_reqs if meta.decode_only else -1)
+        hidden = self._forward(plan, num_reqs, input_ids, positions, meta, intermediate)
         self._after_forward()
         req_ids = list(self.batch.req_ids)
         if not self.pp.is_last:
@@ -544,7 +579,7 @@ class ModelRunner:
         if not self.pp.is_first:
             zeros = torch.zeros(num_tokens, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
             intermediate = (zeros, zeros.clone())
-        out = self._forward(ids, positions, meta, intermediate, kv_caches=caches)
+        out = self._forward(self._plan_pass(num_tokens, -1), 1, ids, positions, meta, intermediate, kv_caches=caches)
         del caches
         if self.pp.is_last:
             rows = self.config.scheduler.max_num_seqs

@@ -72,13 +72,14 @@ class GroupCoordinator:
         dist.all_reduce(total, group=self.device_group)
         return total[self.rank_in_group * rows : (self.rank_in_group + 1) * rows]
 
-    def all_gather_ints(self, value: int) -> list[int]:
-        """Every rank's ``value`` (on the CPU group: no device synchronisation)."""
+    def all_gather_ints(self, values: list[int]) -> list[list[int]]:
+        """Every rank's ``values`` (the same length on all; on the CPU group: no device synchronisation)."""
         if self.world_size == 1:
-            return [value]
-        parts = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
-        dist.all_gather(parts, torch.tensor([value], dtype=torch.int64), group=self.cpu_group)
-        return [int(p) for p in parts]
+            return [list(values)]
+        mine = torch.tensor(values, dtype=torch.int64)
+        parts = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(parts, mine, group=self.cpu_group)
+        return [p.tolist() for p in parts]
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         if self.world_size == 1:
