@@ -151,6 +151,28 @@ def test_two_gpu_layouts_equal_one_gpu_for_every_sampling_parameter(model_dirs, 
         assert timing["max_batches_in_flight"] == (1 if mode.get("async_scheduling") is False else 2), (mode, timing)
 
 
+def test_expert_parallel_world_of_one_gpu_equals_the_plain_engine(qwen3_moe_dir, tokenizer):
+    """The expert-parallel path on one GPU (an EP group of one rank, 2 redundant slots, EPLB every 4 steps, decode
+    graphs captured under the DP context, async scheduling) gives what the plain engine gives, for every sampling
+    feature; float32."""
+    from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
+
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=38)]
+    results = []
+    eplb = dict(enable_expert_parallel=True, enable_eplb=True, eplb_config=dict(num_redundant_experts=2, step_interval=4, window_size=8))
+    for mode in (dict(async_scheduling=False, enforce_eager=True), dict(async_scheduling=True, **eplb)):
+        llm = LLM(model=qwen3_moe_dir, max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32", **mode)
+        try:
+            stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
+            results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
+            if "enable_eplb" in mode:
+                assert llm.engine.executor.worker.runner.graphs is not None
+                assert llm.get_stats().eplb_rebalances >= 5
+        finally:
+            llm.shutdown()
+    assert_same_outputs(results[0], results[1])
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_expert_parallel_on_two_gpus_equals_one_gpu_for_every_sampling_parameter(qwen3_moe_dir, tokenizer):
     """EP=2 (DP=2 attention) with its GPU defaults (decode CUDA graphs holding the MoE all-gather and
