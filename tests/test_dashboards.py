@@ -24,9 +24,10 @@ from raygrid.observability.dashboard import DASHBOARD_UID, PANELS, PREFIX, PREFI
 from tests.conftest import free_port  # noqa: E402
 
 
-def test_every_panel_query_reads_series_the_server_exports(qwen3_dir, tmp_path):
+def test_every_panel_query_reads_series_the_server_exports(qwen3_moe_dir, tmp_path):
     """Every series the panels read is on a live server's /metrics, and a real Prometheus scraping it with
-    ray_configs/prometheus.yml answers every panel's query with data."""
+    ray_configs/prometheus.yml answers every panel's query with data. The server runs the MoE model with EPLB
+    (an EP group of one rank, rebalancing every 2 steps), so that the balancedness panel has data too."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from tests.test_openai_server import start_server, stop_server
@@ -35,7 +36,8 @@ def test_every_panel_query_reads_series_the_server_exports(qwen3_dir, tmp_path):
     assert board["uid"] == DASHBOARD_UID and len(board["panels"]) == len(PANELS)
     assert all(p["targets"] and all(t["expr"] and t["datasource"]["uid"] == "${datasource}" for t in p["targets"]) for p in board["panels"])
     assert {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]} == {(12 * (n % 2), 8 * (n // 2)) for n in range(len(PANELS))}
-    proc, base = start_server(qwen3_dir)
+    proc, base = start_server(qwen3_moe_dir, "--enable-expert-parallel", "--enable-eplb",
+                              "--eplb-config", '{"num_redundant_experts": 2, "step_interval": 2, "window_size": 4}')
     prometheus = None
     try:
         prometheus, prometheus_url = start_prometheus(base, tmp_path)

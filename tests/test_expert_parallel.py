@@ -5,7 +5,10 @@ a skewed router."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,9 +17,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from raygrid import LLM, SamplingParams
+from raygrid.engine.metrics import EngineMetrics
 from raygrid.parallel.eplb import initial_map
 from tests.conftest import hf_greedy, random_prompts
-from tests.test_distributed import outputs_agree
+from tests.test_distributed import outputs_agree, placement_groups_alive, worker_pid
 from tests.test_execution_modes import params_per_prompt
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")  # the session's (conftest.py)
@@ -94,7 +98,7 @@ def checkpoint_experts(path: str) -> dict[tuple[int, int], tuple[torch.Tensor, t
 def test_ep4_over_dp2_tp2_rebalances_mid_generation_and_moved_weights_equal_the_originals(qwen3_moe_dir, case):
     """EP=4 (DP=2 x TP=2) with 4 redundant slots (3 a rank), rebalancing every 5 steps: greedy tokens before
     and after each rebalance are transformers', every slot holds its expert's original weights, and experts
-    did move between ranks."""
+    did move between ranks. Then a worker dies, and the world fails as one replica."""
     llm = moe_llm(qwen3_moe_dir, data_parallel_size=2, tensor_parallel_size=2, enable_eplb=True,
                   eplb_config=dict(num_redundant_experts=4, step_interval=5, window_size=10))
     try:
@@ -102,6 +106,13 @@ def test_ep4_over_dp2_tp2_rebalances_mid_generation_and_moved_weights_equal_the_
         stats = llm.get_stats()
         (placements,) = llm.engine.collective_rpc("expert_placement")
         (reports,) = llm.engine.collective_rpc("eplb_reports")
+        # The world is one replica: one worker killed (SIGKILL, DP rank 1's second TP rank) fails every request of
+        # both DP ranks, and its placement groups are released.
+        pid = worker_pid(llm, 0, 3)
+        threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL)).start()
+        outputs = llm.generate(case[0], SamplingParams(max_tokens=200, ignore_eos=True), use_tqdm=False)
+        assert all(o.error and "failed" in o.error for o in outputs), [o.error for o in outputs]
+        assert llm.engine.healthy == [False] and placement_groups_alive() == 0
     finally:
         llm.shutdown()
     assert stats.eplb_rebalances >= 3 and len({len(r) for r in reports}) == 1  # every rank rebalanced together
@@ -150,3 +161,9 @@ def test_skewed_router_rebalancing_with_redundant_experts_raises_balancedness(qw
     assert first["balancedness_after"] > 0.9 and first["moved_experts"] > 0, first
     assert later and all(r["balancedness_before"] > 0.9 for r in later), later  # measured on the new placement
     assert stats.expert_balancedness > 0.9 and stats.eplb_rebalances == len(reports[0])
+    # /metrics: the API server's exporter reports them.
+    metrics = EngineMetrics("skewed")
+    metrics.observe_scheduler(stats)
+    text = metrics.render().decode()
+    assert f'raygrid_expert_balancedness{{model_name="skewed"}} {stats.expert_balancedness}' in text
+    assert f'raygrid_eplb_rebalances_total{{model_name="skewed"}} {float(stats.eplb_rebalances)}' in text

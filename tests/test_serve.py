@@ -225,3 +225,36 @@ def test_tp2_replica_in_its_placement_group_and_replaced_after_a_worker_dies(app
         assert reply.choices[0].text == expected[0]
     finally:
         serve.delete("raygrid-tp2")
+
+
+def test_expert_parallel_world_is_one_serve_replica(app, qwen3_moe_dir, tokenizer):
+    """EP over DP=2 under Serve: one replica holds the world's two workers in its placement group (and the
+    CLI maps -dp 2 --enable-expert-parallel to that, not to two replicas); its greedy tokens equal one process's."""
+    args = build_parser().parse_args(["serve", "--ray-serve", "--model", qwen3_moe_dir, "-dp", "2", "--enable-expert-parallel"])
+    (mapped,) = serve_args_from_cli(args, engine_kwargs(args)).llm_configs
+    assert mapped.deployment_config == {"num_replicas": 1} and mapped.engine_kwargs["data_parallel_size"] == 2
+    with pytest.raises(ValueError, match=r"engine_kwargs.data_parallel_size: not set under Serve"):
+        build_app({"llm_config": {"model_loading_config": {"model_id": "x", "model_source": qwen3_moe_dir},
+                                  "engine_kwargs": {"data_parallel_size": 2}}})
+    serve.run(build_app({"llm_config": {"model_loading_config": {"model_id": "tiny-ep2", "model_source": qwen3_moe_dir},
+                                        "engine_kwargs": {"device": "cpu", "dtype": "float32", "max_model_len": 256,
+                                                          "data_parallel_size": 2, "enable_expert_parallel": True}}}),
+              name="raygrid-ep2", route_prefix="/ep2")
+    try:
+        client = openai.OpenAI(base_url=f"{app}/ep2/v1", api_key="unused", max_retries=0, timeout=60)
+        prompts = random_prompts(4, len(tokenizer), seed=65)
+        llm = LLM(model=qwen3_moe_dir, device="cpu", dtype="float32", max_model_len=256)
+        expected = [o.outputs[0].text for o in llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                                               SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)]
+        llm.shutdown()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:  # together, so that both DP ranks get requests
+            got = list(pool.map(lambda p: client.completions.create(model="tiny-ep2", prompt=p, max_tokens=8, temperature=0,
+                                                                     extra_body={"ignore_eos": True}).choices[0].text, prompts))
+        assert got == expected
+        replicas = [pid for pid, _, cmd in processes() if cmd.startswith(b"ray::ServeReplica:raygrid-ep2:EngineServer")]
+        workers = [pid for pid, _, cmd in processes() if cmd.startswith(b"ray::WorkerActor")]
+        assert len(replicas) == 1 and len(workers) == 2
+        groups = [g for g in placement_group_table().values() if g["state"] == "CREATED"]
+        assert any(list(g["bundles"].values()) == [{"CPU": 1.0}] * 3 for g in groups), "the world's placement group"
+    finally:
+        serve.delete("raygrid-ep2")

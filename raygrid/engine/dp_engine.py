@@ -49,9 +49,21 @@ class StepLineup:
         self._next_read = 0
         self._reading = False
         self._waiting = [False] * dp  # ranks blocked on a result, or idle until a peer gives a step
+        self._failed: BaseException | None = None  # once a rank's step failed, no step of the world can finish
+
+    def fail(self, error: BaseException) -> None:
+        """The world is lost: every rank waiting on it, and every later call, gets ``error``."""
+        with self.cond:
+            self._failed = self._failed or error
+            self.cond.notify_all()
+
+    def check(self) -> None:
+        if self._failed is not None:
+            raise ReplicaLostError(f"another DP rank of the expert-parallel world failed: {self._failed}") from self._failed
 
     def submit(self, rank: int, scheduler_output: SchedulerOutput | None) -> "RankStep":
         with self.cond:
+            self.check()
             step = self.counts[rank]
             self.counts[rank] += 1
             slot = self._slots.setdefault(step, [_MISSING] * self.dp)
@@ -72,7 +84,7 @@ class StepLineup:
             self._waiting[rank] = True  # it gives no step meanwhile: a reader need not wait for one
             self.cond.notify_all()
             try:
-                self.cond.wait_for(lambda: self.behind(rank), timeout=timeout_s)
+                self.cond.wait_for(lambda: self.behind(rank) or self._failed is not None, timeout=timeout_s)
             finally:
                 self._waiting[rank] = False
 
@@ -82,6 +94,7 @@ class StepLineup:
             self.cond.notify_all()
             try:
                 while step >= self._next_read:
+                    self.check()
                     if self._reading or not self._may_read(step):
                         self.cond.wait(timeout=_IDLE_WAIT_S)
                         continue
@@ -109,9 +122,14 @@ class StepLineup:
         self.cond.release()
         try:
             outputs = list(launched.result())
-        finally:
+        except BaseException as error:
             self.cond.acquire()
             self._reading = False
+            self._failed = self._failed or error
+            self.cond.notify_all()
+            raise
+        self.cond.acquire()
+        self._reading = False
         for rank, scheduler_output in enumerate(slot):
             if scheduler_output is None:  # a dummy pass: nobody takes its output
                 outputs[rank] = None
@@ -186,6 +204,7 @@ class DataParallelEngine:
         core, lineup, inbox = self.cores[rank], self.lineup, self._inboxes[rank]
         try:
             while not self._stopping:
+                lineup.check()
                 while True:
                     try:
                         inbox.get_nowait()()
@@ -203,7 +222,10 @@ class DataParallelEngine:
                 elif not core.has_unfinished_requests():
                     lineup.wait_for_peers(rank, _IDLE_WAIT_S)
         except BaseException as error:  # noqa: BLE001 - the world is lost: the driver's next step raises it
+            if self._stopping:
+                return
             logger.exception("DP rank %d stopped", rank)
+            lineup.fail(error)
             with self._ready:
                 self._error = error
                 self._ready.notify_all()
@@ -271,6 +293,7 @@ class DataParallelEngine:
 
     def shutdown(self) -> None:
         self._stopping = True
+        self.lineup.fail(RuntimeError("the engine is shutting down"))  # wakes every rank waiting on the world
         for thread in self._threads:
             thread.join(timeout=30)
         for core in self.cores:

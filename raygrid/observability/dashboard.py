@@ -1,6 +1,6 @@
 """raygrid's Grafana dashboard, built as code with grafana-foundation-sdk from the metrics the server exports
-(engine/metrics.py): latency percentiles, token throughput, the batch, the KV cache, prefix hits and
-preemptions. ``export`` gives Grafana's dashboard JSON; ``push`` uploads it through grafana-client.
+(engine/metrics.py): latency percentiles, token throughput, the batch, the KV cache, prefix hits,
+preemptions and, under expert parallelism with EPLB, the experts' balancedness. ``export`` gives Grafana's dashboard JSON; ``push`` uploads it through grafana-client.
 
 Every panel query names only metrics that ``/metrics`` serves (a test checks it against a live server)."""
 
@@ -64,6 +64,10 @@ PANELS: tuple[PanelSpec, ...] = (
     )),
     PanelSpec("Preemptions", "short", (
         Query(f"sum by (model_name) (rate({PREFIX}num_preemptions_total[$__rate_interval]))", "per s {{model_name}}"),
+    )),
+    PanelSpec("Expert balancedness (EPLB)", "percentunit", (
+        # Mean over max tokens per EP rank over the last rebalance's window; only engines with EPLB export it.
+        Query(f"min by (model_name) ({PREFIX}expert_balancedness)", "{{model_name}}"),
     )),
 )
 

@@ -6,6 +6,8 @@ engine deployment's Serve options (``deployment_config``: ``num_replicas`` or ``
 ``max_ongoing_requests``, health checks). ``ServeArgs`` adds the ingress: its deployment options and the
 HTTP server's (API key, parsers, limits). Data parallelism is Serve replicas, so ``data_parallel_size`` is
 not an engine argument here; each replica is one engine of tensor_parallel_size x pipeline_parallel_size.
+Under expert parallelism it is: the DP ranks that share the experts are one world, so one Serve replica holds
+all of them (``data_parallel_size`` x TP x PP workers) and fails, restarts and is routed to as one.
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ class LLMConfig(_Strict):
     @field_validator("engine_kwargs")
     @classmethod
     def _known_engine_args(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        check_engine_kwargs(kwargs, _NOT_UNDER_SERVE, "under Serve")
+        refused = dict(_NOT_UNDER_SERVE)
+        if kwargs.get("enable_expert_parallel"):
+            del refused["data_parallel_size"]  # the DP ranks of one expert-parallel world: inside one replica
+        check_engine_kwargs(kwargs, refused, "under Serve")
         return kwargs
 
     @property
@@ -59,13 +64,18 @@ class LLMConfig(_Strict):
     def engine_args(self) -> EngineArgs:
         """One replica's engine: everything given, on Ray when it has more than one worker."""
         args = EngineArgs(model=self.model_source, **self.engine_kwargs)
-        if args.tensor_parallel_size * args.pipeline_parallel_size > 1:
+        if self.grid_of(args).world_size > 1:
             args.distributed_executor_backend = "ray"
         return args
 
+    @staticmethod
+    def grid_of(args: EngineArgs) -> RankGrid:
+        dp = args.data_parallel_size if args.enable_expert_parallel else 1
+        return RankGrid(tp=args.tensor_parallel_size, pp=args.pipeline_parallel_size, dp=dp)
+
     def grid(self) -> RankGrid:
-        args = self.engine_args()
-        return RankGrid(tp=args.tensor_parallel_size, pp=args.pipeline_parallel_size)
+        """One replica's workers: TP x PP, times DP under expert parallelism."""
+        return self.grid_of(self.engine_args())
 
     def uses_workers(self) -> bool:
         """Several ranks run as Ray worker actors in the replica's placement group; one runs in an engine

@@ -27,7 +27,8 @@ def serve_args_from_cli(args: argparse.Namespace, engine_kwargs: dict) -> ServeA
     defaults = EngineArgs().as_kwargs()
     kwargs = {k: v for k, v in engine_kwargs.items() if v != defaults[k]}
     model = kwargs.pop("model", defaults["model"])
-    replicas = kwargs.pop("data_parallel_size", 1)
+    # DP is Serve replicas; under expert parallelism the DP ranks are one world, inside one replica.
+    replicas = 1 if kwargs.get("enable_expert_parallel") else kwargs.pop("data_parallel_size", 1)
     kwargs.pop("ray_address", None)
     kwargs.pop("distributed_executor_backend", None)
     streaming = {} if args.stream_messages_per_s is None else {"stream_messages_per_s": args.stream_messages_per_s}
