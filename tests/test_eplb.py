@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from raygrid.parallel.eplb import balancedness, initial_map, plan_layer, rank_loads, rebalance_experts, replica_tables
+from raygrid.parallel.eplb import ExpertMap, balancedness, initial_map, plan_layer, rank_loads, rebalance_experts, replica_tables
+from raygrid.parallel.groups import GroupCoordinator
 
 
 def test_eight_experts_four_redundant_slots_on_four_ranks_by_hand():
@@ -62,3 +64,17 @@ def test_properties_on_random_loads(hierarchical):
         current = rng.permutation(np.concatenate([np.arange(num_experts), rng.integers(0, num_experts, num_physical - num_experts)]))
         chosen, before, after = plan_layer(load, current, ranks, **kwargs)
         assert after >= before and balancedness(rank_loads(chosen, load, ranks)) == pytest.approx(after)
+
+
+def test_an_experts_tokens_spread_over_its_replicas_and_each_pair_has_one_rank():
+    """ExpertMap on two EP ranks of 3 slots: expert 0 on slots 0 (rank 0), 3 and 5 (rank 1), expert 1 on slot 1.
+    90 tokens choose experts 0 and 1: expert 0's pairs split 30/30/30 over its replicas by token, every pair is
+    served by exactly one rank, and each rank's window counts its own slots' real tokens (padding rows not)."""
+    maps = [ExpertMap(4, 6, GroupCoordinator([0, 1], rank), window_size=2) for rank in (0, 1)]
+    for m in maps:
+        m.commit(np.array([0, 1, 2, 0, 3, 0]))
+    ids = torch.tensor([[0, 1]] * 90 + [[2, 3]] * 6)
+    valid = torch.arange(96) < 90  # the last 6 rows are padding
+    local = [m.to_local(ids, valid) for m in maps]
+    assert torch.equal((local[0] < 3) ^ (local[1] < 3), torch.ones_like(ids, dtype=torch.bool))
+    assert maps[0].window[0].tolist() == [30, 90, 0] and maps[1].window[0].tolist() == [30, 0, 30]
