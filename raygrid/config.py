@@ -104,6 +104,13 @@ class ParallelConfig(_Strict):
     def _check_eplb(self) -> "ParallelConfig":
         if self.enable_eplb and not self.enable_expert_parallel:
             raise ValueError("enable_eplb needs enable_expert_parallel: experts are only rebalanced between EP ranks")
+        defaults, given = EPLBConfig(), self.eplb_config
+        changed = [name for name in EPLBConfig.model_fields if getattr(given, name) != getattr(defaults, name)]
+        if changed and not self.enable_expert_parallel:
+            raise ValueError(f"eplb_config.{changed[0]}: needs enable_expert_parallel")
+        balancer_only = [name for name in changed if name != "num_redundant_experts"]
+        if balancer_only and not self.enable_eplb:
+            raise ValueError(f"eplb_config.{balancer_only[0]}: needs enable_eplb (only the balancer reads it)")
         return self
 
     @property

@@ -78,3 +78,21 @@ def test_an_experts_tokens_spread_over_its_replicas_and_each_pair_has_one_rank()
     local = [m.to_local(ids, valid) for m in maps]
     assert torch.equal((local[0] < 3) ^ (local[1] < 3), torch.ones_like(ids, dtype=torch.bool))
     assert maps[0].window[0].tolist() == [30, 90, 0] and maps[1].window[0].tolist() == [30, 0, 30]
+
+
+def test_expert_parallel_arguments_refused_where_they_would_do_nothing(qwen3_dir, qwen3_moe_dir):
+    """Each names the field: EP on a dense model, EPLB without EP, balancer settings without the balancer."""
+    from raygrid.engine.arg_utils import EngineArgs
+
+    cases = [
+        (dict(model=qwen3_dir, enable_expert_parallel=True), r"enable_expert_parallel: model .* has no experts"),
+        (dict(model=qwen3_moe_dir, enable_eplb=True), r"enable_eplb needs enable_expert_parallel"),
+        (dict(model=qwen3_moe_dir, eplb_config={"num_redundant_experts": 2}), r"eplb_config.num_redundant_experts: needs enable_expert_parallel"),
+        (dict(model=qwen3_moe_dir, enable_expert_parallel=True, eplb_config={"step_interval": 5}), r"eplb_config.step_interval: needs enable_eplb"),
+        (dict(model=qwen3_moe_dir, enable_expert_parallel=True, eplb_config={"window_sizes": 5}), r"window_sizes\n  Extra inputs are not permitted"),
+        (dict(model=qwen3_moe_dir, enable_expert_parallel=True, eplb_config={"num_redundant_experts": 3}, data_parallel_size=2),
+         r"eplb_config.num_redundant_experts: num_experts \+ num_redundant_experts \(8 \+ 3\) is not divisible by the expert-parallel size \(DP x TP = 2\)"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            EngineArgs(device="cpu", **kwargs).create_engine_config()

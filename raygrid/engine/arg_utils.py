@@ -121,7 +121,16 @@ class EngineArgs:
                                     compiled_graph=self.compiled_graph),
             device=self.device,
         )
-        return config.resolve(load_hf_config(model_path).max_position_embeddings)
+        hf_config = load_hf_config(model_path)
+        if self.enable_expert_parallel:
+            experts = getattr(hf_config, "num_experts", 0) or getattr(hf_config, "num_local_experts", 0)
+            if not experts:
+                raise ValueError(f"enable_expert_parallel: model {self.model!r} has no experts (a mixture-of-experts model is needed)")
+            redundant, ep_size = config.parallel.eplb_config.num_redundant_experts, self.data_parallel_size * self.tensor_parallel_size
+            if (experts + redundant) % ep_size:
+                raise ValueError(f"eplb_config.num_redundant_experts: num_experts + num_redundant_experts ({experts} + {redundant}) "
+                                 f"is not divisible by the expert-parallel size (DP x TP = {ep_size})")
+        return config.resolve(hf_config.max_position_embeddings)
 
 
 def check_engine_kwargs(kwargs: dict, refused: dict[str, str], where: str) -> None:
