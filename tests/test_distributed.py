@@ -74,6 +74,18 @@ def outputs_agree(got, expected, logprob_tol: float = 1e-4) -> None:
                 assert all(abs(gs[t].logprob - es[t].logprob) < logprob_tol for t in gs)
 
 
+def every_parameter_in_one_process(path: str, tokenizer):
+    """12 prompts, a request per sampling feature (tests/test_execution_modes.py) and what one process gives them."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=31)]
+    single = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64)
+    try:
+        stop = single.generate(prompts[3], SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids[2]
+        params = params_per_prompt(stop)
+        return prompts, params, single.generate(prompts, params, use_tqdm=False)
+    finally:
+        single.shutdown()
+
+
 def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(model_dirs, tokenizer):
     """Penalties, min_tokens, stop tokens, seeded top-k/top-p/min-p sampling, n=2 and logprobs, one request
     each, under TP=2 through the compiled graph with async scheduling (the GPU default: the workers pipeline
@@ -81,13 +93,8 @@ def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(mo
     gives what one process gives. (Requests finish
     together here, which once left the ranks' batches in different row orders: each worker iterated the
     finished ids as a set, in its own process's hash order.)"""
-    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=31)]
     path = model_dirs["qwen3"]
-    single = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64)
-    stop = single.generate(prompts[3], SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids[2]
-    params = params_per_prompt(stop)
-    expected = single.generate(prompts, params, use_tqdm=False)
-    single.shutdown()
+    prompts, params, expected = every_parameter_in_one_process(path, tokenizer)
     modes = {
         "tp2-compiled-async": dict(tensor_parallel_size=2, compiled_graph=True, async_scheduling=True),
         "tp2-actor-calls": dict(tensor_parallel_size=2, compiled_graph=False),

@@ -20,8 +20,7 @@ from raygrid import LLM, SamplingParams
 from raygrid.engine.metrics import EngineMetrics
 from raygrid.parallel.eplb import initial_map
 from tests.conftest import hf_greedy, random_prompts
-from tests.test_distributed import outputs_agree, placement_groups_alive, worker_pid
-from tests.test_execution_modes import params_per_prompt
+from tests.test_distributed import every_parameter_in_one_process, outputs_agree, placement_groups_alive, worker_pid
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")  # the session's (conftest.py)
 
@@ -54,12 +53,7 @@ def test_ep_over_two_dp_ranks_matches_transformers_and_one_process_for_every_sam
     """EP=2 (DP=2 attention) through actor calls, and through the compiled graph with async scheduling (the
     workers pipeline their steps) and EPLB rebalancing every 4 steps onto 2 redundant slots: greedy tokens
     are transformers', and every sampling parameter gives what one process gives."""
-    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=31)]
-    single = LLM(model=qwen3_moe_dir, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64)
-    stop = single.generate(prompts[3], SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids[2]
-    params = params_per_prompt(stop)
-    expected = single.generate(prompts, params, use_tqdm=False)
-    single.shutdown()
+    prompts, params, expected = every_parameter_in_one_process(qwen3_moe_dir, tokenizer)
     modes = {
         "actor-calls": dict(data_parallel_size=2, compiled_graph=False),
         "compiled-async-eplb": dict(data_parallel_size=2, compiled_graph=True, async_scheduling=True, enable_eplb=True,

@@ -20,22 +20,7 @@ case $what in
     run graphs_vs_eager_qwen3_30b_a3b bench parallel --model random-qwen3-30b-a3b --dtype bfloat16 --layouts 1x1 1x1:eager \
       --num-prompts 16 --input-len 256 --max-tokens 32
     slice=${SLICE_DIR:-/tmp/qwen3-30b-a3b-4-layers}
-    python3 - "$slice" <<'PY'
-import sys, time, torch
-from pathlib import Path
-from transformers import AutoModelForCausalLM
-from raygrid.models.default_model import build_tokenizer, qwen3_30b_a3b_config
-start = time.time()
-tokenizer = build_tokenizer(vocab_size=151936)
-config = qwen3_30b_a3b_config(tokenizer)
-config.num_hidden_layers = 4
-with torch.device("cuda"):
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-model.save_pretrained(sys.argv[1])
-tokenizer.save_pretrained(sys.argv[1])
-print(f"wrote the 4-layer slice to {sys.argv[1]} in {time.time() - start:.0f} s", flush=True)
-PY
+    python3 benchmarks/scripts/write_moe_slice.py "$slice"
     run w1_slice4_raygrid bench throughput --model "$slice" "${w1[@]}"
     run w1_slice4_hf bench throughput --model "$slice" "${w1[@]}" --backend hf
     ;;
