@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from raygrid.parallel.eplb import ExpertMap, balancedness, initial_map, plan_layer, rank_loads, rebalance_experts, replica_tables
+from raygrid.parallel.eplb import ExpertMap, balancedness, nodes_in_blocks, initial_map, plan_layer, rank_loads, rebalance_experts, replica_tables
 from raygrid.parallel.groups import GroupCoordinator
 
 
@@ -33,6 +33,11 @@ def test_no_redundant_slots_two_ranks_by_hand():
     new = rebalance_experts(np.array([4.0, 3.0, 2.0, 1.0]), num_physical=4, num_ranks=2)
     assert new.tolist() == [0, 3, 1, 2]
     assert balancedness(rank_loads(new, np.array([4.0, 3, 2, 1]), 2)) == 1.0
+
+
+def test_nodes_count_only_when_they_hold_equal_consecutive_blocks_of_ranks():
+    assert nodes_in_blocks(["a", "a", "b", "b"]) == 2 and nodes_in_blocks(["a"] * 4) == 1
+    assert nodes_in_blocks(["a", "b", "a", "b"]) == 1 and nodes_in_blocks(["a", "a", "a", "b"]) == 1
 
 
 def test_hierarchical_keeps_each_group_on_one_node():

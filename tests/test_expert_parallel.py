@@ -50,12 +50,13 @@ def check_greedy(llm, case):
 
 
 def test_ep_over_two_dp_ranks_matches_transformers_and_one_process_for_every_sampling_parameter(qwen3_moe_dir, tokenizer, case):
-    """EP=2 (DP=2 attention) through actor calls, and through the compiled graph with async scheduling (the
-    workers pipeline their steps) and EPLB rebalancing every 4 steps onto 2 redundant slots: greedy tokens
-    are transformers', and every sampling parameter gives what one process gives."""
+    """EP=2 (DP=2 attention) in two pipeline stages (each stage's EP group its own) through actor calls, and in
+    one stage through the compiled graph with async scheduling (the workers pipeline their steps) and EPLB
+    rebalancing every 4 steps onto 2 redundant slots: greedy tokens are transformers', and every sampling
+    parameter gives what one process gives."""
     prompts, params, expected = every_parameter_in_one_process(qwen3_moe_dir, tokenizer)
     modes = {
-        "actor-calls": dict(data_parallel_size=2, compiled_graph=False),
+        "actor-calls-pp2": dict(data_parallel_size=2, pipeline_parallel_size=2, compiled_graph=False),
         "compiled-async-eplb": dict(data_parallel_size=2, compiled_graph=True, async_scheduling=True, enable_eplb=True,
                                     eplb_config=dict(num_redundant_experts=2, step_interval=4, window_size=8)),
     }
@@ -70,7 +71,7 @@ def test_ep_over_two_dp_ranks_matches_transformers_and_one_process_for_every_sam
             llm.shutdown()
         assert all(o.error is None for o in outputs), name
         outputs_agree(outputs, expected, logprob_tol=1e-3)
-        assert transports == [name.split("-async")[0].replace("compiled", "compiled graph").replace("-", " ")], transports
+        assert transports == ["actor calls" if name.startswith("actor") else "compiled graph"], transports
         if "async" in name:
             assert timing[0]["max_batches_in_flight"] == 2, f"{name}: the steps did not overlap"
         if "eplb" in name:

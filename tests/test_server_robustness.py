@@ -149,7 +149,9 @@ def test_health_answers_while_a_large_prompt_is_tokenized(server):
         time.sleep(0.05)
     sender.join()
     assert len(latencies) >= 5, "tokenization ended too soon to measure anything"
-    assert max(latencies) < 0.1, f"/health took up to {max(latencies) * 1000:.0f} ms"
+    # Tokenizing on the event loop would hold /health for the whole of it (seconds); the bound leaves room for a
+    # slow machine (a CI run on a loaded 2-core machine saw 117 ms).
+    assert max(latencies) < 0.25, f"/health took up to {max(latencies) * 1000:.0f} ms"
     assert_openai_error(result["r"], 400)  # far over the context length
 
 

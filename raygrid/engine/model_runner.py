@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import nullcontext
 from functools import partial
 
 import numpy as np
@@ -18,8 +17,8 @@ from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs, r
 from raygrid.kernels.ops import apply_token_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.eplb import Rebalancer
-from raygrid.parallel.expert_parallel import dp_tokens, exchange_dp_step, expert_parallel_enabled, valid_rows
-from raygrid.parallel.groups import get_dp_group, get_parallel_state, get_pp_group
+from raygrid.parallel.expert_parallel import PassPlan, PassPlanner
+from raygrid.parallel.groups import get_pp_group
 
 logger = logging.getLogger(__name__)
 
@@ -169,47 +168,17 @@ class ModelRunner:
         self.seed_rng = np.random.default_rng(config.model.seed)
         # Expert parallelism: every DP rank of the world runs a forward pass each step (a dummy one when it has
         # nothing to run), and with EPLB the experts are rebalanced every step_interval passes.
-        self.expert_parallel = expert_parallel_enabled()
-        self.rebalancer = self._make_rebalancer() if config.parallel.enable_eplb else None
+        self.passes = PassPlanner(self.max_graph_batch, device, self.uses_cuda_graphs)
+        self.expert_parallel = self.passes.expert_parallel
+        self.rebalancer = Rebalancer.for_model(model, config.parallel.eplb_config) if config.parallel.enable_eplb else None
         self._eplb_report = None
-        self.dp_size = get_dp_group().world_size
-        # Under expert parallelism a graph's MoE layers read which gathered rows are real from here.
-        self._graph_valid = torch.zeros(self.dp_size * self.max_graph_batch, dtype=torch.bool, device=device) \
-            if self.expert_parallel and self.uses_cuda_graphs else None
 
-    def _make_rebalancer(self) -> Rebalancer:
-        eplb = self.config.parallel.eplb_config
-        layers = [m for m in self.model.modules() if getattr(m, "map", None) is not None and hasattr(m, "w13")]
-        return Rebalancer(layers, get_parallel_state().eplb, eplb.window_size, eplb.step_interval, eplb.log_balancedness)
-
-    def _plan_pass(self, num_tokens: int, decode_rows: int) -> tuple[int | None, tuple[int, ...] | None]:
-        """How this forward pass runs: the CUDA graph size it replays (None: eagerly), and under expert parallelism
-        for an eager pass the DP ranks' token counts. ``decode_rows``: the pass's rows if it is decode only, else -1.
-        Under expert parallelism the DP ranks decide together: a graph when every one of them can replay one (all
-        replay the size that fits the most rows), eagerly otherwise."""
-        replayable = self.graphs is not None and decode_rows >= 0
-        if not self.expert_parallel:
-            return (self.graphs.padded_size(decode_rows) if replayable else None), None
-        step = exchange_dp_step(num_tokens, decode_rows if replayable else -1)
-        size = self.graphs.padded_size(max(step.decode_rows)) if step.all_decode else None
-        if size is None:
-            return None, step.counts
-        self._graph_valid[: self.dp_size * size].copy_(torch.from_numpy(valid_rows(step.decode_rows, size)))
-        return size, None
-
-    def _forward(self, plan, num_reqs: int, input_ids, positions, meta, intermediate, kv_caches=None):
-        graph_size, dp_counts = plan
-        if graph_size is not None:
-            return self.graphs.run(graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor,
-                                   intermediate)
-        with dp_tokens(dp_counts) if dp_counts is not None else nullcontext():
+    def _forward(self, plan: PassPlan, num_reqs: int, input_ids, positions, meta, intermediate, kv_caches=None):
+        if plan.graph_size is not None:
+            return self.graphs.run(plan.graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables,
+                                   meta.seq_lens_tensor, intermediate)
+        with plan.context():
             return self.model(input_ids, positions, self.kv_caches if kv_caches is None else kv_caches, meta, intermediate)
-
-    def _graph_context(self, size: int):
-        """What a graph of ``size`` rows captures its MoE layers under: every DP rank brings ``size`` rows."""
-        if not self.expert_parallel:
-            return nullcontext()
-        return dp_tokens((size,) * self.dp_size, valid=self._graph_valid[: self.dp_size * size])
 
     def _after_forward(self) -> None:
         if self.rebalancer is not None:
@@ -222,8 +191,8 @@ class ModelRunner:
         """Expert parallelism with nothing to run: this rank still takes part in the layers' collectives (the
         other DP ranks' tokens go through them), replaying a graph of padding rows alone, or eagerly a pass of one
         token whose KV goes to the null block."""
-        plan = self._plan_pass(1, 0)
-        if plan[0] is not None:  # every stage of this DP rank replays padding: nothing to hand over
+        plan = self.passes.plan(self.graphs, 1, 0)
+        if plan.graph_size is not None:  # every stage of this DP rank replays padding: nothing to hand over
             empty = torch.zeros(0, dtype=torch.long, device=self.device)
             blocks = torch.zeros(0, 1, dtype=torch.int32, device=self.device)
             intermediate = None if self.pp.is_first else tuple(torch.zeros(0, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
@@ -250,7 +219,7 @@ class ModelRunner:
     def _capture_decode_graphs(self, kv_caches: list[torch.Tensor], sizes: list[int] | None = None) -> DecodeGraphs:
         stage_input = None if self.pp.is_first else (self.model.config.hidden_size, self.dtype)
         return DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, sizes, stage_input,
-                            context=self._graph_context)
+                            context=self.passes.graph_context)
 
     @property
     def max_graph_batch(self) -> int:
@@ -487,7 +456,7 @@ class ModelRunner:
             shape = (input_ids.shape[0], self.model.config.hidden_size)  # every stage refuses the same requests
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
-        plan = self._plan_pass(input_ids.shape[0], num_reqs if meta.decode_only else -1)
+        plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1)
         hidden = self._forward(plan, num_reqs, input_ids, positions, meta, intermediate)
         self._after_forward()
         req_ids = list(self.batch.req_ids)
@@ -579,7 +548,7 @@ class ModelRunner:
         if not self.pp.is_first:
             zeros = torch.zeros(num_tokens, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
             intermediate = (zeros, zeros.clone())
-        out = self._forward(self._plan_pass(num_tokens, -1), 1, ids, positions, meta, intermediate, kv_caches=caches)
+        out = self._forward(self.passes.plan(None, num_tokens, -1), 1, ids, positions, meta, intermediate, kv_caches=caches)
         del caches
         if self.pp.is_last:
             rows = self.config.scheduler.max_num_seqs

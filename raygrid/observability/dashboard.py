@@ -28,6 +28,7 @@ class PanelSpec:
     title: str
     unit: str
     queries: tuple[Query, ...]
+    only_with: str | None = None  # the engine feature without which its series do not exist
 
 
 def _quantiles(metric: str, what: str) -> tuple[Query, ...]:
@@ -66,9 +67,9 @@ PANELS: tuple[PanelSpec, ...] = (
         Query(f"sum by (model_name) (rate({PREFIX}num_preemptions_total[$__rate_interval]))", "per s {{model_name}}"),
     )),
     PanelSpec("Expert balancedness (EPLB)", "percentunit", (
-        # Mean over max tokens per EP rank over the last rebalance's window; only engines with EPLB export it.
+        # Mean over max tokens per EP rank over the last rebalance's window.
         Query(f"min by (model_name) ({PREFIX}expert_balancedness)", "{{model_name}}"),
-    )),
+    ), only_with="enable_eplb"),
 )
 
 
@@ -123,12 +124,15 @@ def push(grafana_url: str, api_key: str | None = None, folder_uid: str | None = 
         raise ValueError(f"--grafana-url {grafana_url}: {type(error).__name__}: {error}") from None
 
 
-def metric_names(prefix: str = PREFIXES["raygrid serve"]) -> set[str]:
-    """The series names the panel queries read, with the names starting as ``prefix`` (one of PREFIXES)."""
+def metric_names(prefix: str = PREFIXES["raygrid serve"], features: frozenset[str] = frozenset({"enable_eplb"})) -> set[str]:
+    """The series names the panel queries read, with the names starting as ``prefix`` (one of PREFIXES), for an
+    engine with ``features`` (the panels of other features are left out)."""
     import re
 
     names = set()
     for spec in PANELS:
+        if spec.only_with is not None and spec.only_with not in features:
+            continue
         for query in spec.queries:
             names.update(prefix + rest for rest in re.findall(re.escape(PREFIX) + r"([a-z0-9_]+)", query.expr))
     return names

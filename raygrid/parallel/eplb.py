@@ -19,6 +19,7 @@ A new map that would not balance the window better than the current one is not a
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from raygrid.parallel.groups import GroupCoordinator
+from raygrid.parallel.groups import GroupCoordinator, get_parallel_state
 
 logger = logging.getLogger(__name__)
 
@@ -197,6 +198,16 @@ def balancedness(per_rank: np.ndarray) -> float:
 # ---------------------------------------------------------------------------------------------- rebalancing
 
 
+def nodes_in_blocks(hosts: list[str]) -> int:
+    """The number of nodes when the EP ranks fill them in equal consecutive blocks (what the hierarchical
+    placement assumes: rank r on node r // ranks_per_node); 1 otherwise, so that placement is global."""
+    blocks = [host for i, host in enumerate(hosts) if i == 0 or hosts[i - 1] != host]
+    if len(set(blocks)) != len(blocks) or len(hosts) % len(blocks):
+        return 1
+    per_node = len(hosts) // len(blocks)
+    return len(blocks) if all(hosts[i] == blocks[i // per_node] for i in range(len(hosts))) else 1
+
+
 @dataclass
 class RebalanceReport:
     balancedness_before: float  # measured over the window
@@ -210,14 +221,24 @@ class Rebalancer:
     of the stage calls ``step()`` after each forward pass (the ranks step together under expert parallelism)."""
 
     def __init__(self, layers: list[nn.Module], eplb: GroupCoordinator, window_size: int, step_interval: int,
-                 log_balancedness: bool = False, num_nodes: int = 1) -> None:
+                 log_balancedness: bool = False, num_groups: int = 1) -> None:
+        """``num_groups``: the model's expert groups (DeepSeek's ``n_group``; 1 for models without)."""
         self.layers = layers  # FusedExperts modules: .map (ExpertMap), .w13, .w2
         self.group = eplb
         self.window_size, self.step_interval = window_size, step_interval
         self.log_balancedness = log_balancedness
-        self.num_nodes = num_nodes
+        self.num_groups = num_groups
+        self.num_nodes = nodes_in_blocks(eplb.all_gather_object(socket.gethostname()))
         self.num_steps = 0
         self.reports: list[RebalanceReport] = []
+
+    @classmethod
+    def for_model(cls, model: nn.Module, eplb) -> "Rebalancer":
+        """The rebalancer of ``model``'s MoE layers under ``eplb`` (config.EPLBConfig), on the stage's EPLB group."""
+        layers = [m for m in model.modules() if getattr(m, "map", None) is not None and hasattr(m, "w13")]
+        hf = model.config
+        groups = getattr(hf, "n_group", None) or getattr(hf, "num_expert_group", None) or 1
+        return cls(layers, get_parallel_state().eplb, eplb.window_size, eplb.step_interval, eplb.log_balancedness, groups)
 
     def step(self) -> RebalanceReport | None:
         """After a forward pass: the next window row, and a rebalance when one is due."""
@@ -265,7 +286,7 @@ class Rebalancer:
             m = layer.map
             logical = np.bincount(m.host_map, weights=slot_load, minlength=m.num_experts)
             before.append(balancedness(slot_load.reshape(ranks, -1).sum(1)))  # as measured
-            new_map, _, expected = plan_layer(logical, m.host_map, ranks, self.num_nodes)
+            new_map, _, expected = plan_layer(logical, m.host_map, ranks, self.num_nodes, self.num_groups)
             after.append(expected)
             if np.array_equal(new_map, m.host_map):
                 continue

@@ -19,7 +19,7 @@ implement the same two methods.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,6 +89,49 @@ def current_dp_tokens() -> DPTokens:
 def valid_rows(counts: tuple[int, ...], padded: int) -> np.ndarray:
     """Which rows of the gathered ``[dp * padded]`` tokens are real."""
     return (np.arange(padded)[None, :] < np.asarray(counts)[:, None]).reshape(-1)
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """How one forward pass runs: the CUDA graph size it replays (None: eagerly) and, for an eager pass under
+    expert parallelism, the DP ranks' token counts its MoE layers pad to."""
+    graph_size: int | None
+    dp_counts: tuple[int, ...] | None = None
+
+    def context(self):
+        return dp_tokens(self.dp_counts) if self.dp_counts is not None else nullcontext()
+
+
+class PassPlanner:
+    """Plans each forward pass of a model runner. Without expert parallelism a decode-only pass replays the
+    graph that fits its rows. With it the DP ranks decide together (``exchange_dp_step``): a graph when every
+    one of them can replay one, all the size that fits the most rows (the real rows go to a static buffer the
+    graphs' MoE layers read), eagerly with everyone's counts otherwise."""
+
+    def __init__(self, max_graph_batch: int, device: torch.device, uses_graphs: bool) -> None:
+        self.expert_parallel = expert_parallel_enabled()
+        self.dp_size = get_dp_group().world_size
+        self.valid = torch.zeros(self.dp_size * max_graph_batch, dtype=torch.bool, device=device) \
+            if self.expert_parallel and uses_graphs else None
+
+    def plan(self, graphs, num_tokens: int, decode_rows: int) -> PassPlan:
+        """``graphs``: the runner's DecodeGraphs (None: none captured); ``decode_rows``: the pass's rows if it is
+        decode only, else -1."""
+        replayable = graphs is not None and decode_rows >= 0
+        if not self.expert_parallel:
+            return PassPlan(graphs.padded_size(decode_rows) if replayable else None)
+        step = exchange_dp_step(num_tokens, decode_rows if replayable else -1)
+        size = graphs.padded_size(max(step.decode_rows)) if step.all_decode else None
+        if size is None:
+            return PassPlan(None, step.counts)
+        self.valid[: self.dp_size * size].copy_(torch.from_numpy(valid_rows(step.decode_rows, size)))
+        return PassPlan(size)
+
+    def graph_context(self, size: int):
+        """What a graph of ``size`` rows is captured under: every DP rank brings ``size`` rows."""
+        if not self.expert_parallel:
+            return nullcontext()
+        return dp_tokens((size,) * self.dp_size, valid=self.valid[: self.dp_size * size])
 
 
 class AllGatherDispatcher:
