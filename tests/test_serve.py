@@ -187,6 +187,16 @@ def test_serve_config_and_cli_mapping(qwen3_dir, ray_cluster):
         build_app({"llm_config": {**base, "engine_kwargs": {"device": "cpu", "tensor_parallel_size": 64}}})
 
 
+def one_process_texts(model_dir: str, prompts: list[list[int]]) -> list[str]:
+    """Greedy texts of 8 tokens for ``prompts``, from the engine in this process."""
+    llm = LLM(model=model_dir, device="cpu", dtype="float32", max_model_len=256)
+    try:
+        return [o.outputs[0].text for o in llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                                        SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)]
+    finally:
+        llm.shutdown()
+
+
 def test_tp2_replica_in_its_placement_group_and_replaced_after_a_worker_dies(app, qwen3_dir, tokenizer):
     """An engine replica of TP=2 (gloo on CPU): its two workers run in the replica's placement group, its greedy
     tokens equal one process's, and SIGKILL on one worker makes the health check fail and Serve replace it."""
@@ -198,10 +208,7 @@ def test_tp2_replica_in_its_placement_group_and_replaced_after_a_worker_dies(app
     try:
         client = openai.OpenAI(base_url=f"{app}/tp2/v1", api_key="unused", max_retries=0, timeout=60)
         prompts = random_prompts(3, len(tokenizer), seed=64)
-        llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
-        expected = [o.outputs[0].text for o in llm.generate([{"prompt_token_ids": p} for p in prompts],
-                                                               SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)]
-        llm.shutdown()
+        expected = one_process_texts(qwen3_dir, prompts)
         got = [client.completions.create(model="tiny-tp2", prompt=p, max_tokens=8, temperature=0,
                                          extra_body={"ignore_eos": True}).choices[0].text for p in prompts]
         assert got == expected
@@ -243,10 +250,7 @@ def test_expert_parallel_world_is_one_serve_replica(app, qwen3_moe_dir, tokenize
     try:
         client = openai.OpenAI(base_url=f"{app}/ep2/v1", api_key="unused", max_retries=0, timeout=60)
         prompts = random_prompts(4, len(tokenizer), seed=65)
-        llm = LLM(model=qwen3_moe_dir, device="cpu", dtype="float32", max_model_len=256)
-        expected = [o.outputs[0].text for o in llm.generate([{"prompt_token_ids": p} for p in prompts],
-                                                               SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)]
-        llm.shutdown()
+        expected = one_process_texts(qwen3_moe_dir, prompts)
         with concurrent.futures.ThreadPoolExecutor(4) as pool:  # together, so that both DP ranks get requests
             got = list(pool.map(lambda p: client.completions.create(model="tiny-ep2", prompt=p, max_tokens=8, temperature=0,
                                                                      extra_body={"ignore_eos": True}).choices[0].text, prompts))

@@ -21,8 +21,7 @@ import ray
 
 from raygrid.cluster.ray_executor import RayExecutor
 from raygrid.config import EngineConfig
-from raygrid.engine.core import EngineCore
-from raygrid.engine.dp_engine import DataParallelEngine
+from raygrid.engine.dp_engine import make_engine_core
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
@@ -38,9 +37,7 @@ class DriverActor:
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int, slots: list[WorkerSlot]) -> None:
         self.executor = RayExecutor(config, eos_token_ids, slots, replica)
         try:
-            # Under expert parallelism the DP ranks are one world: an engine core each, stepping together.
-            several = self.executor.grid.dp > 1
-            self.core = (DataParallelEngine if several else EngineCore)(config, eos_token_ids, executor=self.executor)
+            self.core = make_engine_core(config, eos_token_ids, self.executor)
         except BaseException:
             self.executor.shutdown()
             raise

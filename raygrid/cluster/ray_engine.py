@@ -23,6 +23,7 @@ from raygrid.cluster.driver_actor import DriverActor
 from raygrid.config import EngineConfig
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
+from raygrid.engine.request_router import LeastLoadedRouter
 from raygrid.engine.scheduler import SchedulerStats
 from raygrid.placement.placement import WorkerSlot, check_cluster_fits, place_replica, release, uses_gpu
 
@@ -42,7 +43,6 @@ class _Replica:
         self.healthy = True
         self.adds: list[Request] = []
         self.aborts: list[str] = []
-        self.load = 0  # unfinished requests
         self.step_ref: ray.ObjectRef | None = None
         self.step_started = 0.0
         self.stats = SchedulerStats()  # as of its last step
@@ -85,36 +85,32 @@ class RayEngineClient:
         except BaseException:
             self.shutdown()
             raise
-        self._owner: dict[str, _Replica] = {}  # unfinished request id -> replica
+        self._router = LeastLoadedRouter()  # unfinished request id -> its replica's index
 
     @property
     def healthy(self) -> list[bool]:
         return [r.healthy for r in self.replicas]
 
     def add_request(self, request: Request) -> None:
-        candidates = [r for r in self.replicas if r.healthy]
+        candidates = [i for i, r in enumerate(self.replicas) if r.healthy]
         if not candidates:
             raise RuntimeError("no healthy engine replica is left")
-        replica = min(candidates, key=lambda r: r.load)
-        replica.adds.append(request)
-        replica.load += 1
-        self._owner[request.request_id] = replica
+        self.replicas[self._router.assign(request.request_id, candidates)].adds.append(request)
 
     def abort_requests(self, request_ids) -> None:
         for req_id in request_ids:
-            replica = self._owner.pop(req_id, None)
-            if replica is not None:
-                replica.aborts.append(req_id)
-                replica.load -= 1
+            index = self._router.release(req_id)
+            if index is not None:
+                self.replicas[index].aborts.append(req_id)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self._owner)
+        return bool(self._router)
 
     def step(self) -> list[EngineCoreOutput]:
         """Start a step on every idle replica that has work, then return what the first replicas to
         answer produced (waiting at most a moment, so that new requests reach idle replicas soon)."""
-        for replica in self.replicas:
-            if replica.healthy and replica.step_ref is None and (replica.load or replica.adds or replica.aborts):
+        for index, replica in enumerate(self.replicas):
+            if replica.healthy and replica.step_ref is None and (self._router.load(index) or replica.adds or replica.aborts):
                 replica.step_ref = replica.driver.exchange.remote(replica.adds, replica.aborts)
                 replica.step_started = time.monotonic()
                 replica.adds, replica.aborts = [], []
@@ -139,8 +135,8 @@ class RayEngineClient:
                 outputs.extend(self._fail_replica(replica, error))
                 continue
             for out in replica_outputs:
-                if out.finished and self._owner.pop(out.req_id, None) is not None:
-                    replica.load -= 1
+                if out.finished:
+                    self._router.release(out.req_id)
             outputs.extend(replica_outputs)
         return outputs
 
@@ -150,10 +146,8 @@ class RayEngineClient:
         error = getattr(error, "cause", None) or error  # what the driver raised, not Ray's wrapping of it
         cause = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
         message = f"engine replica {index} failed and is out of service: {cause}"
-        failed = [rid for rid, owner in self._owner.items() if owner is replica]
-        for rid in failed:
-            del self._owner[rid]
-        replica.load, replica.step_ref = 0, None
+        failed = self._router.release_all(index)
+        replica.step_ref = None
         replica.release()
         return [EngineCoreOutput(rid, [], [], finish_reason="abort", error=message) for rid in failed]
 

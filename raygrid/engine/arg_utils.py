@@ -91,6 +91,16 @@ class EngineArgs:
 
     # ------------------------------------------------------------------ the engine's configuration
 
+    def parallel_config(self) -> ParallelConfig:
+        """The layout these arguments describe (checked: a bad value names its field)."""
+        return ParallelConfig(tensor_parallel_size=self.tensor_parallel_size, pipeline_parallel_size=self.pipeline_parallel_size,
+                              data_parallel_size=self.data_parallel_size,
+                              enable_expert_parallel=self.enable_expert_parallel, enable_eplb=self.enable_eplb,
+                              eplb_config=EPLBConfig(**(self.eplb_config or {})),
+                              distributed_executor_backend=self.distributed_executor_backend, ray_address=self.ray_address,
+                              ray_worker_cpus=self.ray_worker_cpus, step_timeout_s=self.step_timeout_s,
+                              compiled_graph=self.compiled_graph)
+
     def create_engine_config(self) -> EngineConfig:
         """The configuration these arguments describe, resolved against the checkpoint (its context
         length); a bad value raises a ValueError naming the field and its limit."""
@@ -112,13 +122,7 @@ class EngineArgs:
                                       enable_chunked_prefill=self.enable_chunked_prefill,
                                       long_prefill_token_threshold=self.long_prefill_token_threshold,
                                       policy=self.scheduling_policy, async_scheduling=self.async_scheduling),
-            parallel=ParallelConfig(tensor_parallel_size=self.tensor_parallel_size, pipeline_parallel_size=self.pipeline_parallel_size,
-                                    data_parallel_size=self.data_parallel_size,
-                                    enable_expert_parallel=self.enable_expert_parallel, enable_eplb=self.enable_eplb,
-                                    eplb_config=EPLBConfig(**(self.eplb_config or {})),
-                                    distributed_executor_backend=self.distributed_executor_backend, ray_address=self.ray_address,
-                                    ray_worker_cpus=self.ray_worker_cpus, step_timeout_s=self.step_timeout_s,
-                                    compiled_graph=self.compiled_graph),
+            parallel=self.parallel_config(),
             device=self.device,
         )
         hf_config = load_hf_config(model_path)

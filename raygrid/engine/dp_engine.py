@@ -27,6 +27,7 @@ from raygrid.engine.core import EngineCore, initialize_kv_cache
 from raygrid.engine.executor import Executor, ReplicaLostError
 from raygrid.engine.outputs import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 from raygrid.engine.request import Request
+from raygrid.engine.request_router import LeastLoadedRouter
 from raygrid.engine.scheduler import SchedulerStats
 
 logger = logging.getLogger(__name__)
@@ -188,8 +189,7 @@ class DataParallelEngine:
         self.cores = [EngineCore(config, eos_token_ids, executor=_RankExecutor(self.lineup, d, executor), num_blocks=num_blocks)
                       for d in range(dp)]
         self._inboxes: list[queue.SimpleQueue[Callable[[], None]]] = [queue.SimpleQueue() for _ in range(dp)]
-        self._owner: dict[str, int] = {}  # unfinished request -> its rank
-        self._load = [0] * dp
+        self._router = LeastLoadedRouter()  # unfinished request -> its DP rank
         self._outputs: list[EngineCoreOutput] = []
         self._ready = threading.Condition()
         self._error: BaseException | None = None
@@ -233,23 +233,20 @@ class DataParallelEngine:
     # ------------------------------------------------------------------ the engine-core interface
 
     def add_request(self, request: Request) -> None:
-        rank = min(range(len(self.cores)), key=lambda d: self._load[d])
-        self._owner[request.request_id] = rank
-        self._load[rank] += 1
+        rank = self._router.assign(request.request_id, range(len(self.cores)))
         self._inboxes[rank].put(lambda: self.cores[rank].add_request(request))
 
     def abort_requests(self, request_ids) -> None:
         by_rank: dict[int, list[str]] = {}
         for req_id in request_ids:
-            rank = self._owner.pop(req_id, None)
+            rank = self._router.release(req_id)
             if rank is not None:
-                self._load[rank] -= 1
                 by_rank.setdefault(rank, []).append(req_id)
         for rank, ids in by_rank.items():
             self._inboxes[rank].put(lambda rank=rank, ids=ids: self.cores[rank].abort_requests(ids))
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self._owner)
+        return bool(self._router)
 
     def step(self, wait_s: float = 0.05) -> list[EngineCoreOutput]:
         """The outputs the ranks produced since the last call (waiting up to ``wait_s`` for some)."""
@@ -260,9 +257,7 @@ class DataParallelEngine:
             outputs, self._outputs = self._outputs, []
         for out in outputs:
             if out.finished:
-                rank = self._owner.pop(out.req_id, None)
-                if rank is not None:
-                    self._load[rank] -= 1
+                self._router.release(out.req_id)
         return outputs
 
     @property
@@ -299,3 +294,10 @@ class DataParallelEngine:
         for core in self.cores:
             core.shutdown()  # its executor is a view: the world's workers stay
         self.executor.shutdown()
+
+
+def make_engine_core(config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor):
+    """The engine over a replica's workers: one EngineCore, or under expert parallelism with several DP ranks
+    (one world) a DataParallelEngine of an engine core each."""
+    several = config.parallel.replica_grid().dp > 1
+    return (DataParallelEngine if several else EngineCore)(config, eos_token_ids, executor=executor)

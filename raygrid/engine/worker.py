@@ -11,6 +11,7 @@ from raygrid.config import EngineConfig
 from raygrid.engine.model_runner import ModelRunner
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.models.loader import load_hf_config, load_model, resolve_dtype
+from raygrid.parallel.eplb import expert_layers
 from raygrid.parallel.groups import init_parallel_state
 
 logger = logging.getLogger(__name__)
@@ -117,9 +118,8 @@ class Worker:
     def expert_placement(self) -> list[list[tuple[int, torch.Tensor, torch.Tensor]]]:
         """Under expert parallelism, per MoE layer of this rank: each slot's logical expert and its weights
         (w13, w2), on the CPU."""
-        layers = [m for m in self.model.modules() if getattr(m, "map", None) is not None and hasattr(m, "w13")]
         return [[(expert, layer.w13[slot].cpu(), layer.w2[slot].cpu()) for slot, expert in enumerate(layer.map.local_experts())]
-                for layer in layers]
+                for layer in expert_layers(self.model)]
 
     def eplb_reports(self) -> list[dict]:
         """This rank's EPLB rebalances so far (balancedness before and after, seconds, experts moved)."""

@@ -40,12 +40,13 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return silu_and_mul_ref(x)
 
 
-def fused_moe(hidden, w13, w2, topk_weights, topk_ids) -> torch.Tensor:
-    """Each token through its top-k experts, weighted and summed (``moe_ref.fused_moe_ref``)."""
+def fused_moe(hidden, w13, w2, topk_weights, topk_ids, experts_elsewhere: bool = False) -> torch.Tensor:
+    """Each token through its top-k experts, weighted and summed (``moe_ref.fused_moe_ref``). ``experts_elsewhere``:
+    some ids (>= E) name experts other ranks hold, whose pairs add nothing here (expert parallelism)."""
     if use_triton(hidden):
         from raygrid.kernels.triton_moe import fused_moe as triton_fused_moe
 
-        return triton_fused_moe(hidden, w13, w2, topk_weights, topk_ids)
+        return triton_fused_moe(hidden, w13, w2, topk_weights, topk_ids, experts_elsewhere=experts_elsewhere)
     return fused_moe_ref(hidden, w13, w2, topk_weights, topk_ids)
 
 

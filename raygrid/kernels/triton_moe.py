@@ -152,9 +152,10 @@ def _grouped_gemm(a, w, c, topk_weights, sorted_pairs, block_expert, num_padded,
 
 
 def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-              topk_ids: torch.Tensor, tiles: tuple[Tiles, Tiles] | None = None) -> torch.Tensor:
+              topk_ids: torch.Tensor, tiles: tuple[Tiles, Tiles] | None = None, experts_elsewhere: bool = False) -> torch.Tensor:
     """As ``fused_moe_ref``: hidden ``[T, H]``, w13 ``[E, 2I, H]``, w2 ``[E, H, I]``, topk ``[T, k]``.
-    ``tiles``: (gate_up, down) launch configurations, by default ``choose_tiles``'; both must share block_m."""
+    ``tiles``: (gate_up, down) launch configurations, by default ``choose_tiles``'; both must share block_m.
+    ``experts_elsewhere``: some ids (>= E) are experts other ranks hold (expert parallelism)."""
     num_tokens, top_k = topk_ids.shape
     pairs = num_tokens * top_k
     gate_up_tiles, down_tiles = tiles or choose_tiles(pairs)
@@ -165,8 +166,8 @@ def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_we
     gate_up = torch.empty(pairs, w13.shape[1], dtype=hidden.dtype, device=hidden.device)
     _grouped_gemm(hidden, w13, gate_up, topk_weights, sorted_pairs, block_expert, num_padded, top_k, False, gate_up_tiles)
     act = silu_and_mul(gate_up)
-    # Zeroed: a pair of an expert held elsewhere (expert parallelism) is never written, and adds nothing.
-    down = torch.zeros(pairs, w2.shape[1], dtype=hidden.dtype, device=hidden.device)
+    # A pair of an expert held elsewhere is never written, so it must add zero; otherwise every row is written.
+    down = (torch.zeros if experts_elsewhere else torch.empty)(pairs, w2.shape[1], dtype=hidden.dtype, device=hidden.device)
     weights = topk_weights.contiguous().view(-1)
     _grouped_gemm(act, w2, down, weights, sorted_pairs, block_expert, num_padded, 1, True, down_tiles)
     return down.view(num_tokens, top_k, -1).sum(dim=1)

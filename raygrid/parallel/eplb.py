@@ -88,6 +88,11 @@ class ExpertMap(nn.Module):
         return local
 
 
+def expert_layers(model: nn.Module) -> list[nn.Module]:
+    """The model's MoE layers whose experts an ExpertMap places (FusedExperts under expert parallelism)."""
+    return [m for m in model.modules() if getattr(m, "map", None) is not None and hasattr(m, "w13")]
+
+
 def replica_tables(physical_to_logical: np.ndarray, num_experts: int, max_replicas: int) -> tuple[np.ndarray, np.ndarray]:
     """``logical_to_physical`` ``[E, max_replicas]`` (-1 padded) and ``logical_replica_count`` ``[E]``."""
     to_physical = np.full((num_experts, max_replicas), -1, dtype=np.int64)
@@ -235,7 +240,7 @@ class Rebalancer:
     @classmethod
     def for_model(cls, model: nn.Module, eplb) -> "Rebalancer":
         """The rebalancer of ``model``'s MoE layers under ``eplb`` (config.EPLBConfig), on the stage's EPLB group."""
-        layers = [m for m in model.modules() if getattr(m, "map", None) is not None and hasattr(m, "w13")]
+        layers = expert_layers(model)
         hf = model.config
         groups = getattr(hf, "n_group", None) or getattr(hf, "num_expert_group", None) or 1
         return cls(layers, get_parallel_state().eplb, eplb.window_size, eplb.step_interval, eplb.log_balancedness, groups)

@@ -30,12 +30,10 @@ from raygrid.parallel.groups import GroupCoordinator, get_dp_group, get_parallel
 
 @dataclass(frozen=True)
 class DPTokens:
-    """This forward pass's token count on every DP rank of the stage, and this rank's place among them;
-    ``valid`` (optional): which rows of the gathered tokens are real, as a device tensor (a CUDA graph reads it
-    from a static buffer)."""
+    """This forward pass's token count on every DP rank of the stage, and which rows of the gathered tokens are
+    real (a device tensor, made once a pass; a CUDA graph reads it from a static buffer)."""
     counts: tuple[int, ...]
-    rank: int
-    valid: torch.Tensor | None = None
+    valid: torch.Tensor
 
     @property
     def padded(self) -> int:
@@ -70,10 +68,10 @@ def exchange_dp_step(num_tokens: int, decode_rows: int) -> DPStep:
 
 
 @contextmanager
-def dp_tokens(counts: tuple[int, ...], valid: torch.Tensor | None = None):
+def dp_tokens(counts: tuple[int, ...], valid: torch.Tensor):
     """Around a forward pass under expert parallelism: the DP ranks' token counts its MoE layers pad to."""
     global _CURRENT
-    _CURRENT = DPTokens(tuple(counts), get_dp_group().rank_in_group, valid)
+    _CURRENT = DPTokens(tuple(counts), valid)
     try:
         yield
     finally:
@@ -94,12 +92,12 @@ def valid_rows(counts: tuple[int, ...], padded: int) -> np.ndarray:
 @dataclass(frozen=True)
 class PassPlan:
     """How one forward pass runs: the CUDA graph size it replays (None: eagerly) and, for an eager pass under
-    expert parallelism, the DP ranks' token counts its MoE layers pad to."""
+    expert parallelism, the DP ranks' tokens its MoE layers pad to."""
     graph_size: int | None
-    dp_counts: tuple[int, ...] | None = None
+    dp_tokens: DPTokens | None = None
 
     def context(self):
-        return dp_tokens(self.dp_counts) if self.dp_counts is not None else nullcontext()
+        return dp_tokens(self.dp_tokens.counts, self.dp_tokens.valid) if self.dp_tokens is not None else nullcontext()
 
 
 class PassPlanner:
@@ -109,6 +107,7 @@ class PassPlanner:
     graphs' MoE layers read), eagerly with everyone's counts otherwise."""
 
     def __init__(self, max_graph_batch: int, device: torch.device, uses_graphs: bool) -> None:
+        self.device = device
         self.expert_parallel = expert_parallel_enabled()
         self.dp_size = get_dp_group().world_size
         self.valid = torch.zeros(self.dp_size * max_graph_batch, dtype=torch.bool, device=device) \
@@ -123,7 +122,8 @@ class PassPlanner:
         step = exchange_dp_step(num_tokens, decode_rows if replayable else -1)
         size = graphs.padded_size(max(step.decode_rows)) if step.all_decode else None
         if size is None:
-            return PassPlan(None, step.counts)
+            valid = torch.from_numpy(valid_rows(step.counts, max(step.counts))).to(self.device, non_blocking=True)
+            return PassPlan(None, DPTokens(step.counts, valid))
         self.valid[: self.dp_size * size].copy_(torch.from_numpy(valid_rows(step.decode_rows, size)))
         return PassPlan(size)
 
@@ -148,11 +148,7 @@ class AllGatherDispatcher:
         padded = tokens.padded
         if hidden.shape[0] < padded:
             hidden = torch.cat([hidden, hidden.new_zeros(padded - hidden.shape[0], hidden.shape[1])])
-        gathered = self.dp.all_gather_into(hidden)
-        valid = tokens.valid
-        if valid is None:
-            valid = torch.from_numpy(valid_rows(tokens.counts, padded)).to(hidden.device, non_blocking=True)
-        return gathered, valid
+        return self.dp.all_gather(hidden, dim=0), tokens.valid
 
     def combine(self, out: torch.Tensor, num_tokens: int) -> torch.Tensor:
         """This rank's tokens, summed over the experts of every EP rank."""

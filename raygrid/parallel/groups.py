@@ -42,22 +42,17 @@ class GroupCoordinator:
         return tensor
 
     def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        """Concatenate every rank's ``tensor`` along ``dim`` (same shape on all ranks)."""
+        """Concatenate every rank's ``tensor`` along ``dim`` (same shape on all ranks), in group order. Along dim 0
+        on a GPU it lands in one buffer (gloo has no all_gather_into_tensor)."""
         if self.world_size == 1:
             return tensor
-        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(parts, tensor.contiguous(), group=self.device_group)
-        return torch.cat(parts, dim=dim)
-
-    def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Every rank's ``tensor`` stacked along dim 0, in group order (same shape on all ranks)."""
-        if self.world_size == 1:
-            return tensor
-        if tensor.is_cuda:
+        if tensor.is_cuda and dim == 0:
             out = torch.empty((self.world_size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
             dist.all_gather_into_tensor(out, tensor.contiguous(), group=self.device_group)
             return out
-        return self.all_gather(tensor, dim=0)  # gloo has no all_gather_into_tensor
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor.contiguous(), group=self.device_group)
+        return torch.cat(parts, dim=dim)
 
     def reduce_scatter(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum ``tensor`` over the group and keep this rank's slice of dim 0 (``world_size`` equal slices)."""

@@ -64,18 +64,13 @@ class LLMConfig(_Strict):
     def engine_args(self) -> EngineArgs:
         """One replica's engine: everything given, on Ray when it has more than one worker."""
         args = EngineArgs(model=self.model_source, **self.engine_kwargs)
-        if self.grid_of(args).world_size > 1:
+        if args.parallel_config().replica_grid().world_size > 1:
             args.distributed_executor_backend = "ray"
         return args
 
-    @staticmethod
-    def grid_of(args: EngineArgs) -> RankGrid:
-        dp = args.data_parallel_size if args.enable_expert_parallel else 1
-        return RankGrid(tp=args.tensor_parallel_size, pp=args.pipeline_parallel_size, dp=dp)
-
     def grid(self) -> RankGrid:
         """One replica's workers: TP x PP, times DP under expert parallelism."""
-        return self.grid_of(self.engine_args())
+        return self.engine_args().parallel_config().replica_grid()
 
     def uses_workers(self) -> bool:
         """Several ranks run as Ray worker actors in the replica's placement group; one runs in an engine

@@ -62,18 +62,15 @@ def _build_engine(llm_config: LLMConfig) -> EngineClient:
 
         return EngineProcClient(config, eos_token_ids)
     from raygrid.cluster.ray_executor import RayExecutor
-    from raygrid.engine.core import EngineCore
-    from raygrid.engine.dp_engine import DataParallelEngine
+    from raygrid.engine.dp_engine import make_engine_core
     from raygrid.placement.placement import slots_in
 
     pg = get_current_placement_group()
     if pg is None:
         raise RuntimeError("EngineServer runs its workers in the replica's placement group; deploy it through build_app")
-    grid = llm_config.grid()
-    executor = RayExecutor(config, eos_token_ids, slots_in(pg, grid))
+    executor = RayExecutor(config, eos_token_ids, slots_in(pg, config.parallel.replica_grid()))
     try:
-        # An expert-parallel world's DP ranks: an engine core each, stepping together.
-        return (DataParallelEngine if grid.dp > 1 else EngineCore)(config, eos_token_ids, executor=executor)
+        return make_engine_core(config, eos_token_ids, executor)
     except BaseException:
         executor.shutdown()
         raise

@@ -100,7 +100,7 @@ class FusedExperts(nn.Module):
     def forward_local(self, tokens: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Expert parallelism: the contributions of this rank's slots to every gathered token (the pairs that
         other ranks' slots serve contribute nothing here)."""
-        return ops.fused_moe(tokens, self.w13, self.w2, topk_weights, self.map.to_local(topk_ids, valid))
+        return ops.fused_moe(tokens, self.w13, self.w2, topk_weights, self.map.to_local(topk_ids, valid), experts_elsewhere=True)
 
 
 class SparseMoeBlock(nn.Module):
