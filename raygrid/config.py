@@ -83,6 +83,14 @@ class ParallelConfig(_Strict):
         default=300.0, gt=0.0,
         description="on Ray: a step whose workers make no progress for this long fails its replica (loading is exempt)",
     )
+    max_migrations: int = Field(
+        default=3, ge=0,
+        description="on Ray: how many times a request may move to another replica after its own failed (0: it fails)",
+    )
+    migration_timeout_s: float = Field(
+        default=300.0, gt=0.0,
+        description="on Ray: how long a request may wait for a healthy replica (a rebuild) before it fails",
+    )
 
     @model_validator(mode="after")
     def _pick_backend(self) -> "ParallelConfig":

@@ -3,12 +3,18 @@
 Each data-parallel replica (under expert parallelism: the one world of all DP ranks, which steps and fails
 as one) is a DriverActor with its own workers (TP x PP) in placement groups that this
 client reserves and therefore releases: on shutdown, when the client is garbage-collected or the
-interpreter exits, and when the replica fails. New requests go to the replica with the fewest unfinished
-requests. Replicas step independently, each on its own loop: the front end keeps at most one exchange
-call in flight per replica, carrying the requests and aborts that arrived since the last one and bringing
-back the outputs the replica produced meanwhile, and ``step()`` returns the outputs of whichever replicas
-answer first, so a slow or hung replica never delays the others. A replica whose worker dies or hangs
-(its driver's step deadline) fails its in-flight requests with an error and is taken out of rotation.
+interpreter exits, and when the replica fails. New requests go to the serving replica with the fewest
+unfinished requests. Replicas step independently, each on its own loop: the front end keeps at most one
+exchange call in flight per replica, carrying the requests and aborts that arrived since the last one and
+bringing back the outputs the replica produced meanwhile, and ``step()`` returns the outputs of whichever
+replicas answer first, so a slow or hung replica never delays the others.
+
+A replica whose worker dies or hangs (its driver's step deadline), or whose driver stops answering, leaves
+rotation at once and is rebuilt in the background: its actors and placement groups are released, new ones
+reserved, and the replica serves again once its new driver answers (a start that fails is tried again, at
+growing intervals). Its unfinished requests migrate (engine/migration.py): each continues on a serving
+replica from the tokens already returned, up to ``max_migrations`` times; requests wait for a serving replica
+(a rebuild) for up to ``migration_timeout_s``, and past either limit fail with an error that says which.
 """
 
 from __future__ import annotations
@@ -16,18 +22,22 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from dataclasses import dataclass
 
 import ray
 
 from raygrid.cluster.driver_actor import DriverActor
 from raygrid.config import EngineConfig
+from raygrid.engine.migration import RequestLedger
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.request_router import LeastLoadedRouter
 from raygrid.engine.scheduler import SchedulerStats
-from raygrid.placement.placement import WorkerSlot, check_cluster_fits, place_replica, release, uses_gpu
+from raygrid.placement.placement import WorkerSlot, check_cluster_fits, place_replica, release, reserve_replica, uses_gpu
 
 logger = logging.getLogger(__name__)
+
+_RESTART_BACKOFF_S = (1.0, 60.0)  # wait before trying a failed start again: first, and at most (doubling between)
 
 
 def ensure_ray(address: str | None) -> None:
@@ -36,25 +46,49 @@ def ensure_ray(address: str | None) -> None:
 
 
 class _Replica:
-    """One replica's actors and reservations, and what the front end queued for its next step."""
+    """One replica's actors and reservations, where it stands, and what the front end queued for its next step.
 
-    def __init__(self, driver, slots: list[WorkerSlot]) -> None:
-        self.driver, self.slots = driver, slots
-        self.healthy = True
+    States: "starting" (its driver is loading; ``ready`` answers once it is up), "serving", "failed" (released;
+    started again at ``restart_at``)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.state = "failed"
+        self.driver = None
+        self.slots: list[WorkerSlot] = []
+        self.ready: ray.ObjectRef | None = None
+        self.start_time = 0.0
+        self.restart_at = 0.0
+        self.failed_starts = 0  # in a row
         self.adds: list[Request] = []
         self.aborts: list[str] = []
         self.step_ref: ray.ObjectRef | None = None
         self.step_started = 0.0
         self.stats = SchedulerStats()  # as of its last step
 
+    @property
+    def serving(self) -> bool:
+        return self.state == "serving"
+
+    def start(self, config: EngineConfig, eos_token_ids: frozenset[int], slots: list[WorkerSlot]) -> None:
+        """Start a driver (and so its workers) in ``slots``; ``ready`` answers once it has loaded."""
+        self.slots, self.state, self.start_time = slots, "starting", time.monotonic()
+        self.driver = DriverActor.remote(config, eos_token_ids, self.index, slots)
+        self.ready = self.driver.stats.remote()
+
     def release(self) -> None:
         """Kill the driver (its workers die with it, as it owns them) and free the placement groups."""
-        self.healthy = False
-        try:
-            ray.kill(self.driver)
-        except Exception:  # noqa: BLE001 - already gone, or Ray already shut down
-            pass
+        self.state = "failed"
+        self.step_ref = self.ready = None
+        self.adds, self.aborts = [], []
+        if self.driver is not None:
+            try:
+                ray.kill(self.driver)
+            except Exception:  # noqa: BLE001 - already gone, or Ray already shut down
+                pass
+        self.driver = None
         release(self.slots)
+        self.slots = []
 
 
 def _release_all(replicas: list[_Replica]) -> None:
@@ -64,63 +98,92 @@ def _release_all(replicas: list[_Replica]) -> None:
         replica.release()
 
 
+@dataclass
+class _Waiting:
+    """A request no replica holds: new while none served, or migrating from a failed one."""
+
+    request: Request
+    deadline: float
+    cause: str | None = None  # the failure it migrates from (None: a new request)
+
+
 class RayEngineClient:
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int]) -> None:
         ensure_ray(config.parallel.ray_address)
+        self.config, self.eos_token_ids = config, eos_token_ids
         parallel = config.parallel
         # The driver enforces step_timeout_s on its workers; this catches a driver that hangs itself.
         self.driver_timeout_s = 2 * parallel.step_timeout_s
-        grid, use_gpu = parallel.replica_grid(), uses_gpu(config.device)
+        self.migration_timeout_s = parallel.migration_timeout_s
+        self.grid, self.use_gpu = parallel.replica_grid(), uses_gpu(config.device)
         # Fail before starting anything if the cluster cannot hold every replica.
-        check_cluster_fits(grid, use_gpu, parallel.ray_worker_cpus, parallel.num_engine_replicas)
-        self.replicas: list[_Replica] = []
+        check_cluster_fits(self.grid, self.use_gpu, parallel.ray_worker_cpus, parallel.num_engine_replicas)
+        self.replicas = [_Replica(i) for i in range(parallel.num_engine_replicas)]
         # Releases everything however this client ends: shutdown(), garbage collection, interpreter exit.
         self._finalizer = weakref.finalize(self, _release_all, self.replicas)
         try:
-            for i in range(parallel.num_engine_replicas):
-                slots = place_replica(grid, use_gpu, parallel.ray_worker_cpus)
-                self.replicas.append(_Replica(DriverActor.remote(config, eos_token_ids, i, slots), slots))
-            for replica, stats in zip(self.replicas, ray.get([r.driver.stats.remote() for r in self.replicas])):
-                replica.stats = stats  # answered once the driver (and so its workers) are up
+            for replica in self.replicas:
+                replica.start(config, eos_token_ids, place_replica(self.grid, self.use_gpu, parallel.ray_worker_cpus))
+            for replica, stats in zip(self.replicas, ray.get([r.ready for r in self.replicas])):
+                replica.state, replica.stats, replica.ready = "serving", stats, None
         except BaseException:
             self.shutdown()
             raise
         self._router = LeastLoadedRouter()  # unfinished request id -> its replica's index
+        self._ledger = RequestLedger(parallel.max_migrations)  # what came back of each, to migrate it
+        self._waiting: dict[str, _Waiting] = {}
+        self.num_migrations = 0
+        self.num_rebuilds = 0
 
     @property
     def healthy(self) -> list[bool]:
-        return [r.healthy for r in self.replicas]
+        """Per replica: in service now (a replica being rebuilt is not)."""
+        return [r.serving for r in self.replicas]
+
+    @property
+    def lost(self) -> bool:
+        return False  # a failed replica is rebuilt
 
     def add_request(self, request: Request) -> None:
-        candidates = [i for i, r in enumerate(self.replicas) if r.healthy]
-        if not candidates:
-            raise RuntimeError("no healthy engine replica is left")
-        self.replicas[self._router.assign(request.request_id, candidates)].adds.append(request)
+        self._ledger.add(request)
+        serving = [r.index for r in self.replicas if r.serving]
+        if serving:
+            self.replicas[self._router.assign(request.request_id, serving)].adds.append(request)
+        else:  # every replica is being rebuilt: it waits for the first back
+            self._waiting[request.request_id] = _Waiting(request, time.monotonic() + self.migration_timeout_s)
 
     def abort_requests(self, request_ids) -> None:
         for req_id in request_ids:
+            self._ledger.forget(req_id)
+            self._waiting.pop(req_id, None)
             index = self._router.release(req_id)
             if index is not None:
                 self.replicas[index].aborts.append(req_id)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self._router)
+        return bool(self._router) or bool(self._waiting)
 
     def step(self) -> list[EngineCoreOutput]:
         """Start a step on every idle replica that has work, then return what the first replicas to
-        answer produced (waiting at most a moment, so that new requests reach idle replicas soon)."""
-        for index, replica in enumerate(self.replicas):
-            if replica.healthy and replica.step_ref is None and (self._router.load(index) or replica.adds or replica.aborts):
+        answer produced (waiting at most a moment, so that new requests reach idle replicas soon); meanwhile
+        restart failed replicas and hand waiting requests to serving ones."""
+        self._tend_replicas()
+        outputs = self._place_waiting()
+        for replica in self.replicas:
+            if replica.serving and replica.step_ref is None and (self._router.load(replica.index) or replica.adds or replica.aborts):
                 replica.step_ref = replica.driver.exchange.remote(replica.adds, replica.aborts)
                 replica.step_started = time.monotonic()
                 replica.adds, replica.aborts = [], []
         in_flight = {r.step_ref: r for r in self.replicas if r.step_ref is not None}
-        if not in_flight:
-            return []
-        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.1)
+        starting = [r.ready for r in self.replicas if r.state == "starting"]
+        if not in_flight and not starting:
+            if self._waiting:
+                time.sleep(0.05)  # waiting for a failed replica's restart time
+            return outputs
+        # A replica coming up wakes this wait too, so that requests waiting for it go at once.
+        done, _ = ray.wait(list(in_flight) + starting, num_returns=1, timeout=0.1)
         if done:  # take every other answer that is already there too
-            done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
-        outputs: list[EngineCoreOutput] = []
+            done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0) if in_flight else ([], [])
         now = time.monotonic()
         for replica in in_flight.values():
             if replica.step_ref not in done and now - replica.step_started > self.driver_timeout_s:
@@ -128,6 +191,8 @@ class RayEngineClient:
                 outputs.extend(self._fail_replica(replica, error))
         for ref in done:
             replica = in_flight[ref]
+            if replica.step_ref is not ref:
+                continue  # failed above
             replica.step_ref = None
             try:
                 replica_outputs, replica.stats = ray.get(ref)
@@ -137,33 +202,108 @@ class RayEngineClient:
             for out in replica_outputs:
                 if out.finished:
                     self._router.release(out.req_id)
+            self._ledger.record(replica_outputs)
             outputs.extend(replica_outputs)
         return outputs
 
+    # ------------------------------------------------------------------ failure, migration, rebuild
+
     def _fail_replica(self, replica: _Replica, error: Exception) -> list[EngineCoreOutput]:
-        index = self.replicas.index(replica)
-        logger.error("engine replica %d failed: %s", index, error)
+        """Take the replica out of rotation and release it (it restarts at once); its requests migrate, or
+        fail past their limit."""
         error = getattr(error, "cause", None) or error  # what the driver raised, not Ray's wrapping of it
         cause = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-        message = f"engine replica {index} failed and is out of service: {cause}"
-        failed = self._router.release_all(index)
-        replica.step_ref = None
+        failure = f"engine replica {replica.index} failed: {cause}"
+        logger.error("%s; rebuilding it", failure)
+        unsent = {r.request_id: r for r in replica.adds}  # never reached it: they simply go elsewhere
+        held = self._router.release_all(replica.index)
         replica.release()
-        return [EngineCoreOutput(rid, [], [], finish_reason="abort", error=message) for rid in failed]
+        replica.restart_at = time.monotonic()
+        deadline = time.monotonic() + self.migration_timeout_s
+        outputs = []
+        for rid in held:
+            if rid in unsent:
+                self._waiting[rid] = _Waiting(unsent[rid], deadline)
+                continue
+            moves = self._ledger.migrations(rid)
+            resumed = self._ledger.migrate(rid)
+            if resumed is not None:
+                self._waiting[rid] = _Waiting(resumed, deadline, cause=failure)
+                continue
+            limit = self._ledger.max_migrations
+            message = failure if limit == 0 else f"{failure} (the request had moved {moves} time(s): max_migrations is {limit})"
+            outputs.append(EngineCoreOutput(rid, [], [], finish_reason="abort", error=message))
+        return outputs
+
+    def _place_waiting(self) -> list[EngineCoreOutput]:
+        """Hand waiting requests to serving replicas; fail those that waited past migration_timeout_s."""
+        if not self._waiting:
+            return []
+        serving = [r.index for r in self.replicas if r.serving]
+        now, outputs = time.monotonic(), []
+        for rid, waiting in list(self._waiting.items()):
+            if serving:
+                index = self._router.assign(rid, serving)
+                self.replicas[index].adds.append(waiting.request)
+                if waiting.cause is not None:
+                    self.num_migrations += 1
+                    logger.warning("request %s migrates to engine replica %d with %d token(s) made (move %d of at most "
+                                   "%d) after: %s", rid, index, waiting.request.num_output_tokens,
+                                   self._ledger.migrations(rid), self._ledger.max_migrations, waiting.cause)
+            elif now > waiting.deadline:
+                self._ledger.forget(rid)
+                after = f" after: {waiting.cause}" if waiting.cause else ""
+                outputs.append(EngineCoreOutput(rid, [], [], finish_reason="abort", error=(
+                    f"no engine replica could take the request within migration_timeout_s={self.migration_timeout_s:g} s{after}")))
+            else:
+                continue
+            del self._waiting[rid]
+        return outputs
+
+    def _tend_replicas(self) -> None:
+        """Restart failed replicas whose time has come, and bring into service those whose start finished."""
+        now = time.monotonic()
+        for replica in self.replicas:
+            if replica.state == "failed" and now >= replica.restart_at:
+                slots = reserve_replica(self.grid, self.use_gpu, self.config.parallel.ray_worker_cpus)
+                logger.warning("engine replica %d: starting a new one", replica.index)
+                replica.start(self.config, self.eos_token_ids, slots)
+            elif replica.state == "starting":
+                ready, _ = ray.wait([replica.ready], timeout=0)
+                if not ready:
+                    continue
+                try:
+                    replica.stats = ray.get(replica.ready)
+                except ray.exceptions.RayError as error:
+                    replica.failed_starts += 1
+                    first, most = _RESTART_BACKOFF_S
+                    wait = min(first * 2 ** (replica.failed_starts - 1), most)
+                    logger.error("engine replica %d did not start (%s); trying again in %g s", replica.index,
+                                 str(error).strip().splitlines()[-1][:300], wait)
+                    replica.release()
+                    replica.restart_at = time.monotonic() + wait
+                    continue
+                replica.state, replica.ready, replica.failed_starts = "serving", None, 0
+                self.num_rebuilds += 1
+                logger.warning("engine replica %d is back in service, %.1f s after its new start", replica.index,
+                               time.monotonic() - replica.start_time)
 
     def stats(self) -> SchedulerStats:
-        """The healthy replicas' counters as of their last steps, summed (KV usage averaged); no round trip."""
-        return SchedulerStats.combined([r.stats for r in self.replicas if r.healthy])
+        """The serving replicas' counters as of their last steps, summed (KV usage averaged), with this front
+        end's migrations and rebuilds; no round trip."""
+        stats = SchedulerStats.combined([r.stats for r in self.replicas if r.serving])
+        stats.request_migrations, stats.replica_rebuilds = self.num_migrations, self.num_rebuilds
+        return stats
 
     def step_timing(self) -> list[dict[str, float]]:
         return [timing for _, timing in self._live_calls(lambda d: d.step_timing.remote())]
 
     def collective_rpc(self, method: str, args: tuple = ()) -> list[list]:
-        """Per healthy replica, ``method`` on each of its workers, in rank order (run between steps)."""
+        """Per serving replica, ``method`` on each of its workers, in rank order (run between steps)."""
         return [results for _, results in self._live_calls(lambda d: d.collective_rpc.remote(method, args))]
 
     def transports(self) -> list[str]:
-        """Per healthy replica: how its steps reach its workers ("compiled graph" or "actor calls")."""
+        """Per serving replica: how its steps reach its workers ("compiled graph" or "actor calls")."""
         return [t for _, t in self._live_calls(lambda d: d.transport.remote())]
 
     def worker_names(self, replica: int = 0) -> list[str]:
@@ -173,13 +313,13 @@ class RayEngineClient:
         return all(ok for _, ok in self._live_calls(lambda d: d.reset_prefix_cache.remote()))
 
     def _live_calls(self, call):
-        live = [r for r in self.replicas if r.healthy]
+        live = [r for r in self.replicas if r.serving]
         return zip(live, ray.get([call(r.driver) for r in live]))
 
     def shutdown(self) -> None:
         """Stop the workers and free every placement group; safe to call more than once."""
         for replica in self.replicas:
-            if replica.healthy:
+            if replica.serving:
                 try:
                     ray.get(replica.driver.shutdown.remote(), timeout=30)
                 except Exception:  # noqa: BLE001 - a dead or hung driver is killed below anyway

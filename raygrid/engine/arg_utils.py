@@ -58,6 +58,8 @@ class EngineArgs:
     ray_worker_cpus: float = _arg(1.0, "CPUs a worker actor reserves")
     step_timeout_s: float = _arg(300.0, "on Ray: a step with no progress for this long fails its replica")
     compiled_graph: bool | None = _arg(None, "on Ray: steps through a Ray Compiled Graph (default: when the workers have GPUs)")
+    max_migrations: int = _arg(3, "on Ray: times a request may move to another replica after its own failed (0: it fails)")
+    migration_timeout_s: float = _arg(300.0, "on Ray: how long a request may wait for a healthy replica (a rebuild) before it fails")
 
     # ------------------------------------------------------------------ the CLI
 
@@ -99,7 +101,8 @@ class EngineArgs:
                               eplb_config=EPLBConfig(**(self.eplb_config or {})),
                               distributed_executor_backend=self.distributed_executor_backend, ray_address=self.ray_address,
                               ray_worker_cpus=self.ray_worker_cpus, step_timeout_s=self.step_timeout_s,
-                              compiled_graph=self.compiled_graph)
+                              compiled_graph=self.compiled_graph, max_migrations=self.max_migrations,
+                              migration_timeout_s=self.migration_timeout_s)
 
     def create_engine_config(self) -> EngineConfig:
         """The configuration these arguments describe, resolved against the checkpoint (its context

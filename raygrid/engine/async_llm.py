@@ -116,8 +116,8 @@ class AsyncLLM:
         stop-string hold-back). Raises ValueError for a request the engine cannot take."""
         if self._dead is not None:
             raise EngineDeadError(f"engine loop failed: {self._dead!r}")
-        if not any(self.engine.healthy):
-            raise EngineDeadError("no engine is left to serve: the engine process or every replica died")
+        if self.engine.lost:
+            raise EngineDeadError("no engine is left to serve: the engine process died")
         in_flight = self._num_sequences  # sequences, not prompts: n=128 is 128 of them
         if in_flight + sampling_params.n > self.max_queued_requests:
             raise EngineOverloadedError(
@@ -293,6 +293,7 @@ class AsyncLLM:
             self._last_observed = now
             self._load_changed = False
             self.metrics.observe_scheduler(self.engine.stats())
+            self.metrics.observe_replicas(self.engine.healthy)
         if self.metrics.observes_scheduler and now - self._last_timed >= 5.0:
             self._last_timed = now
             self.metrics.observe_step_timing(self.engine.step_timing())

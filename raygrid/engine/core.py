@@ -148,6 +148,10 @@ class EngineCore:
     def healthy(self) -> list[bool]:
         return [True]  # a step that fails is recovered from; one that cannot be is raised
 
+    @property
+    def lost(self) -> bool:
+        return False
+
     def step_timing(self) -> list[dict[str, float]]:
         """Per replica (one here): mean seconds per step as the engine sees it, and from a worker taking the
         step to its sampled tokens being on the host (inputs, forward, sampling, copy back; the slowest

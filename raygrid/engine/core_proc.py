@@ -257,6 +257,10 @@ class EngineProcClient:
         alive = self._dead is None and self._engine_alive()
         return [alive and ok for ok in self._replicas_healthy]
 
+    @property
+    def lost(self) -> bool:
+        return not any(self.healthy)
+
     def add_request(self, request: Request) -> None:
         if self._dead is not None:
             raise RuntimeError(f"the engine process is gone ({self._dead})")

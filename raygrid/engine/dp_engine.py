@@ -264,6 +264,10 @@ class DataParallelEngine:
     def healthy(self) -> list[bool]:
         return [self._error is None]
 
+    @property
+    def lost(self) -> bool:
+        return self._error is not None
+
     def stats(self) -> SchedulerStats:
         per_rank = [core.stats() for core in self.cores]
         stats = SchedulerStats.combined(per_rank)

@@ -19,7 +19,7 @@ from raygrid.engine.scheduler import SchedulerStats
 @runtime_checkable
 class EngineClient(Protocol):
     def add_request(self, request: Request) -> None:
-        """Queue a request (one child of a prompt); raises RuntimeError when no engine can take it."""
+        """Queue a request (one child of a prompt); raises RuntimeError when the engine is lost."""
 
     def abort_requests(self, request_ids) -> None:
         """Stop requests and free their KV blocks; unknown or finished ids are ignored."""
@@ -38,7 +38,11 @@ class EngineClient(Protocol):
 
     @property
     def healthy(self) -> list[bool]:
-        """Per replica: can it still serve."""
+        """Per replica: is it in service now (on Ray, a failed replica being rebuilt is not)."""
+
+    @property
+    def lost(self) -> bool:
+        """True once the engine can serve no more (its process died); a replica being rebuilt is not lost."""
 
     def shutdown(self) -> None:
         """Release every process, actor, device buffer and reservation; safe to call twice."""

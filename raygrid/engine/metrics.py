@@ -111,6 +111,10 @@ class EngineMetrics:
         self.expert_balancedness = gauge("expert_balancedness", "Expert parallelism with EPLB: mean over max tokens per EP rank "
                                          "over the last rebalance's window (1 is even).")
         self.eplb_rebalances = counter("eplb_rebalances", "EPLB rebalances of the experts.")
+        self.request_migrations = counter("request_migrations", "Requests moved to another engine replica after theirs failed.")
+        self.replica_rebuilds = counter("replica_rebuilds", "Failed engine replicas started again and back in service.")
+        self.replica_healthy = gauge("engine_replica_healthy", "1 while an engine replica is in service, 0 while it is "
+                                     "failed or being rebuilt.", ("engine_replica",))
         self._last = SchedulerStats()
         self._last_timing: dict[int, tuple[float, float]] = {}  # engine replica -> (steps, seconds in them)
 
@@ -127,7 +131,16 @@ class EngineMetrics:
         if stats.eplb_rebalances:
             self.expert_balancedness.set(stats.expert_balancedness)
             self.eplb_rebalances.inc(max(stats.eplb_rebalances - self._last.eplb_rebalances, 0))
+        self.request_migrations.inc(max(stats.request_migrations - self._last.request_migrations, 0))
+        self.replica_rebuilds.inc(max(stats.replica_rebuilds - self._last.replica_rebuilds, 0))
         self._last = stats
+
+    def observe_replicas(self, healthy: list[bool]) -> None:
+        """Each engine replica's health (the engine client's ``healthy``)."""
+        if not self.observes_scheduler:
+            return
+        for replica, ok in enumerate(healthy):
+            self.replica_healthy.labels(engine_replica=str(replica)).set(1.0 if ok else 0.0)
 
     def observe_step_timing(self, timings: list[dict[str, float]]) -> None:
         """Each engine replica's mean step time over the steps since the last call (``step_timing()``'s readings)."""

@@ -27,7 +27,7 @@ from raygrid.engine.outputs import (
     SchedulerOutput,
 )
 from raygrid.engine.request import Request, RequestStatus
-from raygrid.engine.structured_output import GrammarCompiler, GrammarThread, GrammarVerdict
+from raygrid.engine.structured_output import GrammarCompiler, GrammarThread, GrammarVerdict, first_line
 
 
 @dataclass
@@ -46,6 +46,10 @@ class SchedulerStats:
     eplb_rebalances: int = 0
     expert_balancedness: float = 0.0
     expert_balancedness_after_rebalance: float = 0.0
+    # On Ray, the front end's (cluster/ray_engine.py): requests moved to another replica after theirs failed,
+    # and failed replicas started again and back in service.
+    request_migrations: int = 0
+    replica_rebuilds: int = 0
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -189,6 +193,12 @@ class Scheduler:
                 self._failed.append(EngineCoreOutput(req.request_id, [], [], finish_reason="abort", error=str(error)))
                 continue
             req.grammar = req.grammar_future.result()
+            if req.output_token_ids and not req.grammar.consume_tokens(req.output_token_ids):
+                # A migrated request (engine/migration.py): its grammar catches up with the tokens made elsewhere.
+                error = f"its earlier output broke its grammar: {first_line(req.grammar.get_error())}"
+                self._finish(req, RequestStatus.FINISHED_ABORTED)
+                self._failed.append(EngineCoreOutput(req.request_id, [], [], finish_reason="abort", error=error))
+                continue
             self.waiting.push(req)
 
     def take_failed(self) -> list[EngineCoreOutput]:

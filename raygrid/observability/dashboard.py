@@ -1,6 +1,6 @@
 """raygrid's Grafana dashboard, built as code with grafana-foundation-sdk from the metrics the server exports
 (engine/metrics.py): latency percentiles, token throughput, the batch, the KV cache, prefix hits,
-preemptions and, under expert parallelism with EPLB, the experts' balancedness. ``export`` gives Grafana's dashboard JSON; ``push`` uploads it through grafana-client.
+preemptions, the engine replicas in service with request migrations and rebuilds and, under expert parallelism with EPLB, the experts' balancedness. ``export`` gives Grafana's dashboard JSON; ``push`` uploads it through grafana-client.
 
 Every panel query names only metrics that ``/metrics`` serves (a test checks it against a live server)."""
 
@@ -65,6 +65,12 @@ PANELS: tuple[PanelSpec, ...] = (
     )),
     PanelSpec("Preemptions", "short", (
         Query(f"sum by (model_name) (rate({PREFIX}num_preemptions_total[$__rate_interval]))", "per s {{model_name}}"),
+    )),
+    PanelSpec("Engine replicas", "short", (
+        Query(f"sum by (model_name) ({PREFIX}engine_replica_healthy)", "in service {{model_name}}"),
+        Query(f"sum by (model_name) (increase({PREFIX}replica_rebuilds_total[$__rate_interval]))", "rebuilt {{model_name}}"),
+        Query(f"sum by (model_name) (increase({PREFIX}request_migrations_total[$__rate_interval]))",
+              "requests migrated {{model_name}}"),
     )),
     PanelSpec("Expert balancedness (EPLB)", "percentunit", (
         # Mean over max tokens per EP rank over the last rebalance's window.

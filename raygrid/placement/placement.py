@@ -53,24 +53,31 @@ def check_cluster_fits(grid: RankGrid, use_gpu: bool, worker_cpus: float, num_re
         raise ValueError(f"tensor_parallel_size={grid.tp} needs {need_node:g} {kind} on one node; {summary}")
 
 
-def place_replica(grid: RankGrid, use_gpu: bool, worker_cpus: float, timeout_s: float = 120.0) -> list[WorkerSlot]:
-    """One placement group per pipeline stage; returns each rank's slot, in rank order."""
+def reserve_replica(grid: RankGrid, use_gpu: bool, worker_cpus: float) -> list[WorkerSlot]:
+    """Ask for one placement group per pipeline stage, without waiting for them: each rank's slot, in rank
+    order. Actors scheduled into a slot start once Ray has placed its group."""
     bundle = worker_bundle(use_gpu, worker_cpus)
     slots: list[WorkerSlot] = []
-    groups: list[PlacementGroup] = []
     for stage_ranks in _stage_ranks(grid):
         pg = placement_group([dict(bundle) for _ in stage_ranks], strategy="STRICT_PACK")
-        groups.append(pg)
         slots.extend(WorkerSlot(rank, pg, i) for i, rank in enumerate(stage_ranks))
+    return sorted(slots, key=lambda s: s.rank)
+
+
+def place_replica(grid: RankGrid, use_gpu: bool, worker_cpus: float, timeout_s: float = 120.0) -> list[WorkerSlot]:
+    """``reserve_replica``, waiting until every group is placed (a TimeoutError naming what was asked and
+    what is free, when they are not within ``timeout_s``)."""
+    slots = reserve_replica(grid, use_gpu, worker_cpus)
+    groups = list({id(s.placement_group): s.placement_group for s in slots}.values())
     ready, _ = ray.wait([pg.ready() for pg in groups], num_returns=len(groups), timeout=timeout_s)
     if len(ready) < len(groups):
-        for pg in groups:
-            remove_placement_group(pg)
+        release(slots)
         raise TimeoutError(
             f"placement groups for tensor_parallel_size={grid.tp} x pipeline_parallel_size={grid.pp} "
-            f"({bundle} per worker) were not placed within {timeout_s:g} s; available: {ray.available_resources()}"
+            f"({worker_bundle(use_gpu, worker_cpus)} per worker) were not placed within {timeout_s:g} s; "
+            f"available: {ray.available_resources()}"
         )
-    return sorted(slots, key=lambda s: s.rank)
+    return slots
 
 
 def _stage_ranks(grid: RankGrid) -> list[list[int]]:

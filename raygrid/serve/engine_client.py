@@ -48,6 +48,10 @@ class ServeEngineClient:
         """Whether this client can reach the deployment; the replicas' own health is Serve's to keep."""
         return [self._thread.is_alive()]
 
+    @property
+    def lost(self) -> bool:
+        return not self._thread.is_alive()
+
     def add_request(self, request: Request) -> None:
         if not self._thread.is_alive():
             raise RuntimeError("the Serve engine client is shut down")

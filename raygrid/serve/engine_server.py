@@ -196,6 +196,7 @@ class EngineServer:
             timings = self.engine.step_timing()
             self._timing = timings[0] if timings else {}
             self.metrics.observe_scheduler(self._stats)
+            self.metrics.observe_replicas(self.engine.healthy)
             self.metrics.observe_step_timing(timings)
 
     def _dispatch(self, outputs: list[EngineCoreOutput]) -> None:

@@ -1,0 +1,136 @@
+"""Request migration and replica rebuild (cluster/ray_engine.py, engine/migration.py) on a real local Ray
+cluster: a worker is SIGKILLed or SIGSTOPped mid-batch, once the front end has received a given number of
+tokens (not by a timer, so the fault lands mid-generation on any machine). The requests of the failed
+replica continue on another (or on the rebuilt one) and end exactly as an undisturbed run, for every
+sampling parameter; the limits (max_migrations, migration_timeout_s) fail requests with errors that say
+which; the rebuilt replica serves again. The same through `raygrid serve` and the openai client."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import signal
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import ray
+
+from raygrid import LLM, SamplingParams
+from tests.conftest import random_prompts
+from tests.test_distributed import FILL_THE_CLUSTER, every_parameter_in_one_process, outputs_agree, worker_pid
+from tests.test_openai_server import start_server, stop_server
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")  # the session's (conftest.py)
+
+GREEDY = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+
+
+def generate_with_faults(llm: LLM, prompts, params, faults: list[tuple[int, callable]]) -> list:
+    """``llm.generate`` through its LLMEngine's steps, calling each fault once the front end has received that
+    many output tokens in all; outputs in prompt order."""
+    engine, faults = llm.llm_engine, sorted(faults, key=lambda f: f[0])
+    params = params if isinstance(params, list) else [params] * len(prompts)
+    ids = []
+    for prompt, p in zip(prompts, params):
+        ids.append(engine.next_request_id())
+        engine.add_request(ids[-1], prompt, p)
+    start, finished = engine.num_generated_tokens, {}
+    while engine.has_unfinished_requests():
+        for output in engine.step(emit_unfinished=False):
+            finished[output.request_id] = output
+        while faults and engine.num_generated_tokens - start >= faults[0][0]:
+            faults.pop(0)[1]()
+    assert not faults, "the run ended before every fault"
+    return [finished[i] for i in ids]
+
+
+def wait_serving(llm: LLM, timeout_s: float = 120.0) -> None:
+    """Step the idle engine until every replica is back in service."""
+    deadline = time.monotonic() + timeout_s
+    while not all(llm.engine.healthy):
+        assert time.monotonic() < deadline, f"replicas not rebuilt: {llm.engine.healthy}"
+        llm.engine.step()
+        time.sleep(0.05)
+
+
+def test_killed_replica_migrates_every_kind_of_request_and_is_rebuilt(model_dirs, tokenizer, caplog):
+    """DP=2, a request per sampling feature (penalties, min_tokens, stop tokens, seeded sampling, n=2, logprobs,
+    prompt logprobs, a grammar): a worker of replica 0 is SIGKILLed mid-batch. Every output equals one
+    process's; each migration is logged with the request, the failure and the new replica; replica 0 is
+    rebuilt and serves again."""
+    path = model_dirs["qwen3"]
+    prompts, params, expected = every_parameter_in_one_process(path, tokenizer)
+    llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64, data_parallel_size=2)
+    try:
+        pid = worker_pid(llm, 0, 0)
+        with caplog.at_level(logging.WARNING, logger="raygrid.cluster.ray_engine"):
+            outputs = generate_with_faults(llm, prompts, params, [(60, lambda: os.kill(pid, signal.SIGKILL))])
+        assert all(o.error is None for o in outputs), [o.error for o in outputs]
+        outputs_agree(outputs, expected)
+        stats = llm.get_stats()
+        moves = [r.getMessage() for r in caplog.records if "migrates" in r.getMessage()]
+        assert stats.request_migrations == len(moves) >= 3, moves
+        assert all("to engine replica 1" in m and "engine replica 0 failed: execute_model failed on rank 0" in m for m in moves)
+        assert any("token(s) made" in m and " 0 token(s)" not in m for m in moves), "no request moved mid-decode"
+        wait_serving(llm)
+        assert llm.get_stats().replica_rebuilds == 1
+        steps_before = llm.engine.step_timing()[0]["num_steps"]
+        again = llm.generate(prompts[:2], params[:2], use_tqdm=False)  # the least loaded first: the rebuilt replica 0
+        outputs_agree(again, expected[:2])
+        assert llm.engine.step_timing()[0]["num_steps"] > steps_before, "the rebuilt replica did not serve"
+    finally:
+        llm.shutdown()
+
+
+def test_hung_only_replica_is_rebuilt_and_its_requests_wait_for_it(model_dirs, tokenizer):
+    """One replica (TP=2 filling the cluster, steps through the compiled graph): a worker is SIGSTOPped
+    mid-batch. Every replica is then down, so the requests wait for the rebuild, which fits only because the
+    hung replica's placement groups were released; then they complete as the undisturbed run did."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=41)]
+    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, step_timeout_s=3.0,
+              compiled_graph=True, **FILL_THE_CLUSTER)
+    pid = worker_pid(llm, 0, 1)
+    try:
+        expected = llm.generate(prompts, GREEDY, use_tqdm=False)
+        outputs = generate_with_faults(llm, prompts, GREEDY, [(40, lambda: os.kill(pid, signal.SIGSTOP))])
+        assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in expected]
+        assert all(o.error is None and len(o.outputs[0].token_ids) == 48 for o in outputs)
+        stats = llm.get_stats()
+        assert stats.request_migrations == 4 and stats.replica_rebuilds == 1 and llm.engine.healthy == [True]
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        llm.shutdown()
+
+
+def test_migration_limits_fail_requests_with_errors_that_say_which(model_dirs, tokenizer):
+    """DP=2 with max_migrations=1 and migration_timeout_s=1: replica 0 dies and its requests move to replica 1;
+    then replica 1 dies while replica 0 is still being rebuilt. The moved requests fail on their limit, the
+    others after waiting 1 s for a replica, each error naming the failure; later requests are served."""
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(8, len(tokenizer), seed=42)]
+    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, data_parallel_size=2,
+              max_migrations=1, migration_timeout_s=1.0)
+    try:
+        pids = [worker_pid(llm, replica, 0) for replica in (0, 1)]
+        first_on = {str(i): i % 2 for i in range(8)}  # the router alternates between the idle replicas
+        outputs = generate_with_faults(llm, prompts, GREEDY, [(40, lambda: os.kill(pids[0], signal.SIGKILL)),
+                                                              (80, lambda: os.kill(pids[1], signal.SIGKILL))])
+        for output in outputs:
+            if first_on[output.request_id] == 0:
+                assert "engine replica 1 failed" in output.error and "had moved 1 time(s): max_migrations is 1" in output.error
+            else:
+                assert output.error.startswith("no engine replica could take the request within migration_timeout_s=1 s "
+                                               "after: engine replica 1 failed: execute_model failed on rank 0")
+            assert 0 < len(output.outputs[0].token_ids) < 48
+        wait_serving(llm)
+        late = llm.generate(prompts[:2], GREEDY, use_tqdm=False)
+        assert all(o.error is None and len(o.outputs[0].token_ids) == 48 for o in late)
+        assert llm.get_stats().replica_rebuilds == 2
+    finally:
+        llm.shutdown()
