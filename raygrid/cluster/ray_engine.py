@@ -19,7 +19,9 @@ replica from the tokens already returned, up to ``max_migrations`` times; reques
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ from raygrid.placement.placement import WorkerSlot, check_cluster_fits, place_re
 
 logger = logging.getLogger(__name__)
 
-_RESTART_BACKOFF_S = (1.0, 60.0)  # wait before trying a failed start again: first, and at most (doubling between)
+_RESTART_BACKOFF_S = (1.0, 60.0)  # wait before starting a failed rebuild again: first, and at most (doubling between)
 
 
 def ensure_ray(address: str | None) -> None:
@@ -48,18 +50,18 @@ def ensure_ray(address: str | None) -> None:
 class _Replica:
     """One replica's actors and reservations, where it stands, and what the front end queued for its next step.
 
-    States: "starting" (its driver is loading; ``ready`` answers once it is up), "serving", "failed" (released;
-    started again at ``restart_at``)."""
+    States: "starting" (its driver is loading, on a rebuild thread after a failure), "serving", "failed"
+    (released). The front end's thread reads the state and steps a serving replica; a rebuild thread
+    changes a starting one, under ``lock``."""
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.state = "failed"
+        self.lock = threading.Lock()
         self.driver = None
         self.slots: list[WorkerSlot] = []
-        self.ready: ray.ObjectRef | None = None
-        self.start_time = 0.0
-        self.restart_at = 0.0
-        self.failed_starts = 0  # in a row
+        self.rebuild: threading.Thread | None = None
+        self.num_rebuilds = 0
         self.adds: list[Request] = []
         self.aborts: list[str] = []
         self.step_ref: ray.ObjectRef | None = None
@@ -70,16 +72,16 @@ class _Replica:
     def serving(self) -> bool:
         return self.state == "serving"
 
-    def start(self, config: EngineConfig, eos_token_ids: frozenset[int], slots: list[WorkerSlot]) -> None:
-        """Start a driver (and so its workers) in ``slots``; ``ready`` answers once it has loaded."""
-        self.slots, self.state, self.start_time = slots, "starting", time.monotonic()
+    def start(self, config: EngineConfig, eos_token_ids: frozenset[int], slots: list[WorkerSlot]) -> ray.ObjectRef:
+        """Start a driver (and so its workers) in ``slots``; returns what answers once it has loaded."""
+        self.slots, self.state = slots, "starting"
         self.driver = DriverActor.remote(config, eos_token_ids, self.index, slots)
-        self.ready = self.driver.stats.remote()
+        return self.driver.stats.remote()
 
     def release(self) -> None:
         """Kill the driver (its workers die with it, as it owns them) and free the placement groups."""
         self.state = "failed"
-        self.step_ref = self.ready = None
+        self.step_ref = None
         self.adds, self.aborts = [], []
         if self.driver is not None:
             try:
@@ -91,11 +93,44 @@ class _Replica:
         self.slots = []
 
 
-def _release_all(replicas: list[_Replica]) -> None:
+def _rebuild(replica: _Replica, config: EngineConfig, eos_token_ids: frozenset[int], stop: threading.Event) -> None:
+    """A rebuild thread: new placement groups and a new driver for a failed replica, tried again at growing
+    intervals until one starts (or the client shuts down). Holds no reference to the client."""
+    parallel, began = config.parallel, time.monotonic()
+    for attempt in itertools.count():
+        with replica.lock:
+            if stop.is_set():
+                return
+            slots = reserve_replica(parallel.replica_grid(), uses_gpu(config.device), parallel.ray_worker_cpus)
+            ready = replica.start(config, eos_token_ids, slots)
+        while not stop.is_set() and not ray.wait([ready], timeout=0.5)[0]:
+            pass
+        with replica.lock:
+            if stop.is_set():
+                return  # the client's release takes what was started
+            try:
+                replica.stats = ray.get(ready)
+            except ray.exceptions.RayError as error:
+                wait = min(_RESTART_BACKOFF_S[0] * 2**attempt, _RESTART_BACKOFF_S[1])
+                logger.error("engine replica %d did not start (%s); trying again in %g s", replica.index,
+                             str(error).strip().splitlines()[-1][:300], wait)
+                replica.release()
+            else:
+                replica.num_rebuilds += 1
+                replica.state = "serving"
+                logger.warning("engine replica %d is back in service, %.1f s after it failed", replica.index,
+                               time.monotonic() - began)
+                return
+        stop.wait(wait)
+
+
+def _release_all(replicas: list[_Replica], stop: threading.Event) -> None:
+    stop.set()
     if not ray.is_initialized():
         return  # the cluster went first, and everything with it
     for replica in replicas:
-        replica.release()
+        with replica.lock:
+            replica.release()
 
 
 @dataclass
@@ -119,13 +154,14 @@ class RayEngineClient:
         # Fail before starting anything if the cluster cannot hold every replica.
         check_cluster_fits(self.grid, self.use_gpu, parallel.ray_worker_cpus, parallel.num_engine_replicas)
         self.replicas = [_Replica(i) for i in range(parallel.num_engine_replicas)]
+        self._stop = threading.Event()  # ends the rebuild threads
         # Releases everything however this client ends: shutdown(), garbage collection, interpreter exit.
-        self._finalizer = weakref.finalize(self, _release_all, self.replicas)
+        self._finalizer = weakref.finalize(self, _release_all, self.replicas, self._stop)
         try:
-            for replica in self.replicas:
-                replica.start(config, eos_token_ids, place_replica(self.grid, self.use_gpu, parallel.ray_worker_cpus))
-            for replica, stats in zip(self.replicas, ray.get([r.ready for r in self.replicas])):
-                replica.state, replica.stats, replica.ready = "serving", stats, None
+            ready = [r.start(config, eos_token_ids, place_replica(self.grid, self.use_gpu, parallel.ray_worker_cpus))
+                     for r in self.replicas]
+            for replica, stats in zip(self.replicas, ray.get(ready)):
+                replica.state, replica.stats = "serving", stats
         except BaseException:
             self.shutdown()
             raise
@@ -133,7 +169,6 @@ class RayEngineClient:
         self._ledger = RequestLedger(parallel.max_migrations)  # what came back of each, to migrate it
         self._waiting: dict[str, _Waiting] = {}
         self.num_migrations = 0
-        self.num_rebuilds = 0
 
     @property
     def healthy(self) -> list[bool]:
@@ -165,9 +200,8 @@ class RayEngineClient:
 
     def step(self) -> list[EngineCoreOutput]:
         """Start a step on every idle replica that has work, then return what the first replicas to
-        answer produced (waiting at most a moment, so that new requests reach idle replicas soon); meanwhile
-        restart failed replicas and hand waiting requests to serving ones."""
-        self._tend_replicas()
+        answer produced (waiting at most a moment, so that new requests reach idle replicas soon). Waiting
+        requests go to serving replicas first."""
         outputs = self._place_waiting()
         for replica in self.replicas:
             if replica.serving and replica.step_ref is None and (self._router.load(replica.index) or replica.adds or replica.aborts):
@@ -175,15 +209,13 @@ class RayEngineClient:
                 replica.step_started = time.monotonic()
                 replica.adds, replica.aborts = [], []
         in_flight = {r.step_ref: r for r in self.replicas if r.step_ref is not None}
-        starting = [r.ready for r in self.replicas if r.state == "starting"]
-        if not in_flight and not starting:
+        if not in_flight:
             if self._waiting:
-                time.sleep(0.05)  # waiting for a failed replica's restart time
+                time.sleep(0.05)  # for a rebuild
             return outputs
-        # A replica coming up wakes this wait too, so that requests waiting for it go at once.
-        done, _ = ray.wait(list(in_flight) + starting, num_returns=1, timeout=0.1)
+        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.1)
         if done:  # take every other answer that is already there too
-            done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0) if in_flight else ([], [])
+            done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
         now = time.monotonic()
         for replica in in_flight.values():
             if replica.step_ref not in done and now - replica.step_started > self.driver_timeout_s:
@@ -209,7 +241,7 @@ class RayEngineClient:
     # ------------------------------------------------------------------ failure, migration, rebuild
 
     def _fail_replica(self, replica: _Replica, error: Exception) -> list[EngineCoreOutput]:
-        """Take the replica out of rotation and release it (it restarts at once); its requests migrate, or
+        """Take the replica out of rotation, release it and rebuild it on a thread; its requests migrate, or
         fail past their limit."""
         error = getattr(error, "cause", None) or error  # what the driver raised, not Ray's wrapping of it
         cause = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
@@ -218,7 +250,10 @@ class RayEngineClient:
         unsent = {r.request_id: r for r in replica.adds}  # never reached it: they simply go elsewhere
         held = self._router.release_all(replica.index)
         replica.release()
-        replica.restart_at = time.monotonic()
+        replica.state = "starting"
+        replica.rebuild = threading.Thread(target=_rebuild, args=(replica, self.config, self.eos_token_ids, self._stop),
+                                           name=f"raygrid-rebuild-replica{replica.index}", daemon=True)
+        replica.rebuild.start()
         deadline = time.monotonic() + self.migration_timeout_s
         outputs = []
         for rid in held:
@@ -260,39 +295,11 @@ class RayEngineClient:
             del self._waiting[rid]
         return outputs
 
-    def _tend_replicas(self) -> None:
-        """Restart failed replicas whose time has come, and bring into service those whose start finished."""
-        now = time.monotonic()
-        for replica in self.replicas:
-            if replica.state == "failed" and now >= replica.restart_at:
-                slots = reserve_replica(self.grid, self.use_gpu, self.config.parallel.ray_worker_cpus)
-                logger.warning("engine replica %d: starting a new one", replica.index)
-                replica.start(self.config, self.eos_token_ids, slots)
-            elif replica.state == "starting":
-                ready, _ = ray.wait([replica.ready], timeout=0)
-                if not ready:
-                    continue
-                try:
-                    replica.stats = ray.get(replica.ready)
-                except ray.exceptions.RayError as error:
-                    replica.failed_starts += 1
-                    first, most = _RESTART_BACKOFF_S
-                    wait = min(first * 2 ** (replica.failed_starts - 1), most)
-                    logger.error("engine replica %d did not start (%s); trying again in %g s", replica.index,
-                                 str(error).strip().splitlines()[-1][:300], wait)
-                    replica.release()
-                    replica.restart_at = time.monotonic() + wait
-                    continue
-                replica.state, replica.ready, replica.failed_starts = "serving", None, 0
-                self.num_rebuilds += 1
-                logger.warning("engine replica %d is back in service, %.1f s after its new start", replica.index,
-                               time.monotonic() - replica.start_time)
-
     def stats(self) -> SchedulerStats:
         """The serving replicas' counters as of their last steps, summed (KV usage averaged), with this front
         end's migrations and rebuilds; no round trip."""
         stats = SchedulerStats.combined([r.stats for r in self.replicas if r.serving])
-        stats.request_migrations, stats.replica_rebuilds = self.num_migrations, self.num_rebuilds
+        stats.request_migrations, stats.replica_rebuilds = self.num_migrations, sum(r.num_rebuilds for r in self.replicas)
         return stats
 
     def step_timing(self) -> list[dict[str, float]]:
@@ -317,7 +324,11 @@ class RayEngineClient:
         return zip(live, ray.get([call(r.driver) for r in live]))
 
     def shutdown(self) -> None:
-        """Stop the workers and free every placement group; safe to call more than once."""
+        """Stop the workers and rebuilds, and free every placement group; safe to call more than once."""
+        self._stop.set()
+        for replica in self.replicas:
+            if replica.rebuild is not None:
+                replica.rebuild.join(timeout=5)
         for replica in self.replicas:
             if replica.serving:
                 try:
