@@ -134,3 +134,104 @@ def test_migration_limits_fail_requests_with_errors_that_say_which(model_dirs, t
         assert llm.get_stats().replica_rebuilds == 2
     finally:
         llm.shutdown()
+
+
+# ---------------------------------------------------------------------- through `raygrid serve` and the openai client
+
+
+def worker_pids_by_replica() -> dict[int, int]:
+    """Replica index -> the pid of its rank-0 worker, for the engine of the `raygrid serve` process on this cluster."""
+    pids = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        name = entry["name"]
+        if name.startswith("raygrid-") and name.endswith("-rank0"):
+            replica = int(name.rsplit("-replica", 1)[1].split("-")[0])
+            pids[replica] = ray.get(ray.get_actor(name, namespace=entry["namespace"]).pid.remote())
+    return pids
+
+
+def stream_all(client: openai.OpenAI, prompts, faults: list[tuple[int, callable]] = ()) -> list[tuple[str, list[str], int]]:
+    """Every prompt as a streaming greedy completion of 64 tokens, all at once; each fault runs once the
+    streams have received that many chunks in all. Per prompt: the text, the tokens (from the logprobs)
+    and the usage's completion_tokens."""
+    faults, received, lock = sorted(faults, key=lambda f: f[0]), [0], threading.Lock()
+
+    def one(prompt):
+        text, tokens, usage = "", [], None
+        for chunk in client.completions.create(model="tiny", prompt=prompt, max_tokens=64, temperature=0, logprobs=0,
+                                               stream=True, stream_options={"include_usage": True},
+                                               extra_body={"ignore_eos": True}):
+            if chunk.usage is not None:
+                usage = chunk.usage.completion_tokens
+            if chunk.choices:
+                text += chunk.choices[0].text
+                tokens += chunk.choices[0].logprobs.tokens if chunk.choices[0].logprobs else []
+                with lock:
+                    received[0] += 1
+                    while faults and received[0] >= faults[0][0]:
+                        faults.pop(0)[1]()
+        return text, tokens, usage
+
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        results = list(pool.map(one, prompts))
+    assert not faults, "the streams ended before every fault"
+    return results
+
+
+def metric_value(base: str, name: str) -> float:
+    """The sum of a metric's series on /metrics (0 when it has none)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(f"{base}/metrics").text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def wait_metric(base: str, name: str, value: float, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while metric_value(base, name) != value:
+        assert time.monotonic() < deadline, f"{name} is {metric_value(base, name)}, not {value}"
+        time.sleep(0.5)
+
+
+def test_serve_streams_survive_killed_hung_and_all_failed_replicas(qwen3_dir, tokenizer):
+    """`raygrid serve -dp 2` and 48 concurrent streams of 64 greedy tokens through the openai client, four times:
+    undisturbed; with a worker of replica 0 SIGKILLed mid-run; with one of replica 1 SIGSTOPped (a hang, caught
+    by the 3 s step deadline); with a worker of each replica killed in turn (the requests wait for a rebuild).
+    Each disturbed run's streams equal the undisturbed run's, text and tokens, none repeated or lost; /metrics
+    counts the migrations and the rebuilds, and the rebuilt replicas serve."""
+    address = ray.get_runtime_context().gcs_address
+    proc, base = start_server(qwen3_dir, "-dp", "2", "--step-timeout-s", "3", "--ray-address", address)
+    stopped: list[int] = []
+    try:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=180)
+        prompts = random_prompts(48, len(tokenizer), seed=43)
+        expected = stream_all(client, prompts)
+        assert all(len(tokens) == usage == 64 for _, tokens, usage in expected)
+
+        pids = worker_pids_by_replica()
+        assert sorted(pids) == [0, 1]
+        killed = stream_all(client, prompts, [(48 * 10, lambda: os.kill(pids[0], signal.SIGKILL))])
+        assert killed == expected
+        migrations = metric_value(base, "raygrid_request_migrations_total")
+        assert migrations >= 1
+        wait_metric(base, "raygrid_replica_rebuilds_total", 1)
+
+        pids = worker_pids_by_replica()
+        stopped.append(pids[1])
+        hung = stream_all(client, prompts, [(48 * 10, lambda: os.kill(pids[1], signal.SIGSTOP))])
+        assert hung == expected
+        assert metric_value(base, "raygrid_request_migrations_total") > migrations
+        wait_metric(base, "raygrid_replica_rebuilds_total", 2)
+
+        pids = worker_pids_by_replica()
+        both = stream_all(client, prompts, [(48 * 10, lambda: os.kill(pids[0], signal.SIGKILL)),
+                                            (48 * 20, lambda: os.kill(pids[1], signal.SIGKILL))])
+        assert both == expected
+        wait_metric(base, "raygrid_replica_rebuilds_total", 4)
+        assert metric_value(base, "raygrid_engine_replica_healthy") == 2
+        assert stream_all(client, prompts[:4]) == expected[:4]
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        stop_server(proc)

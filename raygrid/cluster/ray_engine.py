@@ -169,6 +169,7 @@ class RayEngineClient:
         self._ledger = RequestLedger(parallel.max_migrations)  # what came back of each, to migrate it
         self._waiting: dict[str, _Waiting] = {}
         self.num_migrations = 0
+        self._retired = SchedulerStats()  # the counters of replicas that failed, which keep counting in the totals
 
     @property
     def healthy(self) -> list[bool]:
@@ -249,6 +250,8 @@ class RayEngineClient:
         logger.error("%s; rebuilding it", failure)
         unsent = {r.request_id: r for r in replica.adds}  # never reached it: they simply go elsewhere
         held = self._router.release_all(replica.index)
+        self._retired.add_counters(replica.stats)
+        replica.stats = SchedulerStats()  # its successor counts from zero
         replica.release()
         replica.state = "starting"
         replica.rebuild = threading.Thread(target=_rebuild, args=(replica, self.config, self.eos_token_ids, self._stop),
@@ -296,14 +299,19 @@ class RayEngineClient:
         return outputs
 
     def stats(self) -> SchedulerStats:
-        """The serving replicas' counters as of their last steps, summed (KV usage averaged), with this front
-        end's migrations and rebuilds; no round trip."""
+        """The serving replicas' gauges and counters as of their last steps, summed (KV usage averaged), the
+        counters with those of the replicas that failed before, and this front end's migrations and rebuilds;
+        no round trip."""
         stats = SchedulerStats.combined([r.stats for r in self.replicas if r.serving])
+        stats.add_counters(self._retired)
         stats.request_migrations, stats.replica_rebuilds = self.num_migrations, sum(r.num_rebuilds for r in self.replicas)
         return stats
 
     def step_timing(self) -> list[dict[str, float]]:
-        return [timing for _, timing in self._live_calls(lambda d: d.step_timing.remote())]
+        """Per replica, in index order; zeros for one out of service (a rebuilt replica counts from zero)."""
+        answers = dict(self._live_calls(lambda d: d.step_timing.remote()))
+        idle = {"num_steps": 0, "engine_step_s": 0.0, "worker_execute_s": 0.0, "max_batches_in_flight": 0}
+        return [answers.get(r.index, idle) for r in self.replicas]
 
     def collective_rpc(self, method: str, args: tuple = ()) -> list[list]:
         """Per serving replica, ``method`` on each of its workers, in rank order (run between steps)."""
@@ -319,9 +327,18 @@ class RayEngineClient:
     def reset_prefix_cache(self) -> bool:
         return all(ok for _, ok in self._live_calls(lambda d: d.reset_prefix_cache.remote()))
 
-    def _live_calls(self, call):
-        live = [r for r in self.replicas if r.serving]
-        return zip(live, ray.get([call(r.driver) for r in live]))
+    def _live_calls(self, call) -> list[tuple[int, object]]:
+        """(index, answer) of each serving replica that answers ``call(driver)``; one that fails is left out
+        or does not answer within the driver deadline is left out (it failed since its last exchange, and its
+        next exchange takes it out of service)."""
+        live = [(r.index, call(r.driver)) for r in self.replicas if r.serving]
+        answers = []
+        for index, ref in live:
+            try:
+                answers.append((index, ray.get(ref, timeout=self.driver_timeout_s)))
+            except ray.exceptions.RayError as error:
+                logger.warning("engine replica %d did not answer: %s", index, str(error).strip().splitlines()[0][:200])
+        return answers
 
     def shutdown(self) -> None:
         """Stop the workers and rebuilds, and free every placement group; safe to call more than once."""

@@ -119,21 +119,26 @@ class EngineMetrics:
         self._last_timing: dict[int, tuple[float, float]] = {}  # engine replica -> (steps, seconds in them)
 
     def observe_scheduler(self, stats: SchedulerStats) -> None:
-        """Gauges take the new values; counters advance by what changed since the last call."""
+        """Gauges take the new values; counters advance by what grew since the last call (never back: an engine
+        whose totals drop, as an engine process that restarted, is counted from its new values on)."""
         if not self.observes_scheduler:
             return
+        last, self._last = self._last, stats
+
+        def grown(name: str) -> int:
+            return max(getattr(stats, name) - getattr(last, name), 0)
+
         self.num_running.set(stats.num_running)
         self.num_waiting.set(stats.num_waiting)
         self.kv_cache_usage.set(stats.kv_cache_usage)
-        self.prefix_cache_queries.inc(stats.prefix_cache_queries - self._last.prefix_cache_queries)
-        self.prefix_cache_hits.inc(stats.prefix_cache_hits - self._last.prefix_cache_hits)
-        self.preemptions.inc(stats.num_preemptions - self._last.num_preemptions)
+        self.prefix_cache_queries.inc(grown("prefix_cache_queries"))
+        self.prefix_cache_hits.inc(grown("prefix_cache_hits"))
+        self.preemptions.inc(grown("num_preemptions"))
         if stats.eplb_rebalances:
             self.expert_balancedness.set(stats.expert_balancedness)
-            self.eplb_rebalances.inc(max(stats.eplb_rebalances - self._last.eplb_rebalances, 0))
-        self.request_migrations.inc(max(stats.request_migrations - self._last.request_migrations, 0))
-        self.replica_rebuilds.inc(max(stats.replica_rebuilds - self._last.replica_rebuilds, 0))
-        self._last = stats
+            self.eplb_rebalances.inc(grown("eplb_rebalances"))
+        self.request_migrations.inc(grown("request_migrations"))
+        self.replica_rebuilds.inc(grown("replica_rebuilds"))
 
     def observe_replicas(self, healthy: list[bool]) -> None:
         """Each engine replica's health (the engine client's ``healthy``)."""

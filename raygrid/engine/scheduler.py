@@ -51,6 +51,15 @@ class SchedulerStats:
     request_migrations: int = 0
     replica_rebuilds: int = 0
 
+    # The fields that only grow (the others are gauges: values now).
+    COUNTERS = ("num_preemptions", "num_scheduled_tokens", "prefix_cache_queries", "prefix_cache_hits", "eplb_rebalances",
+                "request_migrations", "replica_rebuilds")
+
+    def add_counters(self, other: "SchedulerStats") -> None:
+        """Add ``other``'s counters to this one's (a replica that left service keeps its share of the totals)."""
+        for name in self.COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     @property
     def prefix_cache_hit_rate(self) -> float:
         return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
