@@ -140,12 +140,19 @@ def test_metrics_reach_rays_endpoint_under_the_dashboards_names(app, tokenizer):
     assert re.search(r'^ray_raygrid_num_preemptions_total\{[^}]*deployment="EngineServer"', text, re.M)
 
 
-def test_killed_engine_process_is_replaced_and_the_app_keeps_answering(app):
+def test_killed_engine_process_is_replaced_and_the_app_keeps_answering(app, tokenizer):
+    """16 streams in flight when an engine process is SIGKILLed: those of its replica migrate through the ingress to
+    the other replica and go on behind the same HTTP streams, each ending as an undisturbed run (text and
+    tokens); Serve replaces the replica, and requests keep being answered meanwhile."""
+    from tests.test_migration import stream_all
+
     client = openai.OpenAI(base_url=f"{app}/v1", api_key="unused", max_retries=0, timeout=60)
+    prompts = random_prompts(16, len(tokenizer), seed=66)
+    expected = stream_all(client, prompts)
     before = engine_replicas()
     assert len(before) == 2 and all(len(pids) == 1 for pids in before.values()), before
     victim, (pid,) = next(iter(before.items()))
-    os.kill(pid, signal.SIGKILL)
+    assert stream_all(client, prompts, [(16 * 10, lambda: os.kill(pid, signal.SIGKILL))]) == expected
     answered, replaced_at = 0, None
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and (replaced_at is None or time.monotonic() - replaced_at < 2):

@@ -121,12 +121,16 @@ class EngineMetrics:
     def observe_scheduler(self, stats: SchedulerStats) -> None:
         """Gauges take the new values; counters advance by what grew since the last call (never back: an engine
         whose totals drop, as an engine process that restarted, is counted from its new values on)."""
-        if not self.observes_scheduler:
-            return
         last, self._last = self._last, stats
 
         def grown(name: str) -> int:
             return max(getattr(stats, name) - getattr(last, name), 0)
+
+        # The front end's own counters (the engine client's migrations and rebuilds) are always this front end's.
+        self.request_migrations.inc(grown("request_migrations"))
+        self.replica_rebuilds.inc(grown("replica_rebuilds"))
+        if not self.observes_scheduler:
+            return
 
         self.num_running.set(stats.num_running)
         self.num_waiting.set(stats.num_waiting)
@@ -137,8 +141,6 @@ class EngineMetrics:
         if stats.eplb_rebalances:
             self.expert_balancedness.set(stats.expert_balancedness)
             self.eplb_rebalances.inc(grown("eplb_rebalances"))
-        self.request_migrations.inc(grown("request_migrations"))
-        self.replica_rebuilds.inc(grown("replica_rebuilds"))
 
     def observe_replicas(self, healthy: list[bool]) -> None:
         """Each engine replica's health (the engine client's ``healthy``)."""

@@ -5,9 +5,10 @@ requests in flight of two sampled) and counts it toward the deployment's autosca
 event loop of this client's own, on a thread; their outputs queue up for ``step()``, which the AsyncLLM
 engine thread calls as it would any engine's. Aborting cancels the call, and the replica frees the request.
 
-A call that fails before its first output (the replica it reached had lost its engine, or died) is sent
-again, up to ``retries`` times over about 20 s: Serve routes it to another replica or to the replacement of the lost one.
-One that fails later ends with an error; continuing such a stream elsewhere is request migration's work.
+A call that fails (the replica it reached had lost its engine, or died) is sent again at growing intervals, for
+up to ``migration_timeout_s``: Serve routes it to another replica or to the replacement of the lost one, which
+Serve starts. A call that fails after outputs came back migrates (engine/migration.py): it is sent again as its
+prompt plus the tokens received, so the stream goes on where it stopped, up to ``max_migrations`` times.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import weakref
 from concurrent.futures import Future
 
+from raygrid.engine.migration import Progress
 from raygrid.engine.outputs import EngineCoreOutput, decode_outputs
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
@@ -30,9 +32,10 @@ _STALE_S = 10.0  # a replica not heard from this long no longer counts in stats(
 
 
 class ServeEngineClient:
-    def __init__(self, handle, retries: int = 8, retry_wait_s: float = 0.25) -> None:
+    def __init__(self, handle, max_migrations: int = 3, migration_timeout_s: float = 300.0, retry_wait_s: float = 0.25) -> None:
         self._handle = handle.options(stream=True)
-        self.retries, self.retry_wait_s = retries, retry_wait_s
+        self.max_migrations, self.migration_timeout_s, self.retry_wait_s = max_migrations, migration_timeout_s, retry_wait_s
+        self.num_migrations = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="raygrid-serve-client", daemon=True)
         self._thread.start()
@@ -82,8 +85,11 @@ class ServeEngineClient:
         return outputs
 
     def stats(self) -> SchedulerStats:
-        """The replicas' counters as of the outputs last streamed from each, summed (KV usage averaged)."""
-        return SchedulerStats.combined([stats for _, stats, _ in self._live_replicas()])
+        """The replicas' counters as of the outputs last streamed from each, summed (KV usage averaged), and this
+        client's migrations."""
+        stats = SchedulerStats.combined([stats for _, stats, _ in self._live_replicas()])
+        stats.request_migrations = self.num_migrations
+        return stats
 
     def step_timing(self) -> list[dict[str, float]]:
         return [timing for _, _, timing in self._live_replicas()]
@@ -101,29 +107,50 @@ class ServeEngineClient:
         return [entry for entry in list(self._replicas.values()) if now - entry[0] < _STALE_S]
 
     async def _stream(self, request: Request) -> None:
-        for attempt in range(self.retries + 1):
-            call = self._handle.generate.remote(request)
+        progress, failed_at, attempt = Progress(request), None, 0
+        while True:
+            call = self._handle.generate.remote(progress.resumed() if progress.migrations else request)
             heard = False
             try:
                 async for batch in call:
                     heard = True
                     self._replicas[batch.replica] = (time.monotonic(), batch.stats, batch.step_timing)
-                    self._ready.put(decode_outputs(batch.outputs))
+                    outputs = decode_outputs(batch.outputs)
+                    for out in outputs:
+                        progress.record(out)
+                    self._ready.put(outputs)
                 return
             except asyncio.CancelledError:
                 call.cancel()
                 raise
-            except Exception as error:  # noqa: BLE001 - a lost replica or engine: retry, or fail this request
-                if heard or attempt == self.retries:
-                    reason = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
-                    self._ready.put([EngineCoreOutput(request.request_id, [], [], finish_reason="abort",
-                                                      error=f"the engine replica failed: {reason}")])
-                    return
+            except Exception as error:  # noqa: BLE001 - a lost replica or engine: send it again, or fail this request
+                reason = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+                now = time.monotonic()
+                if heard:  # the engine lost it mid-stream: it continues elsewhere from the tokens received
+                    if progress.migrations >= self.max_migrations:
+                        limit = f" (the request had moved {progress.migrations} time(s): max_migrations is " \
+                                f"{self.max_migrations})" if self.max_migrations else ""
+                        return self._fail(request, f"the engine replica failed: {reason}{limit}")
+                    progress.migrations += 1
+                    self.num_migrations += 1
+                    logger.warning("request %s migrates with %d token(s) made (move %d of at most %d) after: %s",
+                                   request.request_id, len(progress.output_token_ids), progress.migrations,
+                                   self.max_migrations, reason)
+                    failed_at, attempt = now, 0
+                    continue  # at once: Serve routes it to a replica that serves
+                failed_at = failed_at or now
+                if now - failed_at > self.migration_timeout_s:
+                    return self._fail(request, f"no engine replica could take the request within migration_timeout_s="
+                                               f"{self.migration_timeout_s:g} s; the last answer: {reason}")
                 logger.warning("request %s: engine replica unavailable (%s); sending it again", request.request_id,
                                type(error).__name__)
-                # Doubling waits, up to 4 s (about 20 s in all): long enough for Serve's health check to take a
-                # lost replica out of routing, or to replace it.
+                # Doubling waits, up to 4 s: long enough for Serve's health check to take a lost replica out of
+                # routing, or to replace it.
                 await asyncio.sleep(min(self.retry_wait_s * 2**attempt, 4.0))
+                attempt += 1
+
+    def _fail(self, request: Request, message: str) -> None:
+        self._ready.put([EngineCoreOutput(request.request_id, [], [], finish_reason="abort", error=message)])
 
 
 def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:

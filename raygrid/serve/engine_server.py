@@ -106,7 +106,7 @@ class EngineServer:
         with self._streams_lock:
             self._streams[request.request_id] = (loop, outputs)
         self._commands.put(("add", request))
-        finished = produced = False
+        finished = False
         last_yield = -math.inf
         try:
             while not finished:
@@ -120,11 +120,12 @@ class EngineServer:
                 while not outputs.empty():
                     batch.append(outputs.get_nowait())
                 finished = batch[-1].finished
-                if finished and batch[-1].error and not produced and not any(o.new_token_ids for o in batch) \
-                        and (self._error is not None or not all(self.engine.healthy)):
-                    # The engine was lost before this request produced anything: another replica can run it.
+                if finished and batch[-1].error and (self._error is not None or not all(self.engine.healthy)):
+                    # The engine was lost: what it made goes out, and the caller continues the request on another
+                    # replica (serve/engine_client.py).
+                    if batch[:-1]:
+                        yield StreamBatch(self.replica, self._stats, self._timing, encode_outputs(batch[:-1]))
                     raise EngineUnavailableError(batch[-1].error)
-                produced = True
                 last_yield = time.monotonic()
                 yield StreamBatch(self.replica, self._stats, self._timing, encode_outputs(batch))
         finally:

@@ -23,9 +23,11 @@ class OpenAIIngress:
         llm_config = LLMConfig.model_validate(llm_config)
         self.server = ServerOptions.model_validate(server)
         # The ingress tokenizes and checks limits as the engine would: the same arguments, no device.
-        kwargs = llm_config.engine_args().as_kwargs()
+        args = llm_config.engine_args()
+        kwargs = args.as_kwargs()
+        engine = ServeEngineClient(engine_handle, max_migrations=args.max_migrations, migration_timeout_s=args.migration_timeout_s)
         self.llm = AsyncLLM(served_model_name=llm_config.model_id, max_queued_requests=self.server.max_queued_requests,
-                            engine=ServeEngineClient(engine_handle), metrics_exporter=RayExporter(),
+                            engine=engine, metrics_exporter=RayExporter(),
                             observe_scheduler=False, **kwargs)
 
     def __serve_build_asgi_app__(self):
