@@ -17,11 +17,11 @@ from tests.test_openai_server import metric, start_server, stop_server
 
 
 def _pids(proc) -> tuple[list[int], int]:
-    for _ in range(200):
-        line = proc.stdout.readline()
-        found = re.search(r"API servers \(pids ([\d, ]+)\) and the engine process \(pid (\d+)\)", line)
+    for _ in range(100):
+        found = re.search(r"API servers \(pids ([\d, ]+)\) and the engine process \(pid (\d+)\)", open(proc.log).read())
         if found:
             return [int(p) for p in found.group(1).split(", ")], int(found.group(2))
+        time.sleep(0.1)
     raise AssertionError("the supervisor did not report its processes")
 
 

@@ -167,3 +167,17 @@ def test_dockerfile_passes_hadolint(tmp_path):
     broken = tmp_path / "Dockerfile"
     broken.write_text(dockerfile.read_text() + "RUN cd /tmp && pip install requests\n")  # DL3003 and DL3013
     assert subprocess.run([hadolint, str(broken)], capture_output=True).returncode != 0
+
+
+def test_serving_pods_give_the_drain_its_time():
+    """Every pod of the serving clusters (RayCluster, RayService) waits, on termination, for the replicas' drain
+    (ServerOptions.drain_timeout_s, `raygrid serve --drain-timeout-s`) and the engines' shutdown (30 s) before
+    Kubernetes kills it; its default, 30 s, would cut the drain short."""
+    from raygrid.serve.config import ServerOptions
+
+    needed = ServerOptions().drain_timeout_s + 30
+    for name in ("raycluster.yaml", "rayservice.yaml"):
+        doc = yaml.safe_load((ROOT / "k8s" / name).read_text())
+        cluster = doc["spec"].get("rayClusterConfig", doc["spec"])
+        for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+            assert group["template"]["spec"].get("terminationGracePeriodSeconds", 30) >= needed, (name, group.get("groupName", "head"))

@@ -228,6 +228,7 @@ def test_serve_streams_survive_killed_hung_and_all_failed_replicas(qwen3_dir, to
         wait_metric(base, "raygrid_replica_rebuilds_total", 4)
         assert metric_value(base, "raygrid_engine_replica_healthy") == 2
         assert stream_all(client, prompts[:4]) == expected[:4]
+        check_sigterm_drains(proc, base, client, prompts[:4])
     finally:
         for pid in stopped:
             try:
@@ -235,3 +236,39 @@ def test_serve_streams_survive_killed_hung_and_all_failed_replicas(qwen3_dir, to
             except ProcessLookupError:
                 pass
         stop_server(proc)
+
+
+def check_sigterm_drains(proc, base: str, client: openai.OpenAI, prompts) -> None:
+    """SIGTERM while streams of 300 tokens run: the server refuses new connections at once, finishes every
+    stream in flight (they go on after the signal, to their length), and exits cleanly."""
+    refused, signalled = [], []
+
+    def terminate_and_knock():
+        signalled.append(time.monotonic())
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not refused:
+            try:
+                httpx.get(f"{base}/health", timeout=1)
+                time.sleep(0.05)
+            except httpx.ConnectError:
+                refused.append(True)
+
+    def one(prompt):
+        finish, last = None, 0.0
+        for chunk in client.completions.create(model="tiny", prompt=prompt, max_tokens=300, temperature=0, stream=True,
+                                               extra_body={"ignore_eos": True}):
+            if chunk.choices:
+                finish, last = chunk.choices[0].finish_reason or finish, time.monotonic()
+        return finish, last
+
+    with concurrent.futures.ThreadPoolExecutor(len(prompts) + 1) as pool:
+        streams = [pool.submit(one, p) for p in prompts]
+        time.sleep(0.5)  # the streams are under way
+        knocker = pool.submit(terminate_and_knock)
+        ends = [s.result() for s in streams]
+        knocker.result()
+    assert refused, "the draining server still took new connections"
+    assert [finish for finish, _ in ends] == ["length"] * len(prompts), ends
+    assert max(last for _, last in ends) > signalled[0], "the streams had ended before the signal"
+    assert proc.wait(timeout=60) == 0

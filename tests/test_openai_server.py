@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -32,12 +33,16 @@ def start_server(model_dir: str, *extra: str, positional_model: bool = False) ->
     cmd = [sys.executable, "-m", "raygrid.entrypoints.cli", "serve", *model, "--served-model-name", "tiny",
            "--port", str(port), "--device", "cpu", "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
            "--log-level", "warning", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its output goes to a file (``proc.log``), not a pipe that nobody reads while it runs: a full pipe would block
+    # the server's next log line.
+    log = tempfile.NamedTemporaryFile("w+", prefix="raygrid-serve-", suffix=".log", delete=False)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc.log = log.name
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stdout.read()}")
+            raise RuntimeError(f"server exited: {open(proc.log).read()[-5000:]}")
         try:
             if httpx.get(f"{base}/health", timeout=1).status_code == 200:
                 return proc, base
@@ -53,6 +58,8 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+    if os.path.exists(proc.log):
+        os.unlink(proc.log)
 
 
 @pytest.fixture(scope="module")

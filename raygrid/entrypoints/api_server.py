@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 
 from raygrid.models.default_model import DEFAULT_MODEL_NAME
@@ -69,12 +70,26 @@ def serve_http(args: argparse.Namespace, engine_kwargs: dict, sock: socket.socke
                         body_read_timeout_s=args.body_read_timeout, metrics_without_auth=args.metrics_without_auth,
                         allowed_origins=args.allowed_origins, reasoning_parser=args.reasoning_parser,
                         tool_call_parser=args.tool_call_parser)
-        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5,
+        # SIGTERM drains: uvicorn stops listening, lets the responses in flight finish for up to drain_timeout_s,
+        # then cancels the rest (their requests are aborted in the engine).
+        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=args.drain_timeout_s,
                                                http=header_timeout_protocol(args.header_read_timeout)))
-        server.run(sockets=[sock])
+        # uvicorn raises the signal again once it has drained, under the handlers it found: these let this
+        # function go on to shut the engine down and return, instead of the process dying there.
+        previous = {sig: signal.signal(sig, _drained) for sig in (signal.SIGINT, signal.SIGTERM)} \
+            if threading.current_thread() is threading.main_thread() else {}
+        try:
+            server.run(sockets=[sock])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
         engine.shutdown()
     return 0
+
+
+def _drained(_signum, _frame) -> None:
+    """The signal uvicorn raises again after its drain: serving is over, which the caller already knows."""
 
 
 def _api_server_main(args: argparse.Namespace, engine_kwargs: dict, sock: socket.socket, connection) -> None:
@@ -125,7 +140,7 @@ def _supervise(args: argparse.Namespace, engine_kwargs: dict, sock: socket.socke
             if server.is_alive():
                 server.terminate()  # uvicorn finishes the responses in flight, then exits
         for server in servers:
-            server.join(timeout=15)
+            server.join(timeout=args.drain_timeout_s + 10)
             if server.is_alive():
                 server.kill()
                 server.join(timeout=5)

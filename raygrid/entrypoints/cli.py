@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "them); needed for tool_choice 'auto'")
     serve.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
     serve.add_argument("--max-queued-requests", type=int, default=4096, help="sequences in flight before new requests get 503")
+    serve.add_argument("--drain-timeout-s", type=float, default=30.0,
+                       help="on SIGTERM: seconds to finish the requests in flight, taking no new ones, before exiting "
+                            "(under --ray-serve: each replica's graceful shutdown)")
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--engine-in-process", action="store_true",
                        help="run the step loop on a thread of the API process instead of a process of its own")

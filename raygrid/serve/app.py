@@ -48,8 +48,9 @@ def engine_deployment_options(llm_config: LLMConfig) -> dict:
 def build_app(args: ServeArgs | dict) -> Application:
     args = ServeArgs.model_validate(args)
     llm_config = args.llm_configs[0]
-    engines = serve.deployment(EngineServer, name="EngineServer", **engine_deployment_options(llm_config))
-    ingress_options = {"max_ongoing_requests": args.server.max_queued_requests, **args.ingress_deployment_config}
+    drain = {"graceful_shutdown_timeout_s": args.server.drain_timeout_s}  # a deployment's own setting wins
+    engines = serve.deployment(EngineServer, name="EngineServer", **{**drain, **engine_deployment_options(llm_config)})
+    ingress_options = {"max_ongoing_requests": args.server.max_queued_requests, **drain, **args.ingress_deployment_config}
     ingress = serve.deployment(OpenAIIngress, name="OpenAIIngress", **ingress_options)
     config = llm_config.model_dump()
     return ingress.bind(engines.bind(config), config, args.server.model_dump())

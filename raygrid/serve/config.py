@@ -89,6 +89,8 @@ class ServerOptions(_Strict):
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     max_queued_requests: int = Field(default=4096, ge=1)
+    drain_timeout_s: float = Field(default=30.0, gt=0, description="a replica being stopped finishes its requests in "
+                                                                   "flight for this long (Serve's graceful_shutdown_timeout_s)")
 
 
 class ServeArgs(_Strict):
