@@ -183,6 +183,14 @@ def worker_pid(llm, replica: int, rank: int) -> int:
     return ray.get(ray.get_actor(llm.engine.worker_names(replica)[rank]).pid.remote())
 
 
+def resume(pid: int) -> None:
+    """SIGCONT a process a test stopped, if it is still there (its replica's release may have killed it)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 def placement_groups_alive() -> int:
     return sum(1 for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED")
 
@@ -265,10 +273,7 @@ def test_hung_worker_fails_its_replica_within_the_deadline_while_the_other_serve
         (late,) = llm.generate("still serving", SamplingParams(max_tokens=4), use_tqdm=False)
         assert late.error is None
     finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+        resume(pid)
         llm.shutdown()
 
 

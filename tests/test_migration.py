@@ -21,7 +21,7 @@ import ray
 
 from raygrid import LLM, SamplingParams
 from tests.conftest import random_prompts
-from tests.test_distributed import FILL_THE_CLUSTER, every_parameter_in_one_process, outputs_agree, worker_pid
+from tests.test_distributed import FILL_THE_CLUSTER, every_parameter_in_one_process, outputs_agree, resume, worker_pid
 from tests.test_openai_server import start_server, stop_server
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")  # the session's (conftest.py)
@@ -102,10 +102,7 @@ def test_hung_only_replica_is_rebuilt_and_its_requests_wait_for_it(model_dirs, t
         stats = llm.get_stats()
         assert stats.request_migrations == 4 and stats.replica_rebuilds == 1 and llm.engine.healthy == [True]
     finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+        resume(pid)
         llm.shutdown()
 
 
@@ -231,10 +228,7 @@ def test_serve_streams_survive_killed_hung_and_all_failed_replicas(qwen3_dir, to
         check_sigterm_drains(proc, base, client, prompts[:4])
     finally:
         for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+            resume(pid)
         stop_server(proc)
 
 

@@ -60,7 +60,7 @@ class LLM:
             try:
                 self.llm_engine.add_request(request_id, prompt, params, priority=priority[i] if priority else 0)
                 order[request_id] = i
-            except (ValueError, RuntimeError) as error:  # bad input, or no healthy engine replica
+            except (ValueError, RuntimeError) as error:  # bad input, or an engine that is lost
                 logger.warning("request %d rejected: %s", i, error)
                 results[i] = self._error_output(request_id, prompt, str(error))
         for output in self._run_engine(len(order), use_tqdm):
