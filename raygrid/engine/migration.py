@@ -90,9 +90,5 @@ class RequestLedger:
         progress = self._progress.get(request_id)
         return progress.migrations if progress is not None else 0
 
-    def num_output_tokens(self, request_id: str) -> int:
-        progress = self._progress.get(request_id)
-        return len(progress.output_token_ids) if progress is not None else 0
-
     def __len__(self) -> int:
         return len(self._progress)
