@@ -140,8 +140,8 @@ def measure_online(config: ClusterBenchConfig, tp: int, pp: int, dp: int) -> lis
                                       num_prompts=load.num_prompts, request_rate=rate, max_concurrency=None,
                                       dataset="random", input_len=load.input_len, output_len=load.output_len,
                                       token_id_range=[10, 1000], seed=0, goodput=None, no_progress=True)
-            outcome, duration, model = asyncio.run(run_workload(args, load_workload(args)))
-            summary = summarize(args, outcome, duration, model)
+            outcome, duration, model, started = asyncio.run(run_workload(args, load_workload(args)))
+            summary = summarize(args, outcome, duration, model, started)
             results.append({key: value for key, value in summary.items() if key not in ("output_lens", "ttfts")})
     finally:
         serve.delete("raygrid-bench")

@@ -42,6 +42,7 @@ class RequestResult:
     latency: float = 0.0
     itl: list[float] = field(default_factory=list)
     error: str = ""
+    start: float = 0.0  # when it was sent, in seconds since the run began
 
 
 def add_serve_bench_args(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +79,7 @@ def load_workload(args: argparse.Namespace) -> list[WorkItem]:
     return [items[i % len(items)] for i in range(args.num_prompts)]
 
 
-async def send_one(client: httpx.AsyncClient, url: str, model: str, item: WorkItem) -> RequestResult:
+async def send_one(client: httpx.AsyncClient, url: str, model: str, item: WorkItem, began: float = 0.0) -> RequestResult:
     body = {
         "model": model,
         "prompt": item.prompt,
@@ -88,8 +89,8 @@ async def send_one(client: httpx.AsyncClient, url: str, model: str, item: WorkIt
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
-    result = RequestResult(ok=False)
     start = time.perf_counter()
+    result = RequestResult(ok=False, start=start - began if began else 0.0)
     last = start
     try:
         async with client.stream("POST", url, json=body) as response:
@@ -130,7 +131,8 @@ async def send_one(client: httpx.AsyncClient, url: str, model: str, item: WorkIt
     return result
 
 
-async def run_workload(args: argparse.Namespace, items: list[WorkItem]) -> tuple[list[RequestResult], float, str]:
+async def run_workload(args: argparse.Namespace, items: list[WorkItem]) -> tuple[list[RequestResult], float, str, float]:
+    """Send the workload: each request's result, the run's duration, the model, and the run's start (unix time)."""
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     base = args.base_url.rstrip("/")
     limits = httpx.Limits(max_connections=args.max_concurrency or len(items) or 1)
@@ -144,11 +146,11 @@ async def run_workload(args: argparse.Namespace, items: list[WorkItem]) -> tuple
 
         async def limited(item):
             async with semaphore:
-                result = await send_one(client, f"{base}/v1/completions", model, item)
+                result = await send_one(client, f"{base}/v1/completions", model, item, began=start)
             bar.update(1)
             return result
 
-        start = time.perf_counter()
+        start, started = time.perf_counter(), time.time()
         tasks = []
         for item in items:
             tasks.append(asyncio.create_task(limited(item)))
@@ -157,7 +159,7 @@ async def run_workload(args: argparse.Namespace, items: list[WorkItem]) -> tuple
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
         bar.close()
-    return results, duration, model
+    return results, duration, model, started
 
 
 PERCENTILES = (50, 90, 99)
@@ -190,7 +192,8 @@ def tpot_of(r: RequestResult) -> float | None:
     return (r.latency - r.ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
 
 
-def summarize(args: argparse.Namespace, results: list[RequestResult], duration: float, model: str) -> dict:
+def summarize(args: argparse.Namespace, results: list[RequestResult], duration: float, model: str,
+              started: float | None = None) -> dict:
     ok = [r for r in results if r.ok]
     output_tokens = sum(r.output_tokens for r in ok)
     prompt_tokens = sum(r.prompt_tokens for r in ok)
@@ -200,6 +203,7 @@ def summarize(args: argparse.Namespace, results: list[RequestResult], duration: 
     good = [r for r in ok if all(measured(r)[name] <= limit for name, limit in slos.items())]
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "started_unix_time": started,
         "machine": platform.node(),
         "base_url": args.base_url,
         "model": model,
@@ -226,6 +230,11 @@ def summarize(args: argparse.Namespace, results: list[RequestResult], duration: 
         **latency_stats("e2el", [r.latency for r in ok]),
         "output_lens": [r.output_tokens for r in results],
         "ttfts": [r.ttft if r.ok else None for r in results],  # seconds, as vLLM writes them
+        "itls": [r.itl for r in results],
+        # Not vLLM's: when each request was sent (s since the run began), and its error; with the TTFTs and ITLs
+        # they place every token in time (benchmarks/scripts/plot_failure.py).
+        "start_times": [round(r.start, 4) for r in results],
+        "request_errors": [r.error for r in results],
     }
 
 
@@ -262,8 +271,8 @@ def run_serve_benchmark(args: argparse.Namespace) -> dict:
     parse_goodput(args.goodput)  # a malformed SLO fails before any request is sent
     check_server(args)
     items = load_workload(args)
-    results, duration, model = asyncio.run(run_workload(args, items))
-    summary = summarize(args, results, duration, model)
+    results, duration, model, started = asyncio.run(run_workload(args, items))
+    summary = summarize(args, results, duration, model, started)
     print_summary(summary)
     if args.save_result:
         with open(args.save_result, "w", encoding="utf-8") as f:
