@@ -57,14 +57,16 @@ def wait_serving(llm: LLM, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def test_killed_replica_migrates_every_kind_of_request_and_is_rebuilt(model_dirs, tokenizer, caplog):
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_killed_replica_migrates_every_kind_of_request_and_is_rebuilt(model_dirs, tokenizer, caplog, async_scheduling):
     """DP=2, a request per sampling feature (penalties, min_tokens, stop tokens, seeded sampling, n=2, logprobs,
-    prompt logprobs, a grammar): a worker of replica 0 is SIGKILLed mid-batch. Every output equals one
-    process's; each migration is logged with the request, the failure and the new replica; replica 0 is
-    rebuilt and serves again."""
+    prompt logprobs, a grammar), with and without async scheduling: a worker of replica 0 is SIGKILLed mid-batch.
+    Every output equals one process's; each migration is logged with the request, the failure and the new
+    replica; replica 0 is rebuilt and serves again."""
     path = model_dirs["qwen3"]
     prompts, params, expected = every_parameter_in_one_process(path, tokenizer)
-    llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64, data_parallel_size=2)
+    llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64, data_parallel_size=2,
+              async_scheduling=async_scheduling)
     try:
         pid = worker_pid(llm, 0, 0)
         with caplog.at_level(logging.WARNING, logger="raygrid.cluster.ray_engine"):

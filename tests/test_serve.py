@@ -126,7 +126,7 @@ def test_metrics_reach_rays_endpoint_under_the_dashboards_names(app, tokenizer):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda p: client.completions.create(model="tiny", prompt=p, max_tokens=180, temperature=0,
                                                           extra_body={"ignore_eos": True}), long))
-    wanted = metric_names(PREFIXES["Ray Serve"], features=frozenset())  # a dense model: no EPLB panel
+    wanted = metric_names(PREFIXES["Ray Serve"], features=frozenset())  # dense, and nothing failed yet: no EPLB, no migrations
     deadline, text = time.monotonic() + 60, ""
     while time.monotonic() < deadline:
         text = httpx.get(f"http://127.0.0.1:{RAY_METRICS_PORT}/metrics", timeout=10).text
@@ -143,7 +143,8 @@ def test_metrics_reach_rays_endpoint_under_the_dashboards_names(app, tokenizer):
 def test_killed_engine_process_is_replaced_and_the_app_keeps_answering(app, tokenizer):
     """16 streams in flight when an engine process is SIGKILLed: those of its replica migrate through the ingress to
     the other replica and go on behind the same HTTP streams, each ending as an undisturbed run (text and
-    tokens); Serve replaces the replica, and requests keep being answered meanwhile."""
+    tokens), and the ingress counts the migrations on Ray's metrics endpoint; Serve replaces the replica, and
+    requests keep being answered meanwhile."""
     from tests.test_migration import stream_all
 
     client = openai.OpenAI(base_url=f"{app}/v1", api_key="unused", max_retries=0, timeout=60)
@@ -153,6 +154,13 @@ def test_killed_engine_process_is_replaced_and_the_app_keeps_answering(app, toke
     assert len(before) == 2 and all(len(pids) == 1 for pids in before.values()), before
     victim, (pid,) = next(iter(before.items()))
     assert stream_all(client, prompts, [(16 * 10, lambda: os.kill(pid, signal.SIGKILL))]) == expected
+    # The ingress counts its migrations on Ray's metrics endpoint, under the dashboard's name.
+    deadline, migrated = time.monotonic() + 60, []
+    while not migrated and time.monotonic() < deadline:
+        text = httpx.get(f"http://127.0.0.1:{RAY_METRICS_PORT}/metrics", timeout=10).text
+        migrated = [float(v) for v in re.findall(r"^ray_raygrid_request_migrations_total\{[^}]*\} (\S+)", text, re.M)]
+        time.sleep(1)
+    assert migrated and sum(migrated) >= 1
     answered, replaced_at = 0, None
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and (replaced_at is None or time.monotonic() - replaced_at < 2):

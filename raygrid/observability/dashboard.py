@@ -28,7 +28,9 @@ class PanelSpec:
     title: str
     unit: str
     queries: tuple[Query, ...]
-    only_with: str | None = None  # the engine feature without which its series do not exist
+    # The engine feature without which its series do not exist; "replica_failures": counters that Ray's exporter
+    # (which cannot add 0) shows only from the first failure on.
+    only_with: str | None = None
 
 
 def _quantiles(metric: str, what: str) -> tuple[Query, ...]:
@@ -66,12 +68,14 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("Preemptions", "short", (
         Query(f"sum by (model_name) (rate({PREFIX}num_preemptions_total[$__rate_interval]))", "per s {{model_name}}"),
     )),
-    PanelSpec("Engine replicas", "short", (
-        Query(f"sum by (model_name) ({PREFIX}engine_replica_healthy)", "in service {{model_name}}"),
-        Query(f"sum by (model_name) (increase({PREFIX}replica_rebuilds_total[$__rate_interval]))", "rebuilt {{model_name}}"),
+    PanelSpec("Engine replicas in service", "short", (
+        Query(f"sum by (model_name) ({PREFIX}engine_replica_healthy)", "{{model_name}}"),
+    )),
+    PanelSpec("Request migrations and replica rebuilds", "short", (
         Query(f"sum by (model_name) (increase({PREFIX}request_migrations_total[$__rate_interval]))",
               "requests migrated {{model_name}}"),
-    )),
+        Query(f"sum by (model_name) (increase({PREFIX}replica_rebuilds_total[$__rate_interval]))", "rebuilt {{model_name}}"),
+    ), only_with="replica_failures"),
     PanelSpec("Expert balancedness (EPLB)", "percentunit", (
         # Mean over max tokens per EP rank over the last rebalance's window.
         Query(f"min by (model_name) ({PREFIX}expert_balancedness)", "{{model_name}}"),
@@ -130,7 +134,8 @@ def push(grafana_url: str, api_key: str | None = None, folder_uid: str | None = 
         raise ValueError(f"--grafana-url {grafana_url}: {type(error).__name__}: {error}") from None
 
 
-def metric_names(prefix: str = PREFIXES["raygrid serve"], features: frozenset[str] = frozenset({"enable_eplb"})) -> set[str]:
+def metric_names(prefix: str = PREFIXES["raygrid serve"],
+                 features: frozenset[str] = frozenset({"enable_eplb", "replica_failures"})) -> set[str]:
     """The series names the panel queries read, with the names starting as ``prefix`` (one of PREFIXES), for an
     engine with ``features`` (the panels of other features are left out)."""
     import re
