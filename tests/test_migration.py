@@ -21,7 +21,7 @@ import ray
 
 from raygrid import LLM, SamplingParams
 from tests.conftest import random_prompts
-from tests.test_distributed import FILL_THE_CLUSTER, every_parameter_in_one_process, outputs_agree, resume, worker_pid
+from tests.test_distributed import every_parameter_in_one_process, outputs_agree, resume, worker_pid
 from tests.test_openai_server import start_server, stop_server
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")  # the session's (conftest.py)
@@ -57,16 +57,16 @@ def wait_serving(llm: LLM, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
-def test_killed_replica_migrates_every_kind_of_request_and_is_rebuilt(model_dirs, tokenizer, caplog, async_scheduling):
-    """DP=2, a request per sampling feature (penalties, min_tokens, stop tokens, seeded sampling, n=2, logprobs,
-    prompt logprobs, a grammar), with and without async scheduling: a worker of replica 0 is SIGKILLed mid-batch.
-    Every output equals one process's; each migration is logged with the request, the failure and the new
-    replica; replica 0 is rebuilt and serves again."""
+def test_killed_replica_migrates_every_kind_of_request_and_is_rebuilt(model_dirs, tokenizer, caplog):
+    """DP=2 with async scheduling (the GPU default, whose tokens in flight a migration drops), a request per
+    sampling feature (penalties, min_tokens, stop tokens, seeded sampling, n=2, logprobs, prompt logprobs, a
+    grammar): a worker of replica 0 is SIGKILLed mid-batch. Every output equals one process's; each migration is
+    logged with the request, the failure and the new replica; replica 0 is rebuilt and serves again. (The other
+    tests here migrate without async scheduling.)"""
     path = model_dirs["qwen3"]
     prompts, params, expected = every_parameter_in_one_process(path, tokenizer)
     llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64, data_parallel_size=2,
-              async_scheduling=async_scheduling)
+              async_scheduling=True)
     try:
         pid = worker_pid(llm, 0, 0)
         with caplog.at_level(logging.WARNING, logger="raygrid.cluster.ray_engine"):
@@ -89,13 +89,13 @@ def test_killed_replica_migrates_every_kind_of_request_and_is_rebuilt(model_dirs
 
 
 def test_hung_only_replica_is_rebuilt_and_its_requests_wait_for_it(model_dirs, tokenizer):
-    """One replica (TP=2 filling the cluster, steps through the compiled graph): a worker is SIGSTOPped
-    mid-batch. Every replica is then down, so the requests wait for the rebuild, which fits only because the
-    hung replica's placement groups were released; then they complete as the undisturbed run did."""
+    """One replica on Ray (one worker taking all 16 CPUs of the cluster, steps through the compiled graph): its
+    worker is SIGSTOPped mid-batch. Every replica is then down, so the requests wait for the rebuild, which fits
+    only because the hung replica's placement group was released; then they complete as the undisturbed run did."""
     prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=41)]
     llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, step_timeout_s=3.0,
-              compiled_graph=True, **FILL_THE_CLUSTER)
-    pid = worker_pid(llm, 0, 1)
+              compiled_graph=True, distributed_executor_backend="ray", ray_worker_cpus=16, migration_timeout_s=60)
+    pid = worker_pid(llm, 0, 0)
     try:
         expected = llm.generate(prompts, GREEDY, use_tqdm=False)
         outputs = generate_with_faults(llm, prompts, GREEDY, [(40, lambda: os.kill(pid, signal.SIGSTOP))])
@@ -190,12 +190,13 @@ def wait_metric(base: str, name: str, value: float, timeout_s: float = 120.0) ->
         time.sleep(0.5)
 
 
-def test_serve_streams_survive_killed_hung_and_all_failed_replicas(qwen3_dir, tokenizer):
-    """`raygrid serve -dp 2` and 48 concurrent streams of 64 greedy tokens through the openai client, four times:
-    undisturbed; with a worker of replica 0 SIGKILLed mid-run; with one of replica 1 SIGSTOPped (a hang, caught
-    by the 3 s step deadline); with a worker of each replica killed in turn (the requests wait for a rebuild).
-    Each disturbed run's streams equal the undisturbed run's, text and tokens, none repeated or lost; /metrics
-    counts the migrations and the rebuilds, and the rebuilt replicas serve."""
+def test_serve_streams_survive_killed_and_hung_replicas(qwen3_dir, tokenizer):
+    """`raygrid serve -dp 2` and 48 concurrent streams of 64 greedy tokens through the openai client, three times:
+    undisturbed; with a worker of replica 0 SIGKILLed mid-run (its streams move to replica 1); at once again,
+    with replica 1's worker SIGSTOPped mid-run (a hang, caught by the 3 s step deadline) while replica 0 is
+    still being rebuilt, so its streams wait for a rebuild. Each disturbed run's streams equal the undisturbed
+    run's, text and tokens, none repeated or lost; /metrics counts the migrations and the rebuilds; the rebuilt
+    replicas serve; then SIGTERM drains the server."""
     address = ray.get_runtime_context().gcs_address
     proc, base = start_server(qwen3_dir, "-dp", "2", "--step-timeout-s", "3", "--ray-address", address)
     stopped: list[int] = []
@@ -211,20 +212,12 @@ def test_serve_streams_survive_killed_hung_and_all_failed_replicas(qwen3_dir, to
         assert killed == expected
         migrations = metric_value(base, "raygrid_request_migrations_total")
         assert migrations >= 1
-        wait_metric(base, "raygrid_replica_rebuilds_total", 1)
 
-        pids = worker_pids_by_replica()
         stopped.append(pids[1])
         hung = stream_all(client, prompts, [(48 * 10, lambda: os.kill(pids[1], signal.SIGSTOP))])
         assert hung == expected
         assert metric_value(base, "raygrid_request_migrations_total") > migrations
         wait_metric(base, "raygrid_replica_rebuilds_total", 2)
-
-        pids = worker_pids_by_replica()
-        both = stream_all(client, prompts, [(48 * 10, lambda: os.kill(pids[0], signal.SIGKILL)),
-                                            (48 * 20, lambda: os.kill(pids[1], signal.SIGKILL))])
-        assert both == expected
-        wait_metric(base, "raygrid_replica_rebuilds_total", 4)
         assert metric_value(base, "raygrid_engine_replica_healthy") == 2
         assert stream_all(client, prompts[:4]) == expected[:4]
         check_sigterm_drains(proc, base, client, prompts[:4])
