@@ -46,8 +46,8 @@ class SchedulerStats:
     eplb_rebalances: int = 0
     expert_balancedness: float = 0.0
     expert_balancedness_after_rebalance: float = 0.0
-    # On Ray, the front end's (cluster/ray_engine.py): requests moved to another replica after theirs failed,
-    # and failed replicas started again and back in service.
+    # A front end's over several replicas (cluster/ray_engine.py, serve/engine_client.py): requests moved to
+    # another replica after theirs failed, and failed replicas started again and back in service.
     request_migrations: int = 0
     replica_rebuilds: int = 0
 
