@@ -30,7 +30,7 @@ import ray
 
 from raygrid.cluster.driver_actor import DriverActor
 from raygrid.config import EngineConfig
-from raygrid.engine.migration import RequestLedger
+from raygrid.engine.migration import RequestLedger, past_limit
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.request_router import LeastLoadedRouter
@@ -150,15 +150,15 @@ class RayEngineClient:
         # The driver enforces step_timeout_s on its workers; this catches a driver that hangs itself.
         self.driver_timeout_s = 2 * parallel.step_timeout_s
         self.migration_timeout_s = parallel.migration_timeout_s
-        self.grid, self.use_gpu = parallel.replica_grid(), uses_gpu(config.device)
+        grid, use_gpu = parallel.replica_grid(), uses_gpu(config.device)
         # Fail before starting anything if the cluster cannot hold every replica.
-        check_cluster_fits(self.grid, self.use_gpu, parallel.ray_worker_cpus, parallel.num_engine_replicas)
+        check_cluster_fits(grid, use_gpu, parallel.ray_worker_cpus, parallel.num_engine_replicas)
         self.replicas = [_Replica(i) for i in range(parallel.num_engine_replicas)]
         self._stop = threading.Event()  # ends the rebuild threads
         # Releases everything however this client ends: shutdown(), garbage collection, interpreter exit.
         self._finalizer = weakref.finalize(self, _release_all, self.replicas, self._stop)
         try:
-            ready = [r.start(config, eos_token_ids, place_replica(self.grid, self.use_gpu, parallel.ray_worker_cpus))
+            ready = [r.start(config, eos_token_ids, place_replica(grid, use_gpu, parallel.ray_worker_cpus))
                      for r in self.replicas]
             for replica, stats in zip(self.replicas, ray.get(ready)):
                 replica.state, replica.stats = "serving", stats
@@ -224,8 +224,6 @@ class RayEngineClient:
                 outputs.extend(self._fail_replica(replica, error))
         for ref in done:
             replica = in_flight[ref]
-            if replica.step_ref is not ref:
-                continue  # failed above
             replica.step_ref = None
             try:
                 replica_outputs, replica.stats = ray.get(ref)
@@ -263,14 +261,12 @@ class RayEngineClient:
             if rid in unsent:
                 self._waiting[rid] = _Waiting(unsent[rid], deadline)
                 continue
-            moves = self._ledger.migrations(rid)
             resumed = self._ledger.migrate(rid)
             if resumed is not None:
                 self._waiting[rid] = _Waiting(resumed, deadline, cause=failure)
-                continue
-            limit = self._ledger.max_migrations
-            message = failure if limit == 0 else f"{failure} (the request had moved {moves} time(s): max_migrations is {limit})"
-            outputs.append(EngineCoreOutput(rid, [], [], finish_reason="abort", error=message))
+            else:
+                error = past_limit(failure, self._ledger.max_migrations)
+                outputs.append(EngineCoreOutput(rid, [], [], finish_reason="abort", error=error))
         return outputs
 
     def _place_waiting(self) -> list[EngineCoreOutput]:
@@ -328,9 +324,9 @@ class RayEngineClient:
         return all(ok for _, ok in self._live_calls(lambda d: d.reset_prefix_cache.remote()))
 
     def _live_calls(self, call) -> list[tuple[int, object]]:
-        """(index, answer) of each serving replica that answers ``call(driver)``; one that fails is left out
-        or does not answer within the driver deadline is left out (it failed since its last exchange, and its
-        next exchange takes it out of service)."""
+        """(index, answer) of each serving replica that answers ``call(driver)``. One whose call fails, or does
+        not answer within the driver deadline, is left out: it failed since its last exchange, and its next
+        exchange takes it out of service."""
         live = [(r.index, call(r.driver)) for r in self.replicas if r.serving]
         answers = []
         for index, ref in live:

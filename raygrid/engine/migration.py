@@ -21,6 +21,13 @@ from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 
 
+def past_limit(failure: str, max_migrations: int) -> str:
+    """The error of a request whose replica failed after it had moved ``max_migrations`` times already."""
+    if max_migrations == 0:
+        return failure
+    return f"{failure} (the request had moved {max_migrations} time(s): max_migrations is {max_migrations})"
+
+
 @dataclass
 class Progress:
     """One request as first sent, and what came back of it so far."""
@@ -36,6 +43,13 @@ class Progress:
         self.num_prompt_logprobs += len(out.new_prompt_logprobs)
         if self.num_cached_tokens < 0 and (out.new_token_ids or out.new_prompt_logprobs):
             self.num_cached_tokens = out.num_cached_tokens
+
+    def migrate(self, max_migrations: int) -> Request | None:
+        """Count a move and return the request for the next replica; None once it has moved ``max_migrations`` times."""
+        if self.migrations >= max_migrations:
+            return None
+        self.migrations += 1
+        return self.resumed()
 
     def resumed(self) -> Request:
         """The request to send to the next replica: the prompt, and the tokens received as output so far."""
@@ -80,15 +94,11 @@ class RequestLedger:
         """The request to run elsewhere after its replica failed, or None when it has used up its
         ``max_migrations`` (it is then forgotten: the caller fails it)."""
         progress = self._progress.get(request_id)
-        if progress is None or progress.migrations >= self.max_migrations:
+        resumed = progress.migrate(self.max_migrations) if progress is not None else None
+        if resumed is None:
             self._progress.pop(request_id, None)
-            return None
-        progress.migrations += 1
-        return progress.resumed()
+        return resumed
 
     def migrations(self, request_id: str) -> int:
         progress = self._progress.get(request_id)
         return progress.migrations if progress is not None else 0
-
-    def __len__(self) -> int:
-        return len(self._progress)

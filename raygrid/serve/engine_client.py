@@ -21,7 +21,7 @@ import time
 import weakref
 from concurrent.futures import Future
 
-from raygrid.engine.migration import Progress
+from raygrid.engine.migration import Progress, past_limit
 from raygrid.engine.outputs import EngineCoreOutput, decode_outputs
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
@@ -107,9 +107,9 @@ class ServeEngineClient:
         return [entry for entry in list(self._replicas.values()) if now - entry[0] < _STALE_S]
 
     async def _stream(self, request: Request) -> None:
-        progress, failed_at, attempt = Progress(request), None, 0
+        progress, sent, failed_at, attempt = Progress(request), request, None, 0
         while True:
-            call = self._handle.generate.remote(progress.resumed() if progress.migrations else request)
+            call = self._handle.generate.remote(sent)
             heard = False
             try:
                 async for batch in call:
@@ -127,11 +127,10 @@ class ServeEngineClient:
                 reason = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
                 now = time.monotonic()
                 if heard:  # the engine lost it mid-stream: it continues elsewhere from the tokens received
-                    if progress.migrations >= self.max_migrations:
-                        limit = f" (the request had moved {progress.migrations} time(s): max_migrations is " \
-                                f"{self.max_migrations})" if self.max_migrations else ""
-                        return self._fail(request, f"the engine replica failed: {reason}{limit}")
-                    progress.migrations += 1
+                    resumed = progress.migrate(self.max_migrations)
+                    if resumed is None:
+                        return self._fail(request, past_limit(f"the engine replica failed: {reason}", self.max_migrations))
+                    sent = resumed
                     self.num_migrations += 1
                     logger.warning("request %s migrates with %d token(s) made (move %d of at most %d) after: %s",
                                    request.request_id, len(progress.output_token_ids), progress.migrations,
