@@ -108,9 +108,11 @@ def test_decode_padding_rows_are_zero(num_splits):
     assert torch.count_nonzero(out[1]) == 0 and torch.isfinite(out).all()
 
 
+# pack: query heads of one kv head that share a program (1, or both heads of a group of two).
+@pytest.mark.parametrize("pack", [1, 2])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", SHAPES)
-def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, block_size):
+def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, block_size, pack):
     # (context already cached, new query tokens): fresh prompts, chunks after a prefix, and decodes, mixed.
     cases = [(0, 9), (12, 5), (0, 1), (20, 1), (3, 30)] if not ON_GPU else [(0, 500), (1000, 300), (0, 1), (77, 1), (16, 129)]
     seq_lens = [c + q for c, q in cases]
@@ -126,6 +128,7 @@ def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, 
     got = paged_attention_prefill(
         query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
         torch.tensor(starts, dtype=torch.int32, device=DEVICE), max(q for _, q in cases), scale, block_m=16, block_n=16,
+        pack=pack,
     )
     torch.testing.assert_close(got, expected, **tol(dtype))
 

@@ -5,6 +5,8 @@ sequences alone (interactive serving), where splitting the context matters.
 
     python benchmarks/scripts/sweep_decode_attention.py --output-json sweep.json
     python benchmarks/scripts/sweep_decode_attention.py --default-config-only   # splits on and off only
+    python benchmarks/scripts/sweep_decode_attention.py --long   # a few long sequences: more slices, shorter ones
+    python benchmarks/scripts/sweep_decode_attention.py --policies   # the split policy against the one before it
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from raygrid.kernels.triton_attention import decode_splits, paged_attention_deco
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
 CASES = [(256, 530), (128, 1200), (32, 1536), (8, 1800), (4, 8192), (1, 16384)]  # (sequences, context length)
+LONG_CASES = [(1, 32768), (1, 8192), (2, 16384), (4, 8192)]
 
 
 def make_case(num_seqs: int, context: int):
@@ -37,8 +40,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--default-config-only", action="store_true", help="block_n 64, 4 warps, 2 stages")
+    parser.add_argument("--long", action="store_true", help="batches of 1 to 4 long sequences, with 16 to 128 slices "
+                                                            "of at least 256 or 512 tokens")
+    parser.add_argument("--policies", action="store_true", help="every case under the current split policy and the "
+                                                                "one before it (1 program per SM, 16 slices of 512 at most)")
     args = parser.parse_args()
+    if args.policies:
+        return compare_policies(args)
     grid = ((64,), (4,), (2,)) if args.default_config_only else ((32, 64, 128), (4, 8), (2, 3, 4))
+    if args.long:
+        return sweep_long(args)
     results = []
     for num_seqs, context in CASES:
         query, cache, tables, lens = make_case(num_seqs, context)
@@ -66,6 +77,65 @@ def main() -> None:
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump({"machine": torch.cuda.get_device_name(0),
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+
+
+def sweep_long(args) -> None:
+    results = []
+    for num_seqs, context in LONG_CASES:
+        query, cache, tables, lens = make_case(num_seqs, context)
+        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        auto = decode_splits(num_seqs, KV_HEADS, query.device)
+        for block_n, warps, stages, splits, min_split in itertools.product(
+                (64, 128), (4, 8), (2, 3, 4), sorted({auto, 16, 32, 64, 128}), (256, 512)):
+            row = {"seqs": num_seqs, "context": context, "block_n": block_n, "warps": warps, "stages": stages,
+                   "splits": splits, "min_split": min_split}
+
+            def run():
+                paged_attention_decode(query, cache, tables, lens, HEAD_DIM**-0.5, block_n=block_n, num_splits=splits,
+                                       min_split_tokens=min_split, num_warps=warps, num_stages=stages)
+            try:
+                ms = do_bench(run, warmup=10, rep=50)
+            except Exception as error:  # noqa: BLE001
+                results.append({**row, "error": type(error).__name__})
+                continue
+            results.append({**row, "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+        mine = [r for r in results if r["seqs"] == num_seqs and r["context"] == context and "us" in r]
+        default = next(r for r in mine if r["block_n"] == 64 and r["warps"] == 4 and r["stages"] == 2
+                       and r["splits"] == auto and r["min_split"] == 512)
+        print(f"{num_seqs} x {context}: default {default['us']} us ({default['tb_per_s']} TB/s, {auto} splits); "
+              f"best {min(mine, key=lambda r: r['us'])}", flush=True)
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump({"machine": torch.cuda.get_device_name(0),
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+
+
+def compare_policies(args) -> None:
+    from raygrid.kernels.triton_attention import DECODE_SPLIT_POLICY
+
+    results = []
+    for num_seqs, context in CASES + LONG_CASES:
+        query, cache, tables, lens = make_case(num_seqs, context)
+        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        policies = {"before": (decode_splits(num_seqs, KV_HEADS, query.device, programs_per_sm=1, max_splits=16), 512),
+                    "now": (decode_splits(num_seqs, KV_HEADS, query.device), DECODE_SPLIT_POLICY["min_split_tokens"])}
+        for _ in range(2):  # alternate, twice
+            for name, (splits, min_split) in policies.items():
+                ms = do_bench(lambda: paged_attention_decode(query, cache, tables, lens, HEAD_DIM**-0.5, num_splits=splits,
+                                                             min_split_tokens=min_split), warmup=10, rep=100)
+                results.append({"seqs": num_seqs, "context": context, "policy": name, "splits": splits, "min_split": min_split,
+                                "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+        line = [f"{num_seqs} x {context}:"]
+        for name in policies:
+            times = [r["us"] for r in results if r["seqs"] == num_seqs and r["context"] == context and r["policy"] == name]
+            line.append(f"{name} {policies[name][0]} slices {min(times)} us")
+        print(" ".join(line), flush=True)
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump({"machine": torch.cuda.get_device_name(0), "policy": DECODE_SPLIT_POLICY,
                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
 

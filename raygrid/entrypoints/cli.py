@@ -77,6 +77,13 @@ def cmd_bench_throughput(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_latency(args: argparse.Namespace) -> int:
+    from raygrid.bench.latency import run_latency_benchmark
+
+    run_latency_benchmark(args, engine_kwargs(args))
+    return 0
+
+
 def cmd_bench_cluster(args: argparse.Namespace) -> int:
     from raygrid.bench.cluster import run_cluster_benchmark
 
@@ -183,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(bench_tp)
     add_throughput_args(bench_tp)
     bench_tp.set_defaults(func=cmd_bench_throughput)
+
+    from raygrid.bench.latency import add_latency_args
+
+    bench_lat = bench.add_parser("latency", help="time to first token and per output token of a lone batch, by prompt length "
+                                                 "(raygrid or transformers)")
+    add_engine_args(bench_lat)
+    add_latency_args(bench_lat)
+    bench_lat.set_defaults(func=cmd_bench_latency)
 
     bench_par = bench.add_parser("parallel", help="the same greedy requests under several TPxPP layouts: match and timing")
     add_engine_args(bench_par)

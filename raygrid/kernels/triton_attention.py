@@ -7,6 +7,8 @@ Cache layout per layer: ``[2, num_blocks, block_size, num_kv_heads, head_dim]``.
 from __future__ import annotations
 
 import functools
+import json
+import math
 import os
 
 import torch
@@ -136,44 +138,94 @@ def _combine_splits_kernel(
 
 
 @triton.jit
+def _load_tile(ptr, offsets, valid, dims, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr):
+    """Rows ``offsets`` of a cache (keys or values) as a [rows, BLOCK_D] tile; masked only where it must be."""
+    if MASKED or HEAD_DIM != BLOCK_D:
+        return tl.load(ptr + offsets[:, None] + dims[None, :], mask=valid[:, None] & (dims[None, :] < HEAD_DIM), other=0.0)
+    return tl.load(ptr + offsets[:, None] + dims[None, :])
+
+
+@triton.jit
+def _prefill_tile(
+    q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row_ptr, kvh, qk_scale, dims,
+    stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Online softmax over the keys at [start, start + BLOCK_N): only the tiles on the diagonal
+    (CAUSAL_MASK) pay for masks; the ones below it are read and used whole."""
+    pos = start + tl.arange(0, BLOCK_N)
+    valid = pos < end
+    if CAUSAL_MASK:
+        block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
+    else:
+        block = tl.load(table_row_ptr + pos // PAGE)
+    offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
+    k = _load_tile(k_cache_ptr, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    if CAUSAL_MASK:
+        s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = tl.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _load_tile(v_cache_ptr, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
 ):
-    """One program per (query tile, sequence, head): causal attention of the tile's queries, which are
-    the last tokens of the sequence, over its cached keys."""
-    tile = tl.program_id(0)
-    b = tl.program_id(1)
-    h = tl.program_id(2)
+    """One program per (pack of query heads, query tile, sequence): causal attention of the tile's queries,
+    which are the last tokens of the sequence, over its cached keys. The tile's BLOCK_M rows are
+    BLOCK_M / PACK tokens of PACK query heads that share a kv head (row r: head r % PACK, token r // PACK),
+    so each key and value tile read serves them all. Tiles are numbered from the last, so the programs
+    with the most keys start first and the short ones fill in behind them."""
+    TOKENS: tl.constexpr = BLOCK_M // PACK
+    first_head = tl.program_id(0) * PACK
+    tile = tl.num_programs(1) - 1 - tl.program_id(1)
+    b = tl.program_id(2)
     q_start = tl.load(query_start_ptr + b)
     q_len = tl.load(query_start_ptr + b + 1) - q_start
-    if tile * BLOCK_M >= q_len:
+    if tile * TOKENS >= q_len:
         return
     seq_len = tl.load(seq_lens_ptr + b)
     context = seq_len - q_len
-    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = tl.arange(0, BLOCK_M)
+    tokens = tile * TOKENS + rows // PACK
+    heads = first_head + rows % PACK
     dims = tl.arange(0, BLOCK_D)
-    rmask = rows < q_len
-    qmask = rmask[:, None] & (dims[None, :] < HEAD_DIM)
-    q = tl.load(q_ptr + (q_start + rows)[:, None] * stride_qt + h * stride_qh + dims[None, :], mask=qmask, other=0.0)
-    kvh = h // QUERIES_PER_KV
-    q_pos = context + rows
+    qmask = (tokens < q_len)[:, None] & (dims[None, :] < HEAD_DIM)
+    q = tl.load(q_ptr + (q_start + tokens)[:, None] * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
+    kvh = first_head // QUERIES_PER_KV
+    q_pos = context + tokens
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    qk_scale = scale * 1.4426950408889634
-    end = tl.minimum(seq_len, context + (tile + 1) * BLOCK_M)  # keys past the tile's last query are masked anyway
-    for start in range(0, end, BLOCK_N):
-        pos = start + tl.arange(0, BLOCK_N)
-        valid = pos < seq_len
-        m_i, l_i, acc = _attend_tile(
-            q, pos, valid, valid[None, :] & (pos[None, :] <= q_pos[:, None]), m_i, l_i, acc, k_cache_ptr, v_cache_ptr,
-            block_tables_ptr + b * stride_bt, kvh, qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, PAGE, DOT_PRECISION,
+    qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
+    table_row = block_tables_ptr + b * stride_bt
+    # Keys before the tile's first query are seen by every row: whole tiles, no masks. The rest, up to
+    # the tile's last query, is the diagonal.
+    unmasked_end = (context + tile * TOKENS + 1) // BLOCK_N * BLOCK_N
+    end = tl.minimum(seq_len, context + (tile + 1) * TOKENS)
+    for start in tl.range(0, unmasked_end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        m_i, l_i, acc = _prefill_tile(
+            q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
+            stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, False, DOT_PRECISION,
+        )
+    for start in range(unmasked_end, end, BLOCK_N):
+        m_i, l_i, acc = _prefill_tile(
+            q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
+            stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, True, DOT_PRECISION,
         )
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    tl.store(out_ptr + (q_start + rows)[:, None] * stride_ot + h * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
+    tl.store(out_ptr + (q_start + tokens)[:, None] * stride_ot + heads[:, None] * stride_oh + dims[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=qmask)
 
 
 def _dot_precision(query: torch.Tensor) -> str:
@@ -181,11 +233,12 @@ def _dot_precision(query: torch.Tensor) -> str:
     return "ieee" if query.dtype == torch.float32 else "tf32"
 
 
-# Split the context of each sequence when the batch alone has fewer (sequence, kv head) programs than
-# the GPU has SMs (RAYGRID_DECODE_MAX_SPLITS=1 turns splitting off). Measured on an H200
-# (benchmarks/README.md): splitting larger batches gains nothing, since their programs already fill it.
-_MAX_SPLITS = int(os.environ.get("RAYGRID_DECODE_MAX_SPLITS", "16"))
-_PROGRAMS_PER_SM = 1
+# Split the context of each sequence when the batch alone has fewer (sequence, kv head) programs than the
+# GPU has SMs (RAYGRID_DECODE_MAX_SPLITS=1 turns splitting off), into enough slices for a few programs per
+# SM: one program each cannot keep enough reads in flight to approach the memory bandwidth. Measured on an
+# H200 (benchmarks/README.md): splitting larger batches gains nothing, since their programs already fill it.
+DECODE_SPLIT_POLICY = dict(programs_per_sm=3, max_splits=int(os.environ.get("RAYGRID_DECODE_MAX_SPLITS", "64")),
+                           min_split_tokens=256)
 
 
 @functools.cache
@@ -193,17 +246,29 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device) -> int:
-    """Context slices per sequence: enough programs for every SM, from the batch size alone (so a CUDA
-    graph captured for a batch size stays valid whatever the sequence lengths)."""
+def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, programs_per_sm: int | None = None,
+                  max_splits: int | None = None) -> int:
+    """Context slices per sequence, from the batch size alone (so a CUDA graph captured for a batch size
+    stays valid whatever the sequence lengths)."""
     if device.type != "cuda" or num_seqs == 0:
         return 1
-    wanted = _PROGRAMS_PER_SM * _num_sms(device.index if device.index is not None else torch.cuda.current_device())
-    return max(1, min(_MAX_SPLITS, triton.cdiv(wanted, num_seqs * num_kv_heads)))
+    sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+    if num_seqs * num_kv_heads >= sms:
+        return 1
+    wanted = (programs_per_sm or DECODE_SPLIT_POLICY["programs_per_sm"]) * sms
+    return max(1, min(max_splits or DECODE_SPLIT_POLICY["max_splits"], triton.cdiv(wanted, num_seqs * num_kv_heads)))
+
+
+# The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step. Chosen by
+# benchmarks/scripts/sweep_prefill_attention.py on an H200 (benchmarks/README.md). RAYGRID_PREFILL_CONFIG
+# (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches.
+PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=4, warp_specialize=False, pack=1)
+PREFILL_CONFIG.update(json.loads(os.environ.get("RAYGRID_PREFILL_CONFIG", "{}")))
 
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int = 64, num_splits: int | None = None,
-                           min_split_tokens: int = 512, num_warps: int = 4, num_stages: int = 2):
+                           min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"], num_warps: int = 4,
+                           num_stages: int = 2):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size)."""
     num_seqs, num_heads, head_dim = query.shape
@@ -235,20 +300,25 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
 
 
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, max_query_len: int, scale, out=None,
-                            block_m: int = 64, block_n: int = 64):
-    """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed)."""
+                            block_m: int = PREFILL_CONFIG["block_m"], block_n: int = PREFILL_CONFIG["block_n"],
+                            num_warps: int = PREFILL_CONFIG["num_warps"], num_stages: int = PREFILL_CONFIG["num_stages"],
+                            warp_specialize: bool = PREFILL_CONFIG["warp_specialize"], pack: int = PREFILL_CONFIG["pack"]):
+    """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
+    query heads of one kv head share a program (at most the group size, and a divisor of it)."""
     _, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     num_kv_heads = k_cache.shape[2]
     num_seqs = seq_lens.shape[0]
+    group = num_heads // num_kv_heads
+    pack = math.gcd(pack, group)
     out = torch.empty_like(query) if out is None else out
-    grid = (triton.cdiv(max_query_len, block_m), num_seqs, num_heads)
+    grid = (num_heads // pack, triton.cdiv(max_query_len, block_m // pack), num_seqs)
     _prefill_kernel[grid](
         query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        QUERIES_PER_KV=num_heads // num_kv_heads, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=_dot_precision(query),
-        num_warps=4, num_stages=2,
+        QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
+        WARP_SPECIALIZE=warp_specialize, num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -1,0 +1,193 @@
+"""`raygrid bench latency`: what one user waits for, as vLLM's `bench latency` measures it. For each prompt
+length, a batch (default 1) of fresh random prompts runs alone, several times: the time to the first token
+(the prefill), the time per output token after it (decode), and that decode step against its memory floor.
+With ``--backend hf`` the same prompts go through transformers' ``generate()`` (SDPA attention), so a
+ratio comes from one run.
+
+    raygrid bench latency --model random-qwen3-0.6b --dtype bfloat16 --input-len 512 8192 32768 --output-len 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+
+import numpy as np
+
+from raygrid.bench.throughput import device_name, git_commit
+
+
+def add_latency_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="raygrid", choices=["raygrid", "hf"])
+    parser.add_argument("--input-len", type=int, nargs="+", default=[512, 8192, 32768], help="prompt lengths to measure")
+    parser.add_argument("--output-len", type=int, default=128, help="tokens generated per request (at least 2)")
+    parser.add_argument("--batch-size", type=int, default=1, help="requests sent together")
+    parser.add_argument("--num-iters", type=int, default=5, help="timed runs per prompt length")
+    parser.add_argument("--num-iters-warmup", type=int, default=1, help="untimed runs per prompt length")
+    parser.add_argument("--output-json", default=None)
+    parser.add_argument("--profile-dir", default=None,
+                        help="raygrid on GPU: also profile batch-size decode steps at each prompt length into this folder")
+
+
+class _Prompts:
+    """Fresh random prompts for every run: a prompt seen before would be served from the prefix cache."""
+
+    def __init__(self, seed: int, vocab_size: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.high = min(vocab_size, 10000)
+
+    def batch(self, size: int, length: int) -> list[list[int]]:
+        return [self.rng.integers(0, self.high, size=length).tolist() for _ in range(size)]
+
+
+def time_raygrid(engine, prompts: list[list[int]], output_len: int) -> list[tuple[float, float]]:
+    """(time to first token, end-to-end time) of each request, run together on an ``LLMEngine``."""
+    from raygrid import SamplingParams
+
+    params = SamplingParams(temperature=1.0, max_tokens=output_len, ignore_eos=True, detokenize=False)
+    ids = [engine.next_request_id() for _ in prompts]
+    first: dict[str, float] = {}
+    done: dict[str, float] = {}
+    start = time.perf_counter()
+    for rid, prompt in zip(ids, prompts):
+        engine.add_request(rid, {"prompt_token_ids": prompt}, params)
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            now = time.perf_counter()
+            if out.outputs and out.outputs[0].token_ids:
+                first.setdefault(out.request_id, now)
+            if out.finished:
+                done[out.request_id] = now
+    for rid in ids:
+        if rid not in done:
+            raise RuntimeError(f"request {rid} did not finish")
+    return [(first[rid] - start, done[rid] - start) for rid in ids]
+
+
+def time_hf(model, prompts: list[list[int]], output_len: int) -> list[tuple[float, float]]:
+    """transformers: a one-token generate() for the time to first token, then the whole generation."""
+    import torch
+
+    ids = torch.tensor(prompts, device=model.device)
+    mask = torch.ones_like(ids)
+    timings = []
+    for new_tokens in (1, output_len):
+        torch.cuda.synchronize() if ids.is_cuda else None
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                           do_sample=True, temperature=1.0, top_k=0, pad_token_id=0)
+        torch.cuda.synchronize() if ids.is_cuda else None
+        timings.append(time.perf_counter() - start)
+    return [(timings[0], timings[1])] * len(prompts)
+
+
+def summarize(runs: list[tuple[float, float]], output_len: int) -> dict:
+    ttft = np.array([t for t, _ in runs])
+    e2e = np.array([e for _, e in runs])
+    tpot = (e2e - ttft) / (output_len - 1)
+    return {
+        "ttft_ms": {"median": float(np.median(ttft) * 1e3), "p90": float(np.percentile(ttft, 90) * 1e3)},
+        "tpot_ms": {"median": float(np.median(tpot) * 1e3), "p90": float(np.percentile(tpot, 90) * 1e3)},
+        "e2e_s": {"median": float(np.median(e2e)), "p90": float(np.percentile(e2e, 90))},
+    }
+
+
+def prefill_flops(hf_config, num_tokens: int) -> float:
+    """Multiply-adds x 2 of one causal prefill of ``num_tokens``: the layers' matrices (attention and MLP)
+    and the attention scores and mixing, counted at half for causality."""
+    c = hf_config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    attention = c.hidden_size * head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
+    mlp = 3 * c.hidden_size * c.intermediate_size
+    matrices = 2 * num_tokens * c.num_hidden_layers * (attention + mlp)
+    scores = 4 * num_tokens * num_tokens * head_dim * c.num_attention_heads * c.num_hidden_layers / 2
+    return matrices + scores
+
+
+def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict:
+    from raygrid.bench.memory_floor import decode_floor
+    from raygrid.models.default_model import resolve_model_path
+    from raygrid.models.loader import load_hf_config
+
+    if args.output_len < 2:
+        raise ValueError(f"--output-len must be >= 2 (got {args.output_len}): the time per output token needs two")
+    model_path = resolve_model_path(engine_kwargs["model"])
+    hf_config = load_hf_config(model_path)
+    prompts = _Prompts(args.seed, hf_config.vocab_size)
+    longest = max(args.input_len) + args.output_len
+    close, run_one, profile = _open_backend(args, dict(engine_kwargs, model=model_path), longest)
+    rows = []
+    try:
+        for input_len in args.input_len:
+            for _ in range(args.num_iters_warmup):
+                run_one(prompts.batch(args.batch_size, input_len), args.output_len)
+            runs = []
+            for _ in range(args.num_iters):
+                runs.extend(run_one(prompts.batch(args.batch_size, input_len), args.output_len))
+            row = {"input_len": input_len, **summarize(runs, args.output_len)}
+            row["prefill_tflop_per_s"] = args.batch_size * prefill_flops(hf_config, input_len) / (row["ttft_ms"]["median"] / 1e3) / 1e12
+            mid_context = args.batch_size * (input_len + args.output_len // 2)
+            floor_ms = decode_floor(hf_config, args.batch_size, mid_context, _dtype_bytes(engine_kwargs))["floor_ms"]
+            row["decode_floor_ms"] = floor_ms
+            row["tpot_over_floor"] = row["tpot_ms"]["median"] / floor_ms
+            if profile is not None:
+                row["decode_profile"] = profile(input_len)
+            rows.append(row)
+            print(f"input {input_len:6d}: TTFT {row['ttft_ms']['median']:9.2f} ms ({row['prefill_tflop_per_s']:.0f} TFLOP/s), "
+                  f"TPOT {row['tpot_ms']['median']:7.3f} ms (floor {floor_ms:.3f} ms, {row['tpot_over_floor']:.2f}x), "
+                  f"E2E {row['e2e_s']['median']:.3f} s", flush=True)
+    finally:
+        close()
+    summary = {
+        "backend": args.backend, "model": engine_kwargs["model"], "dtype": engine_kwargs.get("dtype", "auto"),
+        "batch_size": args.batch_size, "output_len": args.output_len, "num_iters": args.num_iters, "results": rows,
+        "attention_kernels": _kernel_settings() if args.backend == "raygrid" else None,
+        "machine": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(), "command": " ".join(["raygrid"] + sys.argv[1:]),
+    }
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+    return summary
+
+
+def _kernel_settings() -> dict | None:
+    try:
+        from raygrid.kernels.triton_attention import DECODE_SPLIT_POLICY, PREFILL_CONFIG
+    except ImportError:  # no Triton: the torch references run
+        return None
+    return {"prefill": PREFILL_CONFIG, "decode_splits": DECODE_SPLIT_POLICY}
+
+
+def _dtype_bytes(engine_kwargs: dict) -> int:
+    return 4 if engine_kwargs.get("dtype") == "float32" else 2
+
+
+def _open_backend(args, engine_kwargs: dict, longest: int):
+    """(close, run one batch, profile at a prompt length or None) for the chosen backend."""
+    if args.backend == "hf":
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            engine_kwargs.get("dtype", "auto")]
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = AutoModelForCausalLM.from_pretrained(engine_kwargs["model"], dtype=dtype, attn_implementation="sdpa").to(device).eval()
+        model.generation_config.eos_token_id = None
+        return (lambda: None), (lambda prompts, n: time_hf(model, prompts, n)), None
+
+    from raygrid.engine.arg_utils import EngineArgs
+    from raygrid.engine.llm_engine import LLMEngine
+
+    engine_kwargs = dict(engine_kwargs, max_model_len=engine_kwargs.get("max_model_len") or longest)
+    engine = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs))
+    profile = None
+    if args.profile_dir:
+        from raygrid.bench.profile_decode import profile_decode
+
+        profile = lambda input_len: profile_decode(engine, args.profile_dir, num_reqs=args.batch_size, prompt_len=input_len)  # noqa: E731
+    return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n)), profile
