@@ -377,3 +377,22 @@ def test_fused_moe_replays_in_a_cuda_graph_with_new_routing():
         logits.copy_(torch.randn_like(logits) * (seed + 1))
         graph.replay()
         torch.testing.assert_close(out, fused_moe_ref(x, w13, w2, *route_ref(logits, top_k, True)), **tol(torch.bfloat16))
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_skinny_linear(with_bias):
+    """Small decode batches' linear layers against F.linear: 1 to 16 rows, K a multiple of the K tile or not."""
+    from raygrid.kernels.triton_linear import skinny_linear
+
+    dtype = torch.bfloat16 if ON_GPU else torch.float32
+    shapes = [(4096, 1024), (1024, 3072), (6144, 1024), (1000, 200)] if ON_GPU else [(40, 64), (24, 200)]
+    for n, k in shapes:
+        weight = torch.randn(n, k, dtype=dtype, device=DEVICE) / k**0.5
+        bias = torch.randn(n, dtype=dtype, device=DEVICE) if with_bias else None
+        for m in (1, 3, 16):
+            x = torch.randn(m, k, dtype=dtype, device=DEVICE)
+            expected = torch.nn.functional.linear(x.float(), weight.float(), None if bias is None else bias.float())
+            got = skinny_linear(x, weight, bias, block_n=16, block_k=64 if not ON_GPU else None)
+            torch.testing.assert_close(got.float(), expected, **tol(dtype))
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        skinny_linear(torch.randn(17, 64, dtype=dtype, device=DEVICE), torch.randn(8, 64, dtype=dtype, device=DEVICE))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import torch
+import torch.nn.functional as F
 
 from raygrid.kernels.elementwise_ref import apply_rotary_ref, rms_norm_ref, silu_and_mul_ref
 from raygrid.kernels.moe_ref import fused_moe_ref
@@ -15,10 +16,21 @@ from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_re
 from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_argmax_ref, seeded_uniform
 
 _TRITON_ALLOWED = os.environ.get("RAYGRID_USE_TRITON", "1") != "0"
+# Rows up to which linear layers use the skinny kernel (triton_linear.SKINNY_MAX_M; 0 turns it off).
+_SKINNY_MAX_M = min(16, int(os.environ.get("RAYGRID_SKINNY_MAX_M", "16")))
 
 
 def use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and _TRITON_ALLOWED
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias``: small decode batches on a GPU through the skinny Triton kernel, the rest by cuBLAS."""
+    if use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and x.dtype in (torch.bfloat16, torch.float16):
+        from raygrid.kernels.triton_linear import skinny_linear
+
+        return skinny_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):

@@ -262,7 +262,7 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step. Chosen by
 # benchmarks/scripts/sweep_prefill_attention.py on an H200 (benchmarks/README.md). RAYGRID_PREFILL_CONFIG
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches.
-PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=4, warp_specialize=False, pack=1)
+PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=3, warp_specialize=False, pack=2)
 PREFILL_CONFIG.update(json.loads(os.environ.get("RAYGRID_PREFILL_CONFIG", "{}")))
 
 

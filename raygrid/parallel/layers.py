@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raygrid.kernels import ops
 from raygrid.parallel.groups import get_tp_group
 
 
@@ -46,7 +47,7 @@ class ColumnParallelLinear(nn.Module):
         param.data.copy_(loaded.narrow(0, self.tp.rank_in_group * n, n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias)
+        y = ops.linear(x, self.weight, self.bias)
         return self.tp.all_gather(y, dim=-1) if self.gather_output else y
 
 
@@ -109,7 +110,7 @@ class RowParallelLinear(nn.Module):
         param.data.copy_(loaded.narrow(1, self.tp.rank_in_group * n, n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.tp.all_reduce(F.linear(x, self.weight))
+        y = self.tp.all_reduce(ops.linear(x, self.weight))
         return y if self.bias is None else y + self.bias
 
 
