@@ -114,31 +114,41 @@ def sweep_long(args) -> None:
 
 
 def compare_policies(args) -> None:
+    """Each case under the split policy before this one, the current one and two neighbours of it, timed three
+    times in turn; the lowest total of medians over the cases that split wins."""
     from raygrid.kernels.triton_attention import DECODE_SPLIT_POLICY
 
+    candidates = {"before": dict(programs_per_sm=1, max_splits=16, min_split_tokens=512), "current": dict(DECODE_SPLIT_POLICY),
+                  "3/SM, min 512": dict(programs_per_sm=3, max_splits=64, min_split_tokens=512),
+                  "2/SM, min 256": dict(programs_per_sm=2, max_splits=32, min_split_tokens=256)}
     results = []
-    for num_seqs, context in CASES + LONG_CASES:
+    totals = dict.fromkeys(candidates, 0.0)
+    for num_seqs, context in CASES + LONG_CASES[:-1]:  # the last long case is one of CASES
         query, cache, tables, lens = make_case(num_seqs, context)
         kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
-        policies = {"before": (decode_splits(num_seqs, KV_HEADS, query.device, programs_per_sm=1, max_splits=16), 512),
-                    "now": (decode_splits(num_seqs, KV_HEADS, query.device), DECODE_SPLIT_POLICY["min_split_tokens"])}
-        for _ in range(2):  # alternate, twice
-            for name, (splits, min_split) in policies.items():
+        times = {name: [] for name in candidates}
+        for _ in range(3):
+            for name, policy in candidates.items():
+                splits = decode_splits(num_seqs, KV_HEADS, query.device, programs_per_sm=policy["programs_per_sm"],
+                                       max_splits=policy["max_splits"])
                 ms = do_bench(lambda: paged_attention_decode(query, cache, tables, lens, HEAD_DIM**-0.5, num_splits=splits,
-                                                             min_split_tokens=min_split), warmup=10, rep=100)
-                results.append({"seqs": num_seqs, "context": context, "policy": name, "splits": splits, "min_split": min_split,
+                                                             min_split_tokens=policy["min_split_tokens"]), warmup=10, rep=100)
+                times[name].append(ms * 1e3)
+                results.append({"seqs": num_seqs, "context": context, "policy": name, **policy, "splits": splits,
                                 "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
-        line = [f"{num_seqs} x {context}:"]
-        for name in policies:
-            times = [r["us"] for r in results if r["seqs"] == num_seqs and r["context"] == context and r["policy"] == name]
-            line.append(f"{name} {policies[name][0]} slices {min(times)} us")
-        print(" ".join(line), flush=True)
+        medians = {name: sorted(t)[1] for name, t in times.items()}
+        if num_seqs * KV_HEADS < 132:
+            for name in candidates:
+                totals[name] += medians[name]
+        print(f"{num_seqs} x {context}: " + ", ".join(f"{name} {us:.1f} us" for name, us in medians.items()), flush=True)
+    best = min(totals, key=totals.get)
+    print("total of medians over the split cases: " + ", ".join(f"{n} {t:.1f} us" for n, t in totals.items()) + f"; best: {best}")
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0), "policy": DECODE_SPLIT_POLICY,
+            json.dump({"machine": torch.cuda.get_device_name(0), "candidates": candidates, "totals_us": totals, "best": best,
+                       "best_policy": candidates[best],
                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
-
 
 if __name__ == "__main__":
     main()

@@ -16,8 +16,11 @@ from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_re
 from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_argmax_ref, seeded_uniform
 
 _TRITON_ALLOWED = os.environ.get("RAYGRID_USE_TRITON", "1") != "0"
-# Rows up to which linear layers use the skinny kernel (triton_linear.SKINNY_MAX_M; 0 turns it off).
+# Rows up to which linear layers use the skinny kernel (triton_linear.SKINNY_MAX_M; 0 turns it off), and
+# the largest weight it takes: on an H200 cuBLAS already streams weights of 16M elements and more (the 8B
+# shape's) at 2 to 3.4 TB/s, and the skinny kernel gained nothing there (benchmarks/README.md).
 _SKINNY_MAX_M = min(16, int(os.environ.get("RAYGRID_SKINNY_MAX_M", "16")))
+_SKINNY_MAX_WEIGHT = 8 * 1024 * 1024
 
 
 def use_triton(t: torch.Tensor) -> bool:
@@ -26,7 +29,8 @@ def use_triton(t: torch.Tensor) -> bool:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ weight.T + bias``: small decode batches on a GPU through the skinny Triton kernel, the rest by cuBLAS."""
-    if use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and x.dtype in (torch.bfloat16, torch.float16):
+    if (use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and weight.numel() <= _SKINNY_MAX_WEIGHT
+            and x.dtype in (torch.bfloat16, torch.float16)):
         from raygrid.kernels.triton_linear import skinny_linear
 
         return skinny_linear(x, weight, bias)

@@ -234,11 +234,12 @@ def _dot_precision(query: torch.Tensor) -> str:
 
 
 # Split the context of each sequence when the batch alone has fewer (sequence, kv head) programs than the
-# GPU has SMs (RAYGRID_DECODE_MAX_SPLITS=1 turns splitting off), into enough slices for a few programs per
-# SM: one program each cannot keep enough reads in flight to approach the memory bandwidth. Measured on an
-# H200 (benchmarks/README.md): splitting larger batches gains nothing, since their programs already fill it.
-DECODE_SPLIT_POLICY = dict(programs_per_sm=3, max_splits=int(os.environ.get("RAYGRID_DECODE_MAX_SPLITS", "64")),
-                           min_split_tokens=256)
+# GPU has SMs, into enough slices for a few programs per SM: one program each cannot keep enough reads in
+# flight to approach the memory bandwidth. Measured on an H200 (benchmarks/README.md): splitting larger
+# batches gains nothing, since their programs already fill it. RAYGRID_DECODE_SPLIT_POLICY (JSON) overrides
+# it, for benchmarks; '{"max_splits": 1}' turns splitting off.
+DECODE_SPLIT_POLICY = dict(programs_per_sm=3, max_splits=64, min_split_tokens=256)
+DECODE_SPLIT_POLICY.update(json.loads(os.environ.get("RAYGRID_DECODE_SPLIT_POLICY", "{}")))
 
 
 @functools.cache
