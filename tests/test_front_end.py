@@ -119,5 +119,32 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
         assert sum(b["seconds"] for b in buckets) == pytest.approx(summary["elapsed_s"], rel=0.05)
 
 
+@pytest.mark.parametrize("backend", ["raygrid", "hf"])
+def test_cli_bench_latency_times_each_prompt_length(tmp_path, qwen3_dir, backend):
+    """`raygrid bench latency` on CPU: a row per prompt length, whose first-token, per-token and end-to-end
+    times agree with one another."""
+    out = tmp_path / "latency.json"
+    command = [sys.executable, "-m", "raygrid.entrypoints.cli", "bench", "latency", "--backend", backend, "--model", qwen3_dir,
+               "--device", "cpu", "--dtype", "float32", "--input-len", "16", "48", "--num-iters", "2"]
+    result = subprocess.run(command + ["--output-len", "6", "--output-json", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    assert [row["input_len"] for row in summary["results"]] == [16, 48] and summary["backend"] == backend
+    for row in summary["results"]:
+        ttft, tpot, e2e = row["ttft_ms"]["median"], row["tpot_ms"]["median"], row["e2e_s"]["median"] * 1e3
+        assert 0 < ttft < e2e and tpot > 0
+        assert ttft + 5 * tpot == pytest.approx(e2e, rel=0.3)  # medians of the same runs
+        assert row["decode_floor_ms"] > 0 and row["prefill_tflop_per_s"] > 0
+    assert "TTFT" in result.stdout and "TPOT" in result.stdout
+
+
+
+def test_cli_bench_latency_refuses_an_output_too_short_to_time(qwen3_dir, capsys):
+    from raygrid.entrypoints.cli import main
+
+    assert main(["bench", "latency", "--model", qwen3_dir, "--device", "cpu", "--output-len", "1"]) == 2
+    assert "--output-len must be >= 2 (got 1)" in capsys.readouterr().err
+
+
 def summary_vocab(model_dir: str) -> int:
     return json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]
