@@ -30,6 +30,8 @@ class ModelConfig(_Strict):
     enforce_eager: bool = Field(default=False, description="no CUDA graphs: every step runs eagerly")
     load_format: Literal["auto", "dummy"] = Field(
         default="auto", description="'dummy': random weights made on the device from config.json alone, no checkpoint read")
+    quantization: Literal["fp8"] | None = Field(
+        default=None, description="'fp8': linear layers in float8 with per-channel scales (an FP8 checkpoint sets it)")
 
 
 class CacheConfig(_Strict):

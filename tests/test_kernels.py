@@ -396,3 +396,19 @@ def test_skinny_linear(with_bias):
             torch.testing.assert_close(got.float(), expected, **tol(dtype))
     with pytest.raises(ValueError, match="at most 16 rows"):
         skinny_linear(torch.randn(17, 64, dtype=dtype, device=DEVICE), torch.randn(8, 64, dtype=dtype, device=DEVICE))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="on CPU ops.linear runs fp8_linear_ref itself")
+def test_fp8_linear_on_gpu_matches_its_reference():
+    """FP8 layers on a GPU (per-token activation scales, torch._scaled_mm with row-wise scales) against
+    fp8_linear_ref, for decode-sized and prefill-sized batches, with and without a bias."""
+    from raygrid.kernels import ops
+    from raygrid.models.layers.fp8 import fp8_linear_ref, quantize_per_channel
+
+    weight, scale = quantize_per_channel(torch.randn(4096, 1024, device=DEVICE) / 32)
+    bias = torch.randn(4096, dtype=torch.bfloat16, device=DEVICE)
+    for m in (1, 5, 16, 300):
+        x = torch.randn(m, 1024, dtype=torch.bfloat16, device=DEVICE)
+        for b in (None, bias):
+            torch.testing.assert_close(ops.linear(x, weight, b, scale).float(), fp8_linear_ref(x, weight, scale, b).float(),
+                                       atol=2e-2, rtol=2e-2)

@@ -47,6 +47,8 @@ class EngineArgs:
     seed: int = _arg(0, "engine seed (weights of dummy loading, noise of unseeded requests)")
     enforce_eager: bool = _arg(False, "no CUDA graphs")
     load_format: Literal["auto", "dummy"] = _arg("auto", "'dummy': random weights made on the device from config.json alone")
+    quantization: Literal["fp8"] | None = _arg(None, "'fp8': linear layers in float8 with per-channel scales, activations "
+                                                     "quantized per token (default: what the checkpoint is)")
     tensor_parallel_size: int = _arg(1, "GPUs per tensor-parallel group", short="-tp")
     pipeline_parallel_size: int = _arg(1, "pipeline stages", short="-pp")
     data_parallel_size: int = _arg(1, "engine replicas", short="-dp")
@@ -107,6 +109,7 @@ class EngineArgs:
     def create_engine_config(self) -> EngineConfig:
         """The configuration these arguments describe, resolved against the checkpoint (its context
         length); a bad value raises a ValueError naming the field and its limit."""
+        from raygrid.models.layers.fp8 import resolve_quantization
         from raygrid.models.loader import load_hf_config
 
         model_path = resolve_model_path(self.model)
@@ -116,7 +119,7 @@ class EngineArgs:
         config = EngineConfig(
             model=ModelConfig(model=model_path, tokenizer=self.tokenizer, dtype=self.dtype, max_model_len=self.max_model_len,
                               max_logprobs=self.max_logprobs, seed=self.seed, enforce_eager=self.enforce_eager,
-                              load_format=load_format),
+                              load_format=load_format, quantization=self.quantization),
             cache=CacheConfig(block_size=self.block_size, num_kv_blocks=self.num_kv_blocks,
                               enable_prefix_caching=self.enable_prefix_caching,
                               prefix_caching_hash_seed=self.prefix_caching_hash_seed,
@@ -129,6 +132,7 @@ class EngineArgs:
             device=self.device,
         )
         hf_config = load_hf_config(model_path)
+        config.model.quantization = resolve_quantization(self.quantization, hf_config)
         if self.enable_expert_parallel:
             experts = getattr(hf_config, "num_experts", 0) or getattr(hf_config, "num_local_experts", 0)
             if not experts:

@@ -47,7 +47,7 @@ class Worker:
         self.dtype = resolve_dtype(config.model.dtype, self.hf_config, self.device)
         torch.manual_seed(config.model.seed)
         self.model = load_model(config.model.model, self.hf_config, self.dtype, self.device, config.model.load_format,
-                                config.model.seed)
+                                config.model.seed, config.model.quantization)
         self.runner = ModelRunner(config, self.model, self.device, self.dtype, eos_token_ids)
         self.dp_rank = self.parallel.grid.coords(rank).dp  # which entry of a world step is this rank's
         self._memory: dict[str, int] = {}

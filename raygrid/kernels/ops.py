@@ -27,14 +27,32 @@ def use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and _TRITON_ALLOWED
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias``: small decode batches on a GPU through the skinny Triton kernel, the rest by cuBLAS."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           weight_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias``. FP8 weights (with per-channel ``weight_scale``) go through ``torch._scaled_mm`` on a
+    GPU, their reference elsewhere; small decode batches through the skinny Triton kernel; the rest through cuBLAS."""
+    if weight_scale is not None:
+        return _fp8_linear(x, weight, weight_scale, bias)
     if (use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and weight.numel() <= _SKINNY_MAX_WEIGHT
             and x.dtype in (torch.bfloat16, torch.float16)):
         from raygrid.kernels.triton_linear import skinny_linear
 
         return skinny_linear(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def _fp8_linear(x, weight, weight_scale, bias):
+    from raygrid.models.layers.fp8 import fp8_linear_ref, quantize_per_token
+
+    if not x.is_cuda or not _TRITON_ALLOWED:
+        return fp8_linear_ref(x, weight, weight_scale, bias)
+    x2 = x.reshape(-1, x.shape[-1])
+    x_q, x_scale = quantize_per_token(x2)
+    # Row-wise scaling: a scale per token of x and per output channel of the weight, applied in the epilogue.
+    y = torch._scaled_mm(x_q, weight.t(), scale_a=x_scale, scale_b=weight_scale.view(1, -1), out_dtype=x.dtype)
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):

@@ -193,6 +193,10 @@ class LlamaForCausalLM(nn.Module):
             if name not in params:
                 raise ValueError(f"checkpoint tensor {hf_name!r} has no place in {type(self).__name__}")
             param = params[name]
+            if getattr(tensor, "is_fp8", False) != (param.dtype == torch.float8_e4m3fn):
+                raise ValueError(f"checkpoint tensor {hf_name!r} is {'' if getattr(tensor, 'is_fp8', False) else 'not '}FP8, "
+                                 f"but raygrid's {name} is {param.dtype} (quantization_config's 'ignore' list and raygrid's "
+                                 "FP8 layers disagree)")
             loader = getattr(param, "weight_loader", None)
             try:
                 if loader is not None:

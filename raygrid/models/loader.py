@@ -55,8 +55,11 @@ class CheckpointTensor:
     def __init__(self, safe_slice) -> None:
         self._slice = safe_slice
         self.shape = tuple(safe_slice.get_shape())
+        self.is_fp8 = safe_slice.get_dtype().startswith("F8")
 
     def narrow(self, dim: int, start: int, size: int) -> torch.Tensor:
+        if not self.shape:  # a scalar (a per-tensor scale)
+            return self._slice[...]
         index = [slice(None)] * len(self.shape)
         index[dim] = slice(start, start + size)
         return self._slice[tuple(index)]
@@ -71,7 +74,10 @@ def iterate_weights(model_dir: str) -> Iterator[tuple[str, CheckpointTensor]]:
 
 
 def load_model(model_dir: str, hf_config, dtype: torch.dtype, device: torch.device, load_format: str = "auto",
-               seed: int = 0) -> torch.nn.Module:
+               seed: int = 0, quantization: str | None = None) -> torch.nn.Module:
+    """The model of a checkpoint directory on ``device``; with ``quantization="fp8"`` its linear layers hold float8
+    weights, read as such from an FP8 checkpoint or quantized after loading an unquantized one."""
+    from raygrid.models.layers import fp8
     model_cls = resolve_model_class(hf_config)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -84,11 +90,16 @@ def load_model(model_dir: str, hf_config, dtype: torch.dtype, device: torch.devi
     for module in model.modules():
         if hasattr(module, "cos_cache"):
             module.float()
+    fp8_checkpoint = getattr(hf_config, "quantization_config", None) is not None and load_format != "dummy"
+    if quantization == "fp8" and fp8_checkpoint:
+        fp8.prepare_for_fp8_checkpoint(model)
     weights = dummy_weights(hf_config, dtype, device, seed) if load_format == "dummy" else iterate_weights(model_dir)
     loaded = model.load_weights(weights)
     missing = model.expected_loads() - loaded
     if missing:
         raise ValueError(f"model {model_dir!r}: checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
+    if quantization == "fp8" and not fp8_checkpoint:
+        fp8.quantize_model(model)
     return model.eval()
 
 

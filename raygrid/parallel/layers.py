@@ -38,6 +38,7 @@ class ColumnParallelLinear(nn.Module):
         self.out_per_rank = _divide(out_features, self.tp.world_size, "output features")
         self.weight = _param(self.out_per_rank, in_features)
         self.bias = _param(self.out_per_rank) if bias else None
+        self.register_parameter("weight_scale", None)  # per output channel, with FP8 weights (models/layers/fp8.py)
         for p in (self.weight, self.bias):
             if p is not None:
                 p.weight_loader = self.load_shard
@@ -47,7 +48,7 @@ class ColumnParallelLinear(nn.Module):
         param.data.copy_(loaded.narrow(0, self.tp.rank_in_group * n, n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = ops.linear(x, self.weight, self.bias)
+        y = ops.linear(x, self.weight, self.bias, self.weight_scale)
         return self.tp.all_gather(y, dim=-1) if self.gather_output else y
 
 
@@ -101,6 +102,7 @@ class RowParallelLinear(nn.Module):
         self.in_per_rank = _divide(in_features, self.tp.world_size, "input features")
         self.weight = _param(out_features, self.in_per_rank)
         self.weight.weight_loader = self.load_shard
+        self.register_parameter("weight_scale", None)  # per output channel, with FP8 weights (models/layers/fp8.py)
         self.bias = _param(out_features) if bias else None
         if self.bias is not None:
             self.bias.weight_loader = lambda param, loaded, shard_id=None: param.data.copy_(loaded.narrow(0, 0, loaded.shape[0]))
@@ -110,7 +112,7 @@ class RowParallelLinear(nn.Module):
         param.data.copy_(loaded.narrow(1, self.tp.rank_in_group * n, n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.tp.all_reduce(ops.linear(x, self.weight))
+        y = self.tp.all_reduce(ops.linear(x, self.weight, weight_scale=self.weight_scale))
         return y if self.bias is None else y + self.bias
 
 
