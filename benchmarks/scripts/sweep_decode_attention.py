@@ -74,11 +74,7 @@ def main() -> None:
                        and r["stages"] == 2 and r["splits"] == 1)
         print(f"{num_seqs} x {context}: default {default['us']} us ({default['tb_per_s']} TB/s, {auto} splits), "
               f"unsplit {unsplit['us']} us; best {best}")
-    if args.output_json:
-        with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0),
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+    write_json(args.output_json, results)
 
 
 def sweep_long(args) -> None:
@@ -106,11 +102,7 @@ def sweep_long(args) -> None:
                        and r["splits"] == auto and r["min_split"] == 512)
         print(f"{num_seqs} x {context}: default {default['us']} us ({default['tb_per_s']} TB/s, {auto} splits); "
               f"best {min(mine, key=lambda r: r['us'])}", flush=True)
-    if args.output_json:
-        with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0),
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+    write_json(args.output_json, results)
 
 
 def compare_policies(args) -> None:
@@ -143,12 +135,15 @@ def compare_policies(args) -> None:
         print(f"{num_seqs} x {context}: " + ", ".join(f"{name} {us:.1f} us" for name, us in medians.items()), flush=True)
     best = min(totals, key=totals.get)
     print("total of medians over the split cases: " + ", ".join(f"{n} {t:.1f} us" for n, t in totals.items()) + f"; best: {best}")
-    if args.output_json:
-        with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0), "candidates": candidates, "totals_us": totals, "best": best,
-                       "best_policy": candidates[best],
+    write_json(args.output_json, results, candidates=candidates, totals_us=totals, best=best, best_policy=candidates[best])
+
+def write_json(path: str | None, results: list, **extra) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"machine": torch.cuda.get_device_name(0), **extra,
                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+
 
 if __name__ == "__main__":
     main()

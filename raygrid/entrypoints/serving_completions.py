@@ -1,0 +1,178 @@
+"""POST /v1/completions: one or several prompts (text or token ids), each with n completions, streamed as
+server-sent events or not; echo and OpenAI's legacy logprobs (the prompt's tokens first under echo)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+
+from raygrid.engine.async_llm import AsyncLLM, EngineDeadError
+from raygrid.engine.outputs import CompletionOutput
+from raygrid.entrypoints.openai_protocol import (
+    SYSTEM_FINGERPRINT,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorInfo,
+    ErrorResponse,
+    UsageInfo,
+    random_id,
+)
+from raygrid.entrypoints.serving_base import APIError, OpenAIServing, collect, merge, merge_outputs, sse, sse_json, streaming, top_items
+
+
+class CompletionServing(OpenAIServing):
+    async def create(self, request: CompletionRequest, raw: Request):
+        self.check_model(request.model)
+        if request.suffix:
+            raise APIError(400, "suffix is not supported", param="suffix")
+        if request.best_of is not None and request.best_of != request.n:
+            raise APIError(400, f"best_of ({request.best_of}) is not supported: raygrid returns every one of the n completions it makes",
+                           param="best_of")
+        params = self.make_params(request)
+        engine = self.engine
+        has_text = isinstance(request.prompt, str) or any(isinstance(p, str) for p in request.prompt)
+        # Off the event loop when there is text to tokenize; token ids need no thread hop.
+        prompts = await asyncio.to_thread(normalize_prompts, request.prompt, engine) if has_text else normalize_prompts(request.prompt, engine)
+        if params.max_tokens is None:
+            params = params.model_copy(update={"max_tokens": max(self.max_len - max(len(p) for p in prompts), 1)})
+        for ids in prompts:
+            self.check_context(ids, params, "prompt")
+        request_id = random_id("cmpl")
+        streams = [await self.start(ids, params, request, f"{request_id}-{i}") for i, ids in enumerate(prompts)]
+        n = params.n
+        if request.stream:
+            return streaming(self.stream(request, request_id, prompts, streams, n))
+        results = await collect(streams, raw)
+        choices, completion_tokens = [], 0
+        for i, outputs in enumerate(results):
+            merged = merge_outputs(outputs)
+            echoed = self.echo_text(request, prompts, i)
+            for completion in merged.outputs:
+                if request.echo_only:
+                    completion = echo_only_completion(completion, params.logprobs is not None)
+                completion_tokens += len(completion.token_ids)
+                logprobs = None
+                if params.logprobs is not None:
+                    logprobs = self.echo_logprobs(request, prompts[i], merged.prompt_logprobs)
+                    append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], params.logprobs, len(echoed))
+                choices.append(
+                    CompletionChoice(
+                        index=i * n + completion.index,
+                        text=echoed + completion.text,
+                        logprobs=logprobs,
+                        finish_reason=completion.finish_reason,
+                        stop_reason=completion.stop_reason,
+                    )
+                )
+        prompt_tokens = sum(len(p) for p in prompts)
+        usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+        return CompletionResponse(id=request_id, model=request.model, choices=sorted(choices, key=lambda c: c.index), usage=usage)
+
+    def echo_text(self, request: CompletionRequest, prompts, i: int) -> str:
+        """echo: the prompt comes first, as in OpenAI's legacy API ("" without echo)."""
+        if not request.echo:
+            return ""
+        return request_prompt_text(request.prompt, i) or self.engine.processor.tokenizer.decode(prompts[i])
+
+    def echo_logprobs(self, request: CompletionRequest, prompt_ids: list[int], prompt_logprobs) -> CompletionLogprobs:
+        """Legacy logprobs that start with the prompt's tokens under echo (the first has no entry: nothing predicts it)."""
+        logprobs = CompletionLogprobs()
+        if request.echo:
+            entries = list(prompt_logprobs or [])
+            entries += [None] * (len(prompt_ids) - len(entries))
+            append_legacy_logprobs(logprobs, prompt_ids, entries, request.logprobs, 0, self.decode_one)
+        return logprobs
+
+    def decode_one(self, token_id: int) -> str:
+        return self.engine.processor.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    async def stream(self, request: CompletionRequest, request_id: str, prompts, streams, n: int) -> AsyncIterator[str]:
+        created = int(time.time())
+        include_usage = request.stream_options is not None and request.stream_options.include_usage
+        continuous = include_usage and request.stream_options.continuous_usage_stats
+        prompt_tokens = sum(len(p) for p in prompts)
+        completion_tokens = 0
+        offsets: dict[int, int] = {}  # per choice: text sent so far (the first chunk carries the echoed prompt)
+        try:
+            async for i, output in merge(streams):
+                for completion in output.outputs:
+                    index = i * n + completion.index
+                    if request.echo_only:
+                        completion = echo_only_completion(completion, request.logprobs is not None)
+                    completion_tokens += len(completion.token_ids)
+                    echoed = self.echo_text(request, prompts, i) if index not in offsets else ""
+                    offsets.setdefault(index, 0)
+                    logprobs = None
+                    if request.logprobs is not None:
+                        logprobs = self.echo_logprobs(request, prompts[i], output.prompt_logprobs) if echoed else CompletionLogprobs()
+                        append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], request.logprobs,
+                                               offsets[index] + len(echoed))
+                    completion = dataclasses.replace(completion, text=echoed + completion.text) if echoed else completion
+                    offsets[index] += len(completion.text)
+                    # The hot path of streaming: the chunk (CompletionResponse's shape) as a plain dict, no pydantic.
+                    body = {
+                        "id": request_id, "object": "text_completion", "created": created, "model": request.model,
+                        "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [{"index": index, "text": completion.text,
+                                     "logprobs": logprobs.model_dump() if logprobs is not None else None,
+                                     "finish_reason": completion.finish_reason, "stop_reason": completion.stop_reason}],
+                    }
+                    if include_usage:  # as OpenAI's: null until the last chunk, unless asked for continuously
+                        body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                         "total_tokens": prompt_tokens + completion_tokens} if continuous else None
+                    yield sse_json(body)
+            if include_usage:
+                usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+                yield sse(CompletionResponse(id=request_id, created=created, model=request.model, choices=[], usage=usage))
+        except (EngineDeadError, RuntimeError) as error:
+            yield sse(ErrorResponse(error=ErrorInfo(message=str(error), type="server_error")))
+        yield sse("[DONE]")
+
+
+def echo_only_completion(completion: CompletionOutput, with_logprobs: bool) -> CompletionOutput:
+    """echo with max_tokens 0: the one token the engine had to sample is dropped."""
+    return CompletionOutput(completion.index, "", [], None, [] if with_logprobs else None, finish_reason="length")
+
+
+def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:
+    """The four prompt shapes of the completions API, as token id lists."""
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif prompt and all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    else:
+        prompts = list(prompt)
+    if not prompts:
+        raise APIError(400, "prompt is empty", param="prompt")
+    try:
+        return [engine.processor.tokenize_prompt(p)[1] if isinstance(p, str) else list(p) for p in prompts]
+    except (ValueError, TypeError, UnicodeError) as error:  # e.g. a lone UTF-16 surrogate the tokenizer cannot take
+        raise APIError(400, f"prompt cannot be tokenized: {error}", param="prompt") from None
+
+
+def request_prompt_text(prompt, index: int) -> str | None:
+    """The text of the index-th prompt of a completions request, when it was given as text."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and index < len(prompt) and isinstance(prompt[index], str):
+        return prompt[index]
+    return None
+
+
+def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entries: list, k: int, text_offset: int,
+                           text_of=lambda _token_id: "") -> None:
+    """Append positions to OpenAI's legacy logprobs shape, their text offsets counted from ``text_offset``. An
+    entry of None (a prompt's first token) has no logprob; a token with no decoded text takes ``text_of``'s."""
+    for token_id, entry in zip(token_ids, entries):
+        chosen = entry[token_id] if entry is not None else None
+        token = chosen.decoded_token if chosen is not None and chosen.decoded_token is not None else text_of(token_id)
+        out.tokens.append(token)
+        out.token_logprobs.append(chosen.logprob if chosen is not None else None)
+        out.text_offset.append(text_offset)
+        text_offset += len(token)
+        out.top_logprobs.append({(lp.decoded_token or ""): lp.logprob for _, lp in top_items(entry, k)} if entry is not None else None)
