@@ -13,7 +13,9 @@ from raygrid.config import EngineConfig
 from raygrid.engine.cuda_graphs import DecodeGraphs
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import ModelRunnerOutput, SampleLogprobs, SchedulerOutput
-from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs, row_seeds
+from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs
+from raygrid.engine.sampling_inputs import SamplingInputs, token_statistics
+from raygrid.engine.staging import StagingBuffers
 from raygrid.kernels.ops import apply_token_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.eplb import Rebalancer
@@ -23,39 +25,6 @@ from raygrid.parallel.groups import get_pp_group
 logger = logging.getLogger(__name__)
 
 _PROMPT_LOGPROB_ROWS = 512  # prompt positions whose logits one slice holds (512 x a 152k vocabulary x 4 bytes = 311 MB)
-
-
-class StagingBuffers:
-    """Host-to-device transfer of each step's inputs through pinned buffers and their device twins,
-    allocated once. Two sets of host buffers alternate by step: with async scheduling a step fills
-    its inputs while the previous step's copies may still be queued. On CPU the arrays are used in place."""
-
-    def __init__(self, device: torch.device, specs: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
-        self.on_gpu = device.type == "cuda"
-        self.dtypes = {name: dtype for name, (_, dtype) in specs.items()}
-        self.hosts: list[dict[str, torch.Tensor]] = [{}, {}]
-        self.device: dict[str, torch.Tensor] = {}
-        self.current = 0
-        if self.on_gpu:
-            for name, (shape, dtype) in specs.items():
-                for host in self.hosts:
-                    host[name] = torch.empty(shape, dtype=dtype, pin_memory=True)
-                self.device[name] = torch.empty(shape, dtype=dtype, device=device)
-
-    def next_step(self) -> None:
-        self.current ^= 1
-
-    def put(self, name: str, array: np.ndarray) -> torch.Tensor:
-        """The array on the device (asynchronous copy; the step's one sync comes later)."""
-        dtype = self.dtypes[name]
-        if not self.on_gpu:
-            return torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
-        rows = array.shape[0]
-        host = self.hosts[self.current][name][:rows]
-        host.numpy()[(slice(None),) + tuple(slice(0, s) for s in array.shape[1:])] = array
-        device = self.device[name][:rows]
-        device.copy_(host, non_blocking=True)
-        return device
 
 
 class PendingRunnerOutput:
@@ -163,9 +132,7 @@ class ModelRunner:
             "grammar_mask_rows": ((max_reqs,), torch.int64),
             "seeds": ((max_reqs,), torch.int64),
         })
-        # Noise seeds of requests without a seed of their own. Every tensor-parallel rank draws the same
-        # ones (same engine seed, one draw per step), so all ranks sample the same tokens.
-        self.seed_rng = np.random.default_rng(config.model.seed)
+        self.sampling_inputs = SamplingInputs(self.staging, device, self.vocab_size, config.model.seed)
         # Expert parallelism: every DP rank of the world runs a forward pass each step (a dummy one when it has
         # nothing to run), and with EPLB the experts are rebalanced every step_interval passes.
         self.passes = PassPlanner(self.max_graph_batch, device, self.uses_cuda_graphs)
@@ -341,88 +308,6 @@ class ModelRunner:
         logits_indices = put("logits_indices", cu[sample_rows] - 1)
         return input_ids_dev, put("positions", positions), meta, logits_indices, sample_rows, seq_lens[sample_rows]
 
-    def _sampling_metadata(self, rows: np.ndarray, positions: np.ndarray) -> SamplingMetadata:
-        """Sampling parameters of ``rows``, whose next tokens go to ``positions``.
-
-        Under async scheduling a row's last token may still be on the device (sampled by the step
-        before, which the host has not seen): ``positions`` counts it, and so do the penalty counts
-        and the min_tokens check, so that async computes what synchronous scheduling computes."""
-        b = self.batch
-        put = self.staging.put  # pinned and asynchronous: a pageable copy would wait for the running step
-        temperature = b.temperature[rows]
-        greedy = temperature < 1e-5
-        top_k = b.top_k[rows]
-        top_p = b.top_p[rows]
-        min_p = b.min_p[rows]
-        use_penalties = bool(
-            (b.repetition_penalty[rows] != 1).any() or (b.frequency_penalty[rows] != 0).any() or (b.presence_penalty[rows] != 0).any()
-        )
-        counts = prompt_mask = None
-        if use_penalties:
-            counts, prompt_mask = self._token_statistics(rows, positions)
-        adjust = self._logit_adjustments(rows, positions)
-        seeds = row_seeds(b.seed[rows], b.seeded[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
-        return SamplingMetadata(
-            temperature=put("temperature", temperature),
-            greedy=put("greedy", greedy),
-            all_greedy=bool(greedy.all()),
-            top_k=put("top_k", np.where(top_k > 0, top_k, self.vocab_size)) if (top_k > 0).any() else None,
-            top_p=put("top_p", top_p) if (top_p < 1).any() else None,
-            min_p=put("min_p", min_p) if (min_p > 0).any() else None,
-            repetition_penalty=put("repetition_penalty", b.repetition_penalty[rows]) if use_penalties else None,
-            frequency_penalty=put("frequency_penalty", b.frequency_penalty[rows]) if use_penalties else None,
-            presence_penalty=put("presence_penalty", b.presence_penalty[rows]) if use_penalties else None,
-            output_token_counts=counts,
-            prompt_token_mask=prompt_mask,
-            **adjust,
-            seeds=put("seeds", seeds),
-            num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
-        )
-
-    def _logit_adjustments(self, rows: np.ndarray, positions: np.ndarray) -> dict:
-        """The SamplingMetadata fields of the batch's bans, biases and allowed tokens, on the device. A ban
-        that depends on a row's newest output, still on the device under async scheduling, is resolved
-        there against the previous step's samples."""
-        adjust = self.batch.logit_adjustments(rows, positions)
-        dev, vocab = self.device, self.vocab_size
-        fields = dict(adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None)
-        if adjust.rows:
-            values = torch.tensor(adjust.values, dtype=torch.float32, device=dev)
-            if adjust.conditional:
-                req_ids = self.batch.req_ids
-                sources = [self.prev_sampled_index[req_ids[rows[i]]] if need >= 0 else 0 for i, need in zip(adjust.rows, adjust.requires)]
-                newest = self.prev_sampled[torch.tensor(sources, device=dev)]
-                requires = torch.tensor(adjust.requires, device=dev)
-                values = torch.where((requires < 0) | (newest == requires), values, torch.zeros_like(values))
-            fields.update(adjust_rows=torch.tensor(adjust.rows, device=dev),
-                          adjust_tokens=torch.tensor(adjust.tokens, device=dev).clamp_(0, vocab - 1), adjust_values=values)
-        if adjust.allowed:
-            mask = torch.full((len(adjust.allowed), vocab), float("-inf"), device=dev)
-            mask_rows = [k for k, (_, ids) in enumerate(adjust.allowed) for _ in ids]
-            mask_tokens = [t for _, ids in adjust.allowed for t in ids]
-            mask[torch.tensor(mask_rows, device=dev), torch.tensor(mask_tokens, device=dev).clamp_(0, vocab - 1)] = 0.0
-            fields.update(allowed_rows=torch.tensor([i for i, _ in adjust.allowed], device=dev), allowed_mask=mask)
-        return fields
-
-    def _token_statistics(self, rows: np.ndarray, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per row: counts of each vocabulary token among the outputs before ``positions``, and which
-        tokens the prompt has. The host knows all but (under async scheduling) a row's newest token,
-        which is counted on the device from the previous step's samples."""
-        b = self.batch
-        known = b.num_tokens[rows]
-        counts, prompt_mask = token_statistics(
-            torch.as_tensor(b.token_ids[rows, : int(known.max())], device=self.device),
-            torch.as_tensor(b.num_prompt_tokens[rows], device=self.device),
-            torch.as_tensor(known, device=self.device),
-            self.vocab_size,
-        )
-        in_flight = np.nonzero(positions > known)[0]
-        if len(in_flight):
-            sources = [self.prev_sampled_index[b.req_ids[rows[i]]] for i in in_flight.tolist()]
-            tokens = self.prev_sampled[torch.as_tensor(sources, device=self.device)]
-            counts.index_put_((torch.as_tensor(in_flight, device=self.device), tokens), torch.ones(len(sources), device=self.device), accumulate=True)
-        return counts, prompt_mask
-
     # ------------------------------------------------------------------ the step
 
     def execute_model(self, so: SchedulerOutput, non_blocking: bool = False, defer_grammar: bool = False):
@@ -478,7 +363,8 @@ class ModelRunner:
                 sample_positions: np.ndarray):
         if so.grammar_req_ids:
             self._apply_grammars(logits, so, sample_rows)
-        tokens, row_logprobs = self.sampler(logits, self._sampling_metadata(sample_rows, sample_positions))
+        meta = self.sampling_inputs.build(self.batch, sample_rows, sample_positions, self.prev_sampled, self.prev_sampled_index)
+        tokens, row_logprobs = self.sampler(logits, meta)
         # The next step may need these tokens as inputs before the host has seen them.
         self.prev_sampled = tokens
         self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}
@@ -624,19 +510,6 @@ def kv_cache_shape(model: torch.nn.Module, block_size: int, num_blocks: int) -> 
     """KV cache shape of one layer on this rank (its share of the kv heads)."""
     attn = model.layers[0].self_attn
     return (2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
-
-
-def token_statistics(tokens: torch.Tensor, prompt_len: torch.Tensor, total_len: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tokens`` [B, L] holds each row's prompt then outputs, ``total_len`` of them valid. Returns the
-    [B, V] float counts of each token among the outputs and the [B, V] mask of tokens in the prompt."""
-    pos = torch.arange(tokens.shape[1], device=tokens.device)
-    in_prompt = pos < prompt_len[:, None]
-    in_output = ~in_prompt & (pos < total_len[:, None])
-    tokens = tokens.clamp(0, vocab_size - 1)
-    shape = (tokens.shape[0], vocab_size)
-    counts = torch.zeros(shape, device=tokens.device).scatter_add_(1, tokens, in_output.float())
-    prompt_mask = torch.zeros(shape, device=tokens.device).scatter_add_(1, tokens, in_prompt.float()) > 0
-    return counts, prompt_mask
 
 
 def free_device_memory() -> int:

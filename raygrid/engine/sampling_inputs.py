@@ -1,0 +1,117 @@
+"""The sampler's inputs for a step: each row's sampling parameters on the device, the penalties' token counts,
+the bans, biases and allowed tokens, and each row's noise seed. Under async scheduling a row's newest token may
+still be on the device; what depends on it is resolved there, from the previous step's samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from raygrid.engine.input_batch import InputBatch
+from raygrid.engine.sampler import SamplingMetadata, row_seeds
+from raygrid.engine.staging import StagingBuffers
+
+
+class SamplingInputs:
+    def __init__(self, staging: StagingBuffers, device: torch.device, vocab_size: int, seed: int) -> None:
+        self.staging = staging
+        self.device = device
+        self.vocab_size = vocab_size
+        # Noise seeds of requests without a seed of their own. Every tensor-parallel rank draws the same
+        # ones (same engine seed, one draw per step), so all ranks sample the same tokens.
+        self.seed_rng = np.random.default_rng(seed)
+
+    def build(self, b: InputBatch, rows: np.ndarray, positions: np.ndarray, prev_sampled: torch.Tensor | None,
+              prev_sampled_index: dict[str, int]) -> SamplingMetadata:
+        """Sampling parameters of ``rows``, whose next tokens go to ``positions``.
+
+        Under async scheduling a row's last token may still be on the device (sampled by the step
+        before, which the host has not seen): ``positions`` counts it, and so do the penalty counts
+        and the min_tokens check, so that async computes what synchronous scheduling computes."""
+        put = self.staging.put  # pinned and asynchronous: a pageable copy would wait for the running step
+        temperature = b.temperature[rows]
+        greedy = temperature < 1e-5
+        top_k = b.top_k[rows]
+        top_p = b.top_p[rows]
+        min_p = b.min_p[rows]
+        use_penalties = bool(
+            (b.repetition_penalty[rows] != 1).any() or (b.frequency_penalty[rows] != 0).any() or (b.presence_penalty[rows] != 0).any()
+        )
+        counts = prompt_mask = None
+        if use_penalties:
+            counts, prompt_mask = self._token_statistics(b, rows, positions, prev_sampled, prev_sampled_index)
+        adjust = self._logit_adjustments(b, rows, positions, prev_sampled, prev_sampled_index)
+        seeds = row_seeds(b.seed[rows], b.seeded[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
+        return SamplingMetadata(
+            temperature=put("temperature", temperature),
+            greedy=put("greedy", greedy),
+            all_greedy=bool(greedy.all()),
+            top_k=put("top_k", np.where(top_k > 0, top_k, self.vocab_size)) if (top_k > 0).any() else None,
+            top_p=put("top_p", top_p) if (top_p < 1).any() else None,
+            min_p=put("min_p", min_p) if (min_p > 0).any() else None,
+            repetition_penalty=put("repetition_penalty", b.repetition_penalty[rows]) if use_penalties else None,
+            frequency_penalty=put("frequency_penalty", b.frequency_penalty[rows]) if use_penalties else None,
+            presence_penalty=put("presence_penalty", b.presence_penalty[rows]) if use_penalties else None,
+            output_token_counts=counts,
+            prompt_token_mask=prompt_mask,
+            **adjust,
+            seeds=put("seeds", seeds),
+            num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
+        )
+
+    def _logit_adjustments(self, b: InputBatch, rows: np.ndarray, positions: np.ndarray, prev_sampled, prev_sampled_index) -> dict:
+        """The SamplingMetadata fields of the batch's bans, biases and allowed tokens, on the device. A ban
+        that depends on a row's newest output, still on the device under async scheduling, is resolved
+        there against the previous step's samples."""
+        adjust = b.logit_adjustments(rows, positions)
+        dev, vocab = self.device, self.vocab_size
+        fields = dict(adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None)
+        if adjust.rows:
+            values = torch.tensor(adjust.values, dtype=torch.float32, device=dev)
+            if adjust.conditional:
+                req_ids = b.req_ids
+                sources = [prev_sampled_index[req_ids[rows[i]]] if need >= 0 else 0 for i, need in zip(adjust.rows, adjust.requires)]
+                newest = prev_sampled[torch.tensor(sources, device=dev)]
+                requires = torch.tensor(adjust.requires, device=dev)
+                values = torch.where((requires < 0) | (newest == requires), values, torch.zeros_like(values))
+            fields.update(adjust_rows=torch.tensor(adjust.rows, device=dev),
+                          adjust_tokens=torch.tensor(adjust.tokens, device=dev).clamp_(0, vocab - 1), adjust_values=values)
+        if adjust.allowed:
+            mask = torch.full((len(adjust.allowed), vocab), float("-inf"), device=dev)
+            mask_rows = [k for k, (_, ids) in enumerate(adjust.allowed) for _ in ids]
+            mask_tokens = [t for _, ids in adjust.allowed for t in ids]
+            mask[torch.tensor(mask_rows, device=dev), torch.tensor(mask_tokens, device=dev).clamp_(0, vocab - 1)] = 0.0
+            fields.update(allowed_rows=torch.tensor([i for i, _ in adjust.allowed], device=dev), allowed_mask=mask)
+        return fields
+
+    def _token_statistics(self, b: InputBatch, rows: np.ndarray, positions: np.ndarray, prev_sampled,
+                          prev_sampled_index) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row: counts of each vocabulary token among the outputs before ``positions``, and which
+        tokens the prompt has. The host knows all but (under async scheduling) a row's newest token,
+        which is counted on the device from the previous step's samples."""
+        known = b.num_tokens[rows]
+        counts, prompt_mask = token_statistics(
+            torch.as_tensor(b.token_ids[rows, : int(known.max())], device=self.device),
+            torch.as_tensor(b.num_prompt_tokens[rows], device=self.device),
+            torch.as_tensor(known, device=self.device),
+            self.vocab_size,
+        )
+        in_flight = np.nonzero(positions > known)[0]
+        if len(in_flight):
+            sources = [prev_sampled_index[b.req_ids[rows[i]]] for i in in_flight.tolist()]
+            tokens = prev_sampled[torch.as_tensor(sources, device=self.device)]
+            counts.index_put_((torch.as_tensor(in_flight, device=self.device), tokens), torch.ones(len(sources), device=self.device), accumulate=True)
+        return counts, prompt_mask
+
+
+def token_statistics(tokens: torch.Tensor, prompt_len: torch.Tensor, total_len: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tokens`` [B, L] holds each row's prompt then outputs, ``total_len`` of them valid. Returns the
+    [B, V] float counts of each token among the outputs and the [B, V] mask of tokens in the prompt."""
+    pos = torch.arange(tokens.shape[1], device=tokens.device)
+    in_prompt = pos < prompt_len[:, None]
+    in_output = ~in_prompt & (pos < total_len[:, None])
+    tokens = tokens.clamp(0, vocab_size - 1)
+    shape = (tokens.shape[0], vocab_size)
+    counts = torch.zeros(shape, device=tokens.device).scatter_add_(1, tokens, in_output.float())
+    prompt_mask = torch.zeros(shape, device=tokens.device).scatter_add_(1, tokens, in_prompt.float()) > 0
+    return counts, prompt_mask

@@ -1,0 +1,39 @@
+"""Pinned host buffers and their device twins for each step's inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class StagingBuffers:
+    """Host-to-device transfer of each step's inputs through pinned buffers and their device twins,
+    allocated once. Two sets of host buffers alternate by step: with async scheduling a step fills
+    its inputs while the previous step's copies may still be queued. On CPU the arrays are used in place."""
+
+    def __init__(self, device: torch.device, specs: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
+        self.on_gpu = device.type == "cuda"
+        self.dtypes = {name: dtype for name, (_, dtype) in specs.items()}
+        self.hosts: list[dict[str, torch.Tensor]] = [{}, {}]
+        self.device: dict[str, torch.Tensor] = {}
+        self.current = 0
+        if self.on_gpu:
+            for name, (shape, dtype) in specs.items():
+                for host in self.hosts:
+                    host[name] = torch.empty(shape, dtype=dtype, pin_memory=True)
+                self.device[name] = torch.empty(shape, dtype=dtype, device=device)
+
+    def next_step(self) -> None:
+        self.current ^= 1
+
+    def put(self, name: str, array: np.ndarray) -> torch.Tensor:
+        """The array on the device (asynchronous copy; the step's one sync comes later)."""
+        dtype = self.dtypes[name]
+        if not self.on_gpu:
+            return torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
+        rows = array.shape[0]
+        host = self.hosts[self.current][name][:rows]
+        host.numpy()[(slice(None),) + tuple(slice(0, s) for s in array.shape[1:])] = array
+        device = self.device[name][:rows]
+        device.copy_(host, non_blocking=True)
+        return device
