@@ -75,12 +75,14 @@ def time_hf(model, prompts: list[list[int]], output_len: int) -> list[tuple[floa
     mask = torch.ones_like(ids)
     timings = []
     for new_tokens in (1, output_len):
-        torch.cuda.synchronize() if ids.is_cuda else None
+        if ids.is_cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.no_grad():
             model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                            do_sample=True, temperature=1.0, top_k=0, pad_token_id=0)
-        torch.cuda.synchronize() if ids.is_cuda else None
+        if ids.is_cuda:
+            torch.cuda.synchronize()
         timings.append(time.perf_counter() - start)
     return [(timings[0], timings[1])] * len(prompts)
 
@@ -131,7 +133,7 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
             row = {"input_len": input_len, **summarize(runs, args.output_len)}
             row["prefill_tflop_per_s"] = args.batch_size * prefill_flops(hf_config, input_len) / (row["ttft_ms"]["median"] / 1e3) / 1e12
             mid_context = args.batch_size * (input_len + args.output_len // 2)
-            floor_ms = decode_floor(hf_config, args.batch_size, mid_context, _dtype_bytes(engine_kwargs))["floor_ms"]
+            floor_ms = decode_floor(hf_config, args.batch_size, mid_context, _dtype_bytes(engine_kwargs, hf_config))["floor_ms"]
             row["decode_floor_ms"] = floor_ms
             row["tpot_over_floor"] = row["tpot_ms"]["median"] / floor_ms
             if profile is not None:
@@ -163,8 +165,14 @@ def _kernel_settings() -> dict | None:
     return {"prefill": PREFILL_CONFIG, "decode_splits": DECODE_SPLIT_POLICY}
 
 
-def _dtype_bytes(engine_kwargs: dict) -> int:
-    return 4 if engine_kwargs.get("dtype") == "float32" else 2
+def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:
+    """Bytes per weight and KV element of the engine's dtype ("auto": the checkpoint's, as the engine resolves it)."""
+    import torch
+
+    from raygrid.models.loader import resolve_dtype
+
+    device = torch.device("cuda" if engine_kwargs.get("device") != "cpu" and torch.cuda.is_available() else "cpu")
+    return resolve_dtype(engine_kwargs.get("dtype", "auto"), hf_config, device).itemsize
 
 
 def _open_backend(args, engine_kwargs: dict, longest: int):
