@@ -39,7 +39,8 @@ def test_reference_numerics():
 
 def write_fp8_checkpoint(src: str, dst: Path, strategy: str, keep_bf16: str | None = None, **group_changes) -> str:
     """The compressed-tensors FP8 layout, written from a float checkpoint: float8 e4m3 weights of the linear layers
-    with ``weight_scale`` ([N, 1] per channel, [1] per tensor), dynamic per-token activations, the LM head ignored."""
+    with ``weight_scale`` ([N, 1] per channel; [1] or a scalar per tensor), dynamic per-token activations, the LM head
+    ignored."""
     shutil.copytree(src, dst)
     for file in dst.glob("*.safetensors"):
         tensors = load_file(file)
@@ -49,8 +50,8 @@ def write_fp8_checkpoint(src: str, dst: Path, strategy: str, keep_bf16: str | No
             w = tensors[name].float()
             if strategy == "channel":
                 scale = (w.abs().amax(dim=1, keepdim=True) / 448.0).clamp(min=1e-12)
-            else:
-                scale = (w.abs().amax() / 448.0).reshape(1)
+            else:  # per tensor: a scalar for the query projections, [1] for the others (checkpoints write both)
+                scale = (w.abs().amax() / 448.0).reshape(() if ".q_proj." in name else (1,))
             tensors[name] = (w / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
             tensors[name.removesuffix("weight") + "weight_scale"] = scale.float()
         save_file(tensors, file)

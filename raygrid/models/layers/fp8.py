@@ -93,9 +93,8 @@ class _ChannelScale:
         self.per_tensor = _numel(loaded.shape) == 1
 
     def narrow(self, dim: int, start: int, size: int) -> torch.Tensor:
-        if self.per_tensor:
-            value = self.loaded.narrow(0, 0, 1) if len(self.loaded.shape) else self.loaded
-            return torch.as_tensor(value).float().reshape(1).expand(size)
+        if self.per_tensor:  # shape [1], [1, 1] or a scalar (CheckpointTensor reads a scalar whole)
+            return self.loaded.narrow(0, 0, 1).float().reshape(1).expand(size)
         return self.loaded.narrow(0, start, size).float().reshape(size)
 
 
