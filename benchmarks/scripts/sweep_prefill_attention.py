@@ -55,9 +55,9 @@ def main() -> None:
         # Warp specialization (tl.range's) is left out: Triton 3.6 fails to compile it at 4 warps and ignores it at 8.
         launches = [(128, 64, 4, 3), (128, 64, 4, 4), (128, 128, 8, 3), (128, 128, 8, 4), (256, 64, 8, 2), (256, 64, 8, 3),
                     (256, 128, 8, 2), (128, 64, 8, 3)]
-        configs = [dict(block_m=m, block_n=n, num_warps=w, num_stages=s, warp_specialize=False, pack=pack)
+        configs = [dict(block_m=m, block_n=n, num_warps=w, num_stages=s, pack=pack)
                    for (m, n, w, s), pack in itertools.product(launches, (1, 2))] + [
-                   dict(block_m=64, block_n=64, num_warps=4, num_stages=2, warp_specialize=False, pack=1)]
+                   dict(block_m=64, block_n=64, num_warps=4, num_stages=2, pack=1)]
     results = []
     for num_seqs, length in CASES:
         (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, length)

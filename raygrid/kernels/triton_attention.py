@@ -179,7 +179,6 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
 ):
     """One program per (pack of query heads, query tile, sequence): causal attention of the tile's queries,
     which are the last tokens of the sequence, over its cached keys. The tile's BLOCK_M rows are
@@ -213,7 +212,7 @@ def _prefill_kernel(
     # the tile's last query, is the diagonal.
     unmasked_end = (context + tile * TOKENS + 1) // BLOCK_N * BLOCK_N
     end = tl.minimum(seq_len, context + (tile + 1) * TOKENS)
-    for start in tl.range(0, unmasked_end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for start in range(0, unmasked_end, BLOCK_N):
         m_i, l_i, acc = _prefill_tile(
             q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
             stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, False, DOT_PRECISION,
@@ -263,7 +262,7 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step. Chosen by
 # benchmarks/scripts/sweep_prefill_attention.py on an H200 (benchmarks/README.md). RAYGRID_PREFILL_CONFIG
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches.
-PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=3, warp_specialize=False, pack=2)
+PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2)
 PREFILL_CONFIG.update(json.loads(os.environ.get("RAYGRID_PREFILL_CONFIG", "{}")))
 
 
@@ -303,7 +302,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, max_query_len: int, scale, out=None,
                             block_m: int = PREFILL_CONFIG["block_m"], block_n: int = PREFILL_CONFIG["block_n"],
                             num_warps: int = PREFILL_CONFIG["num_warps"], num_stages: int = PREFILL_CONFIG["num_stages"],
-                            warp_specialize: bool = PREFILL_CONFIG["warp_specialize"], pack: int = PREFILL_CONFIG["pack"]):
+                            pack: int = PREFILL_CONFIG["pack"]):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
     query heads of one kv head share a program (at most the group size, and a divisor of it)."""
     _, num_heads, head_dim = query.shape
@@ -320,6 +319,6 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
-        WARP_SPECIALIZE=warp_specialize, num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -193,8 +193,9 @@ class LlamaForCausalLM(nn.Module):
             if name not in params:
                 raise ValueError(f"checkpoint tensor {hf_name!r} has no place in {type(self).__name__}")
             param = params[name]
-            if getattr(tensor, "is_fp8", False) != (param.dtype == torch.float8_e4m3fn):
-                raise ValueError(f"checkpoint tensor {hf_name!r} is {'' if getattr(tensor, 'is_fp8', False) else 'not '}FP8, "
+            is_fp8 = getattr(tensor, "is_fp8", False)
+            if is_fp8 != (param.dtype == torch.float8_e4m3fn):
+                raise ValueError(f"checkpoint tensor {hf_name!r} is {'' if is_fp8 else 'not '}FP8, "
                                  f"but raygrid's {name} is {param.dtype} (quantization_config's 'ignore' list and raygrid's "
                                  "FP8 layers disagree)")
             loader = getattr(param, "weight_loader", None)

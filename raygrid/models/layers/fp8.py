@@ -11,8 +11,12 @@ float weights of 8 bits, a scale per channel or per tensor, dynamic per-token ac
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+
+from raygrid.parallel.layers import ColumnParallelLinear, RowParallelLinear
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
@@ -45,8 +49,6 @@ def fp8_linear_ref(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Te
 
 def fp8_layers(model: nn.Module) -> list[nn.Module]:
     """The layers FP8 applies to: the tensor-parallel linear layers (attention and dense MLP projections)."""
-    from raygrid.parallel.layers import ColumnParallelLinear, RowParallelLinear
-
     return [m for m in model.modules() if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
 
 
@@ -71,8 +73,6 @@ def prepare_for_fp8_checkpoint(model: nn.Module) -> None:
 
 
 def _scale_loader(layer: nn.Module, weight_loader):
-    from raygrid.parallel.layers import RowParallelLinear
-
     def load(param: nn.Parameter, loaded, shard_id=None) -> None:
         if isinstance(layer, RowParallelLinear):  # split along K: every rank holds every output channel's scale
             param.data.copy_(_ChannelScale(loaded).narrow(0, 0, param.shape[0]))
@@ -90,19 +90,12 @@ class _ChannelScale:
 
     def __init__(self, loaded) -> None:
         self.loaded = loaded
-        self.per_tensor = _numel(loaded.shape) == 1
+        self.per_tensor = math.prod(loaded.shape) == 1
 
     def narrow(self, dim: int, start: int, size: int) -> torch.Tensor:
         if self.per_tensor:  # shape [1], [1, 1] or a scalar (CheckpointTensor reads a scalar whole)
             return self.loaded.narrow(0, 0, 1).float().reshape(1).expand(size)
         return self.loaded.narrow(0, start, size).float().reshape(size)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 # ---------------------------------------------------------------------------- the checkpoint's word
@@ -124,10 +117,10 @@ def resolve_quantization(requested: str | None, hf_config) -> str | None:
                          "(raygrid reads FP8 checkpoints in the compressed-tensors layout)")
     if experts:
         raise ValueError("quantization_config: FP8 checkpoints of mixture-of-experts models are not supported yet")
-    for name, group in (qc.get("config_groups") or {}).items():
-        _check_group(f"quantization_config.config_groups.{name}", group)
     if not qc.get("config_groups"):
         raise ValueError("quantization_config.config_groups: none given (an FP8 checkpoint describes its weights there)")
+    for name, group in qc["config_groups"].items():
+        _check_group(f"quantization_config.config_groups.{name}", group)
     return "fp8"
 
 
