@@ -66,7 +66,8 @@ def main() -> None:
     for name in args.variants:
         engine = LLMEngine.from_engine_args(EngineArgs(model=args.model, dtype="bfloat16", max_model_len=args.input_len + 512,
                                                        **variant_kwargs[name]))
-        prompt = lambda: rng.integers(0, min(10000, engine.processor.vocab_size), size=args.input_len).tolist()  # noqa: E731
+        high = min(10000, engine.processor.vocab_size)
+        prompt = lambda: rng.integers(0, high, size=args.input_len).tolist()  # noqa: E731
         for _ in range(3):
             run_one(engine, prompt(), args.output_len)
         runs = [run_one(engine, prompt(), args.output_len) for _ in range(5)]
@@ -89,7 +90,6 @@ def main() -> None:
         report["variants"][name] = {"runs": runs, "ttft_median_ms": float(np.median([r["ttft_ms"] for r in runs]))}
         print(name, json.dumps(report["variants"][name]["ttft_median_ms"]), runs[0], flush=True)
         engine.shutdown()
-        del engine
         torch.cuda.empty_cache()
     (out / "ttft_profile.json").write_text(json.dumps(report, indent=2))
 
