@@ -412,3 +412,44 @@ def test_fp8_linear_on_gpu_matches_its_reference():
         for b in (None, bias):
             torch.testing.assert_close(ops.linear(x, weight, b, scale).float(), fp8_linear_ref(x, weight, scale, b).float(),
                                        atol=2e-2, rtol=2e-2)
+
+
+def test_per_token_fp8_quant_matches_its_reference():
+    """The FP8 layers' activation quantization against quantize_per_token, bit for bit: scales and float8 values,
+    rows held in registers and rows of more than ONE_PASS_MAX elements (two passes), a zero row included. The
+    interpreter rounds float8 wrongly where rounding carries into the exponent (125.6 -> 64, not 128), so on CPU
+    every scaled value is a float8 number already (power-of-two row scales); a GPU takes random rows."""
+    from raygrid.kernels.triton_quant import ONE_PASS_MAX, per_token_quant_fp8
+    from raygrid.models.layers.fp8 import FP8, MIN_SCALE, quantize_per_token
+
+    torch.manual_seed(0)
+    for m, k in ([(1, 4096), (7, 14336), (300, 1024), (3, 20000)] if ON_GPU else [(3, 200), (2, ONE_PASS_MAX + 100)]):
+        if ON_GPU:
+            x = (torch.randn(m, k, device=DEVICE) * torch.rand(m, 1, device=DEVICE) * 10).bfloat16()
+        else:
+            values = (torch.rand(m, k) * 800 - 400).to(FP8).float()
+            values[:, 0] = 448.0  # each row's largest value, so its scale is exactly its power of two
+            x = values * 2.0 ** torch.randint(-6, 4, (m, 1)).float()
+        x[-1] = 0
+        q, scale = per_token_quant_fp8(x, MIN_SCALE)
+        ref_q, ref_scale = quantize_per_token(x)
+        assert q.dtype == FP8 and scale.shape == (m, 1)
+        assert torch.equal(scale, ref_scale), (m, k)
+        assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8)), (m, k)
+
+
+def test_skinny_linear_on_fp8_weights():
+    """The skinny kernel on float8 weights with per-channel scales (activations stay in their dtype) against
+    the float32 product of the dequantized weights."""
+    from raygrid.kernels.triton_linear import skinny_linear
+    from raygrid.models.layers.fp8 import quantize_per_channel
+
+    dtype = torch.bfloat16 if ON_GPU else torch.float32
+    for n, k in ([(6144, 4096), (4096, 14336), (1000, 200)] if ON_GPU else [(40, 64), (24, 200)]):
+        weight, scale = quantize_per_channel(torch.randn(n, k, device=DEVICE) / k**0.5)
+        bias = torch.randn(n, dtype=dtype, device=DEVICE)
+        for m in (1, 3, 16):
+            x = torch.randn(m, k, dtype=dtype, device=DEVICE)
+            expected = x.float() @ (weight.float() * scale[:, None]).T + bias.float()
+            got = skinny_linear(x, weight, bias, scale, block_n=16, block_k=64 if not ON_GPU else None)
+            torch.testing.assert_close(got.float(), expected, **tol(dtype))

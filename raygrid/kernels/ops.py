@@ -42,12 +42,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def _fp8_linear(x, weight, weight_scale, bias):
-    from raygrid.models.layers.fp8 import fp8_linear_ref, quantize_per_token
+    from raygrid.kernels.triton_quant import per_token_quant_fp8
+    from raygrid.models.layers.fp8 import MIN_SCALE, fp8_linear_ref
 
     if not x.is_cuda or not _TRITON_ALLOWED:
         return fp8_linear_ref(x, weight, weight_scale, bias)
     x2 = x.reshape(-1, x.shape[-1])
-    x_q, x_scale = quantize_per_token(x2)
+    x_q, x_scale = per_token_quant_fp8(x2, MIN_SCALE)
     # Row-wise scaling: a scale per token of x and per output channel of the weight, applied in the epilogue.
     y = torch._scaled_mm(x_q, weight.t(), scale_a=x_scale, scale_b=weight_scale.view(1, -1), out_dtype=x.dtype)
     if bias is not None:

@@ -20,18 +20,18 @@ from raygrid.parallel.layers import ColumnParallelLinear, RowParallelLinear
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
-_MIN_SCALE = 1e-12  # an all-zero row or token keeps a finite scale
+MIN_SCALE = 1e-12  # an all-zero row or token keeps a finite scale
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``weight [N, K]`` -> (float8 weight, float32 scale ``[N]``) with ``weight ~ fp8 * scale[:, None]``."""
-    scale = (weight.abs().amax(dim=1).float() / FP8_MAX).clamp(min=_MIN_SCALE)
+    scale = (weight.abs().amax(dim=1).float() / FP8_MAX).clamp(min=MIN_SCALE)
     return (weight.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Activations ``[M, K]`` -> (float8, float32 scale ``[M, 1]``): each token scaled by its own largest value."""
-    scale = (x.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=_MIN_SCALE)
+    scale = (x.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=MIN_SCALE)
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 

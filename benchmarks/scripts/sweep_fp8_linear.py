@@ -1,0 +1,102 @@
+"""The FP8 linear layer's parts against bf16, timed inside CUDA graphs (a graph of 20 calls, replayed; so
+launch overhead is not counted, as in the engine's decode graphs), at the 8B-shaped Llama's weight shapes
+and batch sizes from decode to prefill:
+
+- ``bf16``: ``ops.linear`` on bf16 weights (the skinny kernel or cuBLAS);
+- ``quant_torch`` / ``quant_triton``: per-token activation quantization, the torch reference and the kernel;
+- ``mm_rowwise`` (and ``_fast``: ``use_fast_accum``): ``torch._scaled_mm`` with a scale per token and per channel;
+- ``mm_tensorwise``: ``torch._scaled_mm`` with one scale each (cuBLASLt), for comparison;
+- ``w8a16_skinny``: the skinny kernel on float8 weights and bf16 activations (up to 16 rows);
+- ``fp8_layer``: ``ops.linear`` on the float8 weights, as the engine runs it.
+
+Each result is checked against its reference. ``python benchmarks/scripts/sweep_fp8_linear.py --output-json OUT.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+
+import torch
+
+from raygrid.kernels import ops
+from raygrid.kernels.triton_linear import skinny_linear
+from raygrid.kernels.triton_quant import per_token_quant_fp8
+from raygrid.models.layers.fp8 import MIN_SCALE, fp8_linear_ref, quantize_per_channel, quantize_per_token
+
+SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}  # (N, K)
+
+
+def graph_us(fn, calls: int = 20, replays: int = 10) -> float:
+    """Microseconds a call of ``fn`` takes inside a CUDA graph of ``calls`` calls."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / (calls * replays)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output-json", default=None)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 8, 16, 32, 64, 128, 256, 512, 2048, 8192])
+    args = parser.parse_args()
+    results = []
+    for name, (n, k) in SHAPES.items():
+        w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
+        w_q, w_scale = quantize_per_channel(w)
+        w_t = w_q.t()
+        one = torch.ones(1, dtype=torch.float32, device="cuda")
+        for m in args.rows:
+            x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+            x_q, x_scale = per_token_quant_fp8(x, MIN_SCALE)
+            ref_q, ref_scale = quantize_per_token(x)
+            checks = {"quant_bitwise": bool(torch.equal(x_q.view(torch.uint8), ref_q.view(torch.uint8))
+                                            and torch.equal(x_scale, ref_scale))}
+            expected = fp8_linear_ref(x, w_q, w_scale).float()
+            got = ops.linear(x, w_q, None, w_scale).float()
+            checks["fp8_layer_rel_error"] = ((got - expected).abs().max() / expected.abs().max()).item()
+            row = {"shape": name, "n": n, "k": k, "m": m, "checks": checks, "us": {
+                "bf16": graph_us(lambda: ops.linear(x, w)),
+                "quant_torch": graph_us(lambda: quantize_per_token(x)),
+                "quant_triton": graph_us(lambda: per_token_quant_fp8(x, MIN_SCALE)),
+                "mm_rowwise": graph_us(lambda: torch._scaled_mm(x_q, w_t, scale_a=x_scale, scale_b=w_scale.view(1, -1),
+                                                                out_dtype=torch.bfloat16)),
+                "mm_rowwise_fast": graph_us(lambda: torch._scaled_mm(x_q, w_t, scale_a=x_scale, scale_b=w_scale.view(1, -1),
+                                                                     out_dtype=torch.bfloat16, use_fast_accum=True)),
+                "mm_tensorwise": graph_us(lambda: torch._scaled_mm(x_q, w_t, scale_a=one, scale_b=one,
+                                                                   out_dtype=torch.bfloat16)),
+                "fp8_layer": graph_us(lambda: ops.linear(x, w_q, None, w_scale)),
+            }}
+            if m <= 16:
+                row["us"]["w8a16_skinny"] = graph_us(lambda: skinny_linear(x, w_q, None, w_scale))
+                exact = (x.float() @ (w_q.float() * w_scale[:, None]).T)
+                checks["w8a16_rel_error"] = ((skinny_linear(x, w_q, None, w_scale).float() - exact).abs().max()
+                                             / exact.abs().max()).item()
+            row["us"] = {key: round(value, 2) for key, value in row["us"].items()}
+            results.append(row)
+            print(f"{name:8s} M={m:5d} " + " ".join(f"{key} {value:8.2f}" for key, value in row["us"].items()), checks, flush=True)
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump({"machine": torch.cuda.get_device_name(0),
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
