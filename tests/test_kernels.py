@@ -400,14 +400,16 @@ def test_skinny_linear(with_bias):
 
 @pytest.mark.skipif(not ON_GPU, reason="on CPU ops.linear runs fp8_linear_ref itself")
 def test_fp8_linear_on_gpu_matches_its_reference():
-    """FP8 layers on a GPU (per-token activation scales, torch._scaled_mm with row-wise scales) against
-    fp8_linear_ref, for decode-sized and prefill-sized batches, with and without a bias."""
+    """FP8 layers on a GPU (per-token activation scales; torch._scaled_mm with unit scales and the scales applied
+    after, up to FP8_TENSORWISE_MAX_M rows, with row-wise scales above) against fp8_linear_ref, for decode-sized
+    and prefill-sized batches, with and without a bias."""
     from raygrid.kernels import ops
     from raygrid.models.layers.fp8 import fp8_linear_ref, quantize_per_channel
 
     weight, scale = quantize_per_channel(torch.randn(4096, 1024, device=DEVICE) / 32)
     bias = torch.randn(4096, dtype=torch.bfloat16, device=DEVICE)
-    for m in (1, 5, 16, 300):
+    assert ops.FP8_TENSORWISE_MAX_M == 256
+    for m in (1, 5, 16, 256, 257, 1000):
         x = torch.randn(m, 1024, dtype=torch.bfloat16, device=DEVICE)
         for b in (None, bias):
             torch.testing.assert_close(ops.linear(x, weight, b, scale).float(), fp8_linear_ref(x, weight, scale, b).float(),
@@ -416,40 +418,42 @@ def test_fp8_linear_on_gpu_matches_its_reference():
 
 def test_per_token_fp8_quant_matches_its_reference():
     """The FP8 layers' activation quantization against quantize_per_token, bit for bit: scales and float8 values,
-    rows held in registers and rows of more than ONE_PASS_MAX elements (two passes), a zero row included. The
-    interpreter rounds float8 wrongly where rounding carries into the exponent (125.6 -> 64, not 128), so on CPU
-    every scaled value is a float8 number already (power-of-two row scales); a GPU takes random rows."""
+    rows held in registers and rows of more than ONE_PASS_MAX elements (two passes), float32 and bf16 inputs, a
+    zero row, -0, values that round to float8's subnormals, and a row of every tie between two float8 numbers with
+    its float32 neighbours (scaled by 1: its largest value is 448), where round-to-nearest-even decides."""
     from raygrid.kernels.triton_quant import ONE_PASS_MAX, per_token_quant_fp8
     from raygrid.models.layers.fp8 import FP8, MIN_SCALE, quantize_per_token
 
+    grid = torch.arange(127, dtype=torch.uint8).view(FP8).float()  # every finite float8 >= 0, ascending
+    ties = (grid[1:] + grid[:-1]) / 2
+    tie_row = torch.cat([ties, torch.nextafter(ties, grid[1:]), torch.nextafter(ties, grid[:-1]), grid])
+    tie_row = torch.cat([tie_row, -tie_row]).to(DEVICE)
     torch.manual_seed(0)
     for m, k in ([(1, 4096), (7, 14336), (300, 1024), (3, 20000)] if ON_GPU else [(3, 200), (2, ONE_PASS_MAX + 100)]):
-        if ON_GPU:
-            x = (torch.randn(m, k, device=DEVICE) * torch.rand(m, 1, device=DEVICE) * 10).bfloat16()
-        else:
-            values = (torch.rand(m, k) * 800 - 400).to(FP8).float()
-            values[:, 0] = 448.0  # each row's largest value, so its scale is exactly its power of two
-            x = values * 2.0 ** torch.randint(-6, 4, (m, 1)).float()
-        x[-1] = 0
-        q, scale = per_token_quant_fp8(x, MIN_SCALE)
-        ref_q, ref_scale = quantize_per_token(x)
-        assert q.dtype == FP8 and scale.shape == (m, 1)
-        assert torch.equal(scale, ref_scale), (m, k)
-        assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8)), (m, k)
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(m, k, device=DEVICE) * torch.rand(m, 1, device=DEVICE) * 10
+            x[0, :4] = torch.tensor([-0.0, 1e-6, -2e-5, 3e-4])
+            x[-1] = 0
+            cases = [x.to(dtype)] + ([tie_row[None, :]] if dtype == torch.float32 and k == 200 or k == 1024 else [])
+            for x in cases:
+                q, scale = per_token_quant_fp8(x, MIN_SCALE)
+                ref_q, ref_scale = quantize_per_token(x)
+                assert q.dtype == FP8 and scale.shape == (x.shape[0], 1)
+                assert torch.equal(scale, ref_scale), (m, k, dtype)
+                assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8)), (m, k, dtype)
 
 
-def test_skinny_linear_on_fp8_weights():
-    """The skinny kernel on float8 weights with per-channel scales (activations stay in their dtype) against
-    the float32 product of the dequantized weights."""
-    from raygrid.kernels.triton_linear import skinny_linear
-    from raygrid.models.layers.fp8 import quantize_per_channel
+
+def test_scale_fp8_product_matches_torch():
+    """The small FP8 batches' epilogue: a product scaled per row and per column, plus a bias, in place."""
+    from raygrid.kernels.triton_quant import scale_fp8_product
 
     dtype = torch.bfloat16 if ON_GPU else torch.float32
-    for n, k in ([(6144, 4096), (4096, 14336), (1000, 200)] if ON_GPU else [(40, 64), (24, 200)]):
-        weight, scale = quantize_per_channel(torch.randn(n, k, device=DEVICE) / k**0.5)
-        bias = torch.randn(n, dtype=dtype, device=DEVICE)
-        for m in (1, 3, 16):
-            x = torch.randn(m, k, dtype=dtype, device=DEVICE)
-            expected = x.float() @ (weight.float() * scale[:, None]).T + bias.float()
-            got = skinny_linear(x, weight, bias, scale, block_n=16, block_k=64 if not ON_GPU else None)
+    for m, n in ((1, 300), (5, 4096), (40, 700)):
+        y = torch.randn(m, n, device=DEVICE).to(dtype) * 1000
+        x_scale, w_scale = torch.rand(m, 1, device=DEVICE), torch.rand(n, device=DEVICE)
+        bias = torch.randn(n, device=DEVICE).to(dtype)
+        for b in (None, bias):
+            expected = y.float() * x_scale * w_scale + (0 if b is None else b.float())
+            got = scale_fp8_product(y.clone(), x_scale, w_scale, b)
             torch.testing.assert_close(got.float(), expected, **tol(dtype))

@@ -4,10 +4,11 @@ and batch sizes from decode to prefill:
 
 - ``bf16``: ``ops.linear`` on bf16 weights (the skinny kernel or cuBLAS);
 - ``quant_torch`` / ``quant_triton``: per-token activation quantization, the torch reference and the kernel;
-- ``mm_rowwise`` (and ``_fast``: ``use_fast_accum``): ``torch._scaled_mm`` with a scale per token and per channel;
-- ``mm_tensorwise``: ``torch._scaled_mm`` with one scale each (cuBLASLt), for comparison;
-- ``w8a16_skinny``: the skinny kernel on float8 weights and bf16 activations (up to 16 rows);
-- ``fp8_layer``: ``ops.linear`` on the float8 weights, as the engine runs it.
+- ``mm_rowwise`` (and ``_fast``: ``use_fast_accum``): ``torch._scaled_mm`` with a scale per token and per channel
+  (CUTLASS);
+- ``mm_tensorwise``: ``torch._scaled_mm`` with unit scales (cuBLASLt);
+- ``layer_rowwise``, ``layer_tensorwise``: the whole FP8 layer (quantization, product, scales) either way;
+- ``fp8_layer``: ``ops.linear`` on the float8 weights, as the engine runs it (which way is FP8_TENSORWISE_MAX_M's).
 
 Each result is checked against its reference. ``python benchmarks/scripts/sweep_fp8_linear.py --output-json OUT.json``
 """
@@ -22,8 +23,7 @@ import sys
 import torch
 
 from raygrid.kernels import ops
-from raygrid.kernels.triton_linear import skinny_linear
-from raygrid.kernels.triton_quant import per_token_quant_fp8
+from raygrid.kernels.triton_quant import per_token_quant_fp8, scale_fp8_product
 from raygrid.models.layers.fp8 import MIN_SCALE, fp8_linear_ref, quantize_per_channel, quantize_per_token
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}  # (N, K)
@@ -61,16 +61,18 @@ def main() -> None:
         w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
         w_q, w_scale = quantize_per_channel(w)
         w_t = w_q.t()
-        one = torch.ones(1, dtype=torch.float32, device="cuda")
+        one = torch.ones((), dtype=torch.float32, device="cuda")
         for m in args.rows:
             x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
             x_q, x_scale = per_token_quant_fp8(x, MIN_SCALE)
             ref_q, ref_scale = quantize_per_token(x)
             checks = {"quant_bitwise": bool(torch.equal(x_q.view(torch.uint8), ref_q.view(torch.uint8))
                                             and torch.equal(x_scale, ref_scale))}
+            y_raw = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
             expected = fp8_linear_ref(x, w_q, w_scale).float()
-            got = ops.linear(x, w_q, None, w_scale).float()
-            checks["fp8_layer_rel_error"] = ((got - expected).abs().max() / expected.abs().max()).item()
+            for way, product in (("rowwise", ops.fp8_product_rowwise), ("tensorwise", ops.fp8_product_tensorwise)):
+                got = product(x_q, x_scale, w_q, w_scale, None, x.dtype).float()
+                checks[f"{way}_rel_error"] = ((got - expected).abs().max() / expected.abs().max()).item()
             row = {"shape": name, "n": n, "k": k, "m": m, "checks": checks, "us": {
                 "bf16": graph_us(lambda: ops.linear(x, w)),
                 "quant_torch": graph_us(lambda: quantize_per_token(x)),
@@ -81,13 +83,13 @@ def main() -> None:
                                                                      out_dtype=torch.bfloat16, use_fast_accum=True)),
                 "mm_tensorwise": graph_us(lambda: torch._scaled_mm(x_q, w_t, scale_a=one, scale_b=one,
                                                                    out_dtype=torch.bfloat16)),
+                "scale_epilogue": graph_us(lambda: scale_fp8_product(y_raw, x_scale, w_scale, None)),
+                "layer_rowwise": graph_us(lambda: ops.fp8_product_rowwise(*per_token_quant_fp8(x, MIN_SCALE), w_q, w_scale,
+                                                                          None, x.dtype)),
+                "layer_tensorwise": graph_us(lambda: ops.fp8_product_tensorwise(*per_token_quant_fp8(x, MIN_SCALE), w_q,
+                                                                                w_scale, None, x.dtype)),
                 "fp8_layer": graph_us(lambda: ops.linear(x, w_q, None, w_scale)),
             }}
-            if m <= 16:
-                row["us"]["w8a16_skinny"] = graph_us(lambda: skinny_linear(x, w_q, None, w_scale))
-                exact = (x.float() @ (w_q.float() * w_scale[:, None]).T)
-                checks["w8a16_rel_error"] = ((skinny_linear(x, w_q, None, w_scale).float() - exact).abs().max()
-                                             / exact.abs().max()).item()
             row["us"] = {key: round(value, 2) for key, value in row["us"].items()}
             results.append(row)
             print(f"{name:8s} M={m:5d} " + " ".join(f"{key} {value:8.2f}" for key, value in row["us"].items()), checks, flush=True)

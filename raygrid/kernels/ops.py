@@ -49,11 +49,38 @@ def _fp8_linear(x, weight, weight_scale, bias):
         return fp8_linear_ref(x, weight, weight_scale, bias)
     x2 = x.reshape(-1, x.shape[-1])
     x_q, x_scale = per_token_quant_fp8(x2, MIN_SCALE)
-    # Row-wise scaling: a scale per token of x and per output channel of the weight, applied in the epilogue.
-    y = torch._scaled_mm(x_q, weight.t(), scale_a=x_scale, scale_b=weight_scale.view(1, -1), out_dtype=x.dtype)
-    if bias is not None:
-        y = y + bias
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    product = fp8_product_tensorwise if x2.shape[0] <= FP8_TENSORWISE_MAX_M else fp8_product_rowwise
+    return product(x_q, x_scale, weight, weight_scale, bias, x.dtype).reshape(*x.shape[:-1], weight.shape[0])
+
+
+# Rows up to which FP8 layers multiply with unit scales (cuBLASLt) and scale the product after, instead of
+# torch._scaled_mm's row-wise scaling (CUTLASS), which is slower than bf16 for small batches on an H200
+# (benchmarks/scripts/sweep_fp8_linear.py, benchmarks/README.md).
+FP8_TENSORWISE_MAX_M = int(os.environ.get("RAYGRID_FP8_TENSORWISE_MAX_M", "256"))
+
+
+def fp8_product_rowwise(x_q, x_scale, weight, weight_scale, bias, dtype):
+    """A scale per token of x and per output channel of the weight, applied in the GEMM's epilogue."""
+    y = torch._scaled_mm(x_q, weight.t(), scale_a=x_scale, scale_b=weight_scale.view(1, -1), out_dtype=dtype)
+    return y if bias is None else y + bias
+
+
+def fp8_product_tensorwise(x_q, x_scale, weight, weight_scale, bias, dtype):
+    """Unit scales, then both scales (and the bias) applied by one small kernel."""
+    from raygrid.kernels.triton_quant import scale_fp8_product
+
+    one = _unit_scale(x_q.device)
+    return scale_fp8_product(torch._scaled_mm(x_q, weight.t(), scale_a=one, scale_b=one, out_dtype=dtype),
+                             x_scale, weight_scale, bias)
+
+
+_UNIT_SCALES: dict[torch.device, torch.Tensor] = {}
+
+
+def _unit_scale(device: torch.device) -> torch.Tensor:
+    if device not in _UNIT_SCALES:
+        _UNIT_SCALES[device] = torch.ones((), dtype=torch.float32, device=device)
+    return _UNIT_SCALES[device]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):

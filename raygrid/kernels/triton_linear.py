@@ -17,8 +17,8 @@ SKINNY_MAX_M = 16  # rows (tokens) up to which the kernel replaces cuBLAS; tl.do
 
 @triton.jit
 def _skinny_linear_kernel(
-    x_ptr, w_ptr, b_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-    HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.arange(0, BLOCK_M)
@@ -34,9 +34,7 @@ def _skinny_linear_kernel(
             w_mask = w_mask & (ks < K)[None, :]
         x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], mask=x_mask, other=0.0)
         w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], mask=w_mask, other=0.0)
-        acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
-    if HAS_SCALE:  # float8 weights: one scale per output channel
-        acc *= tl.load(scale_ptr + cols, mask=col_ok, other=0.0)[None, :]
+        acc = tl.dot(x, tl.trans(w), acc)
     if HAS_BIAS:
         acc += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], acc.to(y_ptr.dtype.element_ty),
@@ -49,11 +47,9 @@ def skinny_config(n: int, k: int) -> dict:
     return dict(block_n=16 if n <= 2048 else 32, block_k=128, num_warps=4, num_stages=4)
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  weight_scale: torch.Tensor | None = None, block_n: int | None = None, block_k: int | None = None,
-                  num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
-    """``x [M, K] @ weight[N, K].T + bias`` for M <= SKINNY_MAX_M; launch settings default to skinny_config.
-    With ``weight_scale [N]`` the weight is float8 and its columns are scaled (``x`` stays in its dtype)."""
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, block_n: int | None = None,
+                  block_k: int | None = None, num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
+    """``x [M, K] @ weight[N, K].T + bias`` for M <= SKINNY_MAX_M; launch settings default to skinny_config."""
     m, k = x.shape
     n = weight.shape[0]
     if m > SKINNY_MAX_M:
@@ -63,8 +59,8 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     block_n, block_k = block_n or config["block_n"], block_k or config["block_k"]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     _skinny_linear_kernel[(triton.cdiv(n, block_n),)](
-        x, weight, bias if bias is not None else weight, weight_scale if weight_scale is not None else weight, y,
-        m, n, k, x.stride(0), weight.stride(0), y.stride(0), HAS_BIAS=bias is not None, HAS_SCALE=weight_scale is not None, EVEN_K=k % block_k == 0, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k,
+        x, weight, bias if bias is not None else weight, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
+        HAS_BIAS=bias is not None, EVEN_K=k % block_k == 0, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k,
         num_warps=num_warps or config["num_warps"], num_stages=num_stages or config["num_stages"],
     )
     return y

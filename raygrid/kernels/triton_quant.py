@@ -2,7 +2,9 @@
 e4m3, with its float32 scale, in one kernel. The reference is ``models/layers/fp8.quantize_per_token``, which
 takes about nine torch kernels and float32 copies of the activations; this one reads the row once (twice for
 rows of more than ``ONE_PASS_MAX`` elements) and writes one byte an element. Divisions round to nearest, as
-torch's do, so the two agree bit for bit.
+torch's do, and each value is rounded to float8 by ``_round_to_e4m3`` before the cast, so the two agree bit for
+bit: Triton 3.6's own float32 -> float8 cast is not always round-to-nearest-even (its interpreter turns 125.6
+into 64), but a value that float8 holds exactly casts exactly.
 """
 
 from __future__ import annotations
@@ -15,6 +17,23 @@ ONE_PASS_MAX = 16384  # rows up to this many elements stay in registers between 
 
 
 @triton.jit
+def _round_to_e4m3(v):
+    """float32 values within +-448 rounded to the nearest float8 e4m3 number, ties to even (as torch's cast),
+    in integer arithmetic on the float32 bits."""
+    bits = v.to(tl.int32, bitcast=True)
+    # Normal numbers: keep 3 of the 23 mantissa bits, rounding on the 20 dropped (the sign bit is untouched).
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)  # -1048576: 0xFFF00000
+    # Below 2**-6, float8 numbers are multiples of 2**-9: the mantissa (implicit bit included) shifted by what
+    # lies between its exponent and 2**-9, rounded; 25 bits or more shift everything out.
+    mantissa = (bits & 0x7FFFFF) | 0x800000
+    shift = tl.minimum(tl.maximum(141 - ((bits >> 23) & 0xFF), 1), 25)
+    steps = (mantissa + (1 << (shift - 1)) - 1 + ((mantissa >> shift) & 1)) >> shift
+    subnormal = steps.to(tl.float32) * 0.001953125
+    subnormal = tl.where(bits < 0, -subnormal, subnormal)  # the sign, -0 included
+    return tl.where(tl.abs(v) < 0.015625, subnormal, normal)
+
+
+@triton.jit
 def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP8_MAX: tl.constexpr,
                             MIN_SCALE: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -24,7 +43,7 @@ def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP
         ks = tl.arange(0, BLOCK_K)
         x = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
         scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=0), FP8_MAX), MIN_SCALE)
-        q = tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX)
+        q = _round_to_e4m3(tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX))
         tl.store(q_row + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
     else:
         amax = tl.zeros([BLOCK_K], dtype=tl.float32)
@@ -35,7 +54,7 @@ def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP
         for k in range(0, K, BLOCK_K):
             ks = k + tl.arange(0, BLOCK_K)
             x = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-            q = tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX)
+            q = _round_to_e4m3(tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX))
             tl.store(q_row + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
     tl.store(scale_ptr + row, scale)
 
@@ -53,3 +72,30 @@ def per_token_quant_fp8(x: torch.Tensor, min_scale: float) -> tuple[torch.Tensor
                                       MIN_SCALE=min_scale, BLOCK_K=block_k, ONE_PASS=one_pass,
                                       num_warps=min(16, max(4, block_k // 1024)))
     return q, scale
+
+
+@triton.jit
+def _scale_product_kernel(y_ptr, x_scale_ptr, w_scale_ptr, b_ptr, M, N, stride_ym, HAS_BIAS: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    ptrs = y_ptr + rows[:, None].to(tl.int64) * stride_ym + cols[None, :]
+    y = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    y = y * tl.load(x_scale_ptr + rows, mask=rows < M, other=0.0)[:, None]
+    y = y * tl.load(w_scale_ptr + cols, mask=cols < N, other=0.0)[None, :]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def scale_fp8_product(y: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """In place: ``y [M, N]`` (an unscaled float8 product) times ``x_scale [M, 1]`` per row and ``w_scale [N]`` per
+    column, plus ``bias``. The epilogue of the FP8 layers' small batches (ops.linear)."""
+    m, n = y.shape
+    block_m = min(16, triton.next_power_of_2(max(m, 1)))
+    if m:
+        _scale_product_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, 256))](
+            y, x_scale, w_scale, bias if bias is not None else w_scale, m, n, y.stride(0), HAS_BIAS=bias is not None,
+            BLOCK_M=block_m, BLOCK_N=256, num_warps=4)
+    return y
