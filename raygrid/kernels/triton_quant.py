@@ -1,19 +1,23 @@
 """A Triton kernel for the FP8 layers' inputs: each token (row) scaled by its own largest value into float8
 e4m3, with its float32 scale, in one kernel. The reference is ``models/layers/fp8.quantize_per_token``, which
 takes about nine torch kernels and float32 copies of the activations; this one reads the row once (twice for
-rows of more than ``ONE_PASS_MAX`` elements) and writes one byte an element. Divisions round to nearest, as
-torch's do, and each value is rounded to float8 by ``_round_to_e4m3`` before the cast, so the two agree bit for
-bit: Triton 3.6's own float32 -> float8 cast is not always round-to-nearest-even (its interpreter turns 125.6
-into 64), but a value that float8 holds exactly casts exactly.
+rows of more than ``ONE_PASS_MAX`` elements) and writes one byte an element. The scale is the largest value
+times 1/448 and the values are divided by it rounding to nearest, as the reference computes, so the two agree
+bit for bit. On a GPU the float8 cast is the hardware's (round to nearest even, checked against torch's over
+every tie); Triton's interpreter rounds it wrongly where the rounding carries into the exponent (125.6 becomes
+64), so there each value is rounded first, by ``_round_to_e4m3``, and then casts exactly.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
 import triton.language as tl
 
 ONE_PASS_MAX = 16384  # rows up to this many elements stay in registers between the max and the scaling
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -28,33 +32,38 @@ def _round_to_e4m3(v):
     mantissa = (bits & 0x7FFFFF) | 0x800000
     shift = tl.minimum(tl.maximum(141 - ((bits >> 23) & 0xFF), 1), 25)
     steps = (mantissa + (1 << (shift - 1)) - 1 + ((mantissa >> shift) & 1)) >> shift
-    subnormal = steps.to(tl.float32) * 0.001953125
-    subnormal = tl.where(bits < 0, -subnormal, subnormal)  # the sign, -0 included
+    magnitude = (steps.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)
+    subnormal = (magnitude | (bits & -2147483648)).to(tl.float32, bitcast=True)  # v's sign bit, so -0 stays -0
     return tl.where(tl.abs(v) < 0.015625, subnormal, normal)
 
 
 @triton.jit
 def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP8_MAX: tl.constexpr,
-                            MIN_SCALE: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr):
+                            MIN_SCALE: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr,
+                            ROUND_FIRST: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
     if ONE_PASS:
         ks = tl.arange(0, BLOCK_K)
         x = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-        scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=0), FP8_MAX), MIN_SCALE)
-        q = _round_to_e4m3(tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX))
+        scale = tl.maximum(tl.max(tl.abs(x), axis=0) * (1.0 / FP8_MAX), MIN_SCALE)
+        q = tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX)
+        if ROUND_FIRST:
+            q = _round_to_e4m3(q)
         tl.store(q_row + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
     else:
         amax = tl.zeros([BLOCK_K], dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
             ks = k + tl.arange(0, BLOCK_K)
             amax = tl.maximum(amax, tl.abs(tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)))
-        scale = tl.maximum(tl.math.div_rn(tl.max(amax, axis=0), FP8_MAX), MIN_SCALE)
+        scale = tl.maximum(tl.max(amax, axis=0) * (1.0 / FP8_MAX), MIN_SCALE)
         for k in range(0, K, BLOCK_K):
             ks = k + tl.arange(0, BLOCK_K)
             x = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-            q = _round_to_e4m3(tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX))
+            q = tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX)
+            if ROUND_FIRST:
+                q = _round_to_e4m3(q)
             tl.store(q_row + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
     tl.store(scale_ptr + row, scale)
 
@@ -69,7 +78,7 @@ def per_token_quant_fp8(x: torch.Tensor, min_scale: float) -> tuple[torch.Tensor
     block_k = triton.next_power_of_2(k) if one_pass else 4096
     if m:
         _per_token_quant_kernel[(m,)](x, q, scale, k, x.stride(0), q.stride(0), FP8_MAX=torch.finfo(torch.float8_e4m3fn).max,
-                                      MIN_SCALE=min_scale, BLOCK_K=block_k, ONE_PASS=one_pass,
+                                      MIN_SCALE=min_scale, BLOCK_K=block_k, ONE_PASS=one_pass, ROUND_FIRST=_INTERPRETED,
                                       num_warps=min(16, max(4, block_k // 1024)))
     return q, scale
 
