@@ -42,6 +42,8 @@ class CacheConfig(_Strict):
         default=None, description="fixes the root of the prefix-cache hashes (replicas that share it hash alike); default random"
     )
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    cache_dtype: Literal["auto", "fp8", "fp8_e4m3"] = Field(
+        default="auto", description="'auto': the model's dtype; 'fp8' (or 'fp8_e4m3'): float8 e4m3 with unit scales")
     cpu_kv_cache_space_gib: float = Field(default=1.0, gt=0.0, description="KV pool size on CPU when unset")
 
 

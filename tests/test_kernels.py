@@ -134,6 +134,47 @@ def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_fp8_kv_cache_store_decode_and_prefill(dtype):
+    """A float8 e4m3 KV cache (kv_cache_dtype="fp8"): stored bit for bit as the reference stores it (rounded to
+    nearest, saturated at +-448: keys of 1000 and -600 included), then read by decode and prefill attention into
+    the query's dtype as the reference reads it."""
+    heads, kv_heads, head_dim, block_size = SHAPES[0]
+    fp8 = torch.float8_e4m3fn
+    seq_lens = [1, 7, 33, 64, 5] if not ON_GPU else [1, 17, 300, 1024, 2000, 77]
+    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
+    cache = (make_cache(num_blocks, block_size, kv_heads, head_dim, torch.float32) * 3).to(fp8)
+    tokens = 20
+    key = torch.randn(tokens, kv_heads, head_dim, device=DEVICE).to(dtype) * 50
+    value = torch.randn(tokens, kv_heads, head_dim, device=DEVICE).to(dtype)
+    key[0, 0, :2] = torch.tensor([1000.0, -600.0])
+    slots = torch.randperm(num_blocks * block_size, device=DEVICE)[:tokens]
+    slots[3] = -1  # padding
+    stored = cache.clone()
+    store_kv(key, value, stored, slots)
+    expected_store = cache.clone()
+    store_kv_ref(key, value, expected_store, slots)
+    assert torch.equal(stored.view(torch.uint8), expected_store.view(torch.uint8))
+    assert stored[0].view(-1, kv_heads, head_dim)[slots[0], 0, :2].float().tolist() == [448.0, -448.0]
+
+    tables = random_block_tables(seq_lens, block_size, num_blocks)
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    scale = head_dim**-0.5
+    query = torch.randn(len(seq_lens), heads, head_dim, dtype=dtype, device=DEVICE)
+    expected = paged_attention_ref(query, stored, tables, seq_lens, list(range(len(seq_lens) + 1)), scale)
+    got = paged_attention_decode(query, stored, tables, lens, scale, block_n=16, num_splits=3, min_split_tokens=16)
+    torch.testing.assert_close(got, expected, **tol(dtype))
+    new = [min(n, 9) for n in seq_lens]  # the last tokens of each sequence, after a cached prefix
+    starts = [0]
+    for n in new:
+        starts.append(starts[-1] + n)
+    query = torch.randn(starts[-1], heads, head_dim, dtype=dtype, device=DEVICE)
+    expected = paged_attention_ref(query, stored, tables, seq_lens, starts, scale)
+    got = paged_attention_prefill(query, stored, tables, lens, torch.tensor(starts, dtype=torch.int32, device=DEVICE),
+                                  max(new), scale, block_m=16, block_n=16)
+    torch.testing.assert_close(got, expected, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_residual", [False, True])
 def test_rms_norm(dtype, with_residual):
     hidden = 64 if not ON_GPU else 1024

@@ -2,10 +2,10 @@
 
     python3 benchmarks/scripts/fp8_accuracy.py OUT.json [--model random-qwen3-0.6b] [--num-prompts 64]
 
-Each engine (float32, bfloat16, fp8 with bf16 activations) scores the same random prompts
+Each engine (float32; bfloat16; FP8 weights; an FP8 KV cache; both) scores the same random prompts
 (``prompt_logprobs=0``: the log-probability of every prompt token given the ones before) and decodes 8
 greedy tokens. Reported: the error of each prompt-token logprob against float32 (mean, p99, max), and
-how often bf16 and fp8 pick float32's first greedy token and all 8.
+how often each picks float32's first greedy token and all 8.
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ def main() -> None:
     report = {"command": " ".join(sys.argv), "model": args.model, "num_prompts": args.num_prompts,
               "prompt_len": args.prompt_len, "float32_logprob_mean": float(exact.mean()), "variants": {}}
     all_tokens = {}
-    for name, kwargs in {"bfloat16": {"dtype": "bfloat16"}, "fp8": {"dtype": "bfloat16", "quantization": "fp8"}}.items():
+    variants = {"bfloat16": {"dtype": "bfloat16"}, "fp8": {"dtype": "bfloat16", "quantization": "fp8"},
+                "fp8_kv_cache": {"dtype": "bfloat16", "kv_cache_dtype": "fp8"},
+                "fp8_and_fp8_kv_cache": {"dtype": "bfloat16", "quantization": "fp8", "kv_cache_dtype": "fp8"}}
+    for name, kwargs in variants.items():
         got, tokens = score(args.model, prompts, **kwargs)
         all_tokens[name] = tokens
         error = np.abs(got - exact)

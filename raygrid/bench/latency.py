@@ -133,7 +133,9 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
             row = {"input_len": input_len, **summarize(runs, args.output_len)}
             row["prefill_tflop_per_s"] = args.batch_size * prefill_flops(hf_config, input_len) / (row["ttft_ms"]["median"] / 1e3) / 1e12
             mid_context = args.batch_size * (input_len + args.output_len // 2)
-            floor_ms = decode_floor(hf_config, args.batch_size, mid_context, _dtype_bytes(engine_kwargs, hf_config))["floor_ms"]
+            floor_ms = decode_floor(hf_config, args.batch_size, mid_context, _dtype_bytes(engine_kwargs, hf_config),
+                                    quantization=engine_kwargs.get("quantization"),
+                                    kv_cache_dtype=engine_kwargs.get("kv_cache_dtype", "auto"))["floor_ms"]
             row["decode_floor_ms"] = floor_ms
             row["tpot_over_floor"] = row["tpot_ms"]["median"] / floor_ms
             if profile is not None:

@@ -18,21 +18,24 @@ def experts_touched(num_experts: int, top_k: int, num_tokens: int) -> float:
 
 
 def decode_floor(hf_config, num_reqs: int, context_tokens: int, dtype_bytes: int = 2,
-                 bandwidth: float = H200_BANDWIDTH) -> dict:
+                 bandwidth: float = H200_BANDWIDTH, quantization: str | None = None, kv_cache_dtype: str = "auto") -> dict:
     """One decode step of ``num_reqs`` requests that attend over ``context_tokens`` tokens in all (one
-    device, no parallelism): bytes of weights touched, bytes of KV read, and the floor in ms."""
+    device, no parallelism): bytes of weights touched, bytes of KV read, and the floor in ms. ``dtype_bytes`` is
+    the model's dtype; under ``quantization="fp8"`` the dense linear layers take one byte a weight, and an FP8
+    ``kv_cache_dtype`` one byte an element."""
     c = hf_config
     hidden, layers = c.hidden_size, c.num_hidden_layers
     head_dim = getattr(c, "head_dim", None) or hidden // c.num_attention_heads
-    attention = hidden * head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
-    weights = layers * attention + c.vocab_size * hidden + num_reqs * hidden  # the head, and the embedding rows
+    linear = layers * hidden * head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
+    other = c.vocab_size * hidden + num_reqs * hidden  # the head, and the embedding rows
     for layer in range(layers):
         if is_moe_layer(c, layer):
             touched = experts_touched(c.num_experts, c.num_experts_per_tok, num_reqs)
-            weights += touched * 3 * hidden * c.moe_intermediate_size + c.num_experts * hidden
+            other += touched * 3 * hidden * c.moe_intermediate_size + c.num_experts * hidden
         else:
-            weights += 3 * hidden * c.intermediate_size
+            linear += 3 * hidden * c.intermediate_size
     kv = layers * 2 * c.num_key_value_heads * head_dim * context_tokens
-    weight_bytes, kv_bytes = weights * dtype_bytes, kv * dtype_bytes
+    weight_bytes = linear * (1 if quantization == "fp8" else dtype_bytes) + other * dtype_bytes
+    kv_bytes = kv * (dtype_bytes if kv_cache_dtype == "auto" else 1)
     return {"weight_bytes": int(weight_bytes), "kv_bytes": int(kv_bytes), "bandwidth_bytes_per_s": bandwidth,
             "floor_ms": (weight_bytes + kv_bytes) / bandwidth * 1e3}

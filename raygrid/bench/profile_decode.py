@@ -55,7 +55,8 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
     hf_config = load_hf_config(resolve_model_path(model_config.model))
     dtype_bytes = resolve_dtype(model_config.dtype, hf_config, torch.device("cuda")).itemsize
     # The timed steps start after the prefills and three more steps: mid-window context per request.
-    floor = decode_floor(hf_config, num_reqs, num_reqs * (prompt_len + 3 + steps), dtype_bytes)
+    floor = decode_floor(hf_config, num_reqs, num_reqs * (prompt_len + 3 + steps), dtype_bytes,
+                         quantization=model_config.quantization, kv_cache_dtype=core.config.cache.cache_dtype)
     summary = {
         "num_running": num_reqs,
         "context_len_start": prompt_len,

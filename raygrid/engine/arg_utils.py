@@ -49,6 +49,8 @@ class EngineArgs:
     load_format: Literal["auto", "dummy"] = _arg("auto", "'dummy': random weights made on the device from config.json alone")
     quantization: Literal["fp8"] | None = _arg(None, "'fp8': linear layers in float8 with per-channel scales, activations "
                                                      "quantized per token (default: what the checkpoint is)")
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3"] = _arg(
+        "auto", "'fp8' (or 'fp8_e4m3'): the KV cache in float8 e4m3 with unit scales, half bf16's bytes ('auto': the model's dtype)")
     tensor_parallel_size: int = _arg(1, "GPUs per tensor-parallel group", short="-tp")
     pipeline_parallel_size: int = _arg(1, "pipeline stages", short="-pp")
     data_parallel_size: int = _arg(1, "engine replicas", short="-dp")
@@ -123,7 +125,7 @@ class EngineArgs:
             cache=CacheConfig(block_size=self.block_size, num_kv_blocks=self.num_kv_blocks,
                               enable_prefix_caching=self.enable_prefix_caching,
                               prefix_caching_hash_seed=self.prefix_caching_hash_seed,
-                              gpu_memory_utilization=self.gpu_memory_utilization),
+                              gpu_memory_utilization=self.gpu_memory_utilization, cache_dtype=self.kv_cache_dtype),
             scheduler=SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                                       enable_chunked_prefill=self.enable_chunked_prefill,
                                       long_prefill_token_threshold=self.long_prefill_token_threshold,

@@ -94,6 +94,7 @@ class ModelRunner:
         self.dtype = dtype
         self.pp = get_pp_group()
         self.block_size = config.cache.block_size
+        self.kv_dtype = dtype if config.cache.cache_dtype == "auto" else torch.float8_e4m3fn
         self.vocab_size = model.config.vocab_size
         max_len = config.model.max_model_len
         self.max_blocks_per_req = -(-max_len // self.block_size)
@@ -480,12 +481,12 @@ class ModelRunner:
         return taken
 
     def allocate_kv_cache(self, num_blocks: int) -> list[torch.Tensor]:
-        """One ``[2, num_blocks, block_size, kv_heads, head_dim]`` tensor per local layer, in the model's dtype."""
+        """One ``[2, num_blocks, block_size, kv_heads, head_dim]`` tensor per local layer, in the cache's dtype."""
         shape = kv_cache_shape(self.model, self.block_size, num_blocks)
-        return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.model.layers]
+        return [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in self.model.layers]
 
     def kv_cache_bytes_per_block(self) -> int:
-        per_layer = int(np.prod(kv_cache_shape(self.model, self.block_size, 1))) * self.dtype.itemsize
+        per_layer = int(np.prod(kv_cache_shape(self.model, self.block_size, 1))) * self.kv_dtype.itemsize
         return per_layer * len(self.model.layers)
 
 

@@ -12,16 +12,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max
+
 
 def store_kv_ref(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Write key/value ``[T, kv_heads, head_dim]`` into the cache slots; a slot of -1 is padding."""
+    """Write key/value ``[T, kv_heads, head_dim]`` into the cache slots; a slot of -1 is padding. A float8 cache
+    (unit scales) takes the values rounded to nearest, saturated at +-448."""
     num_kv_heads, head_dim = kv_cache.shape[-2:]
     keys = kv_cache[0].view(-1, num_kv_heads, head_dim)
     values = kv_cache[1].view(-1, num_kv_heads, head_dim)
     valid = slot_mapping >= 0
     slots = slot_mapping[valid]
-    keys.index_copy_(0, slots, key[valid].to(kv_cache.dtype))
-    values.index_copy_(0, slots, value[valid].to(kv_cache.dtype))
+    for cache, new in ((keys, key[valid]), (values, value[valid])):
+        if kv_cache.dtype == FP8:  # stored as bytes: index_copy_ has no float8 kernel on CPU
+            cache.view(torch.uint8).index_copy_(0, slots, new.float().clamp(-FP8_MAX, FP8_MAX).to(FP8).view(torch.uint8))
+        else:
+            cache.index_copy_(0, slots, new.to(kv_cache.dtype))
 
 
 def paged_attention_ref(

@@ -1,7 +1,8 @@
 """Triton kernels of paged attention: storing K/V by slot mapping, decode, and prefill with a cached
 prefix. Their definition is ``paged_attention_ref.py``; tests compare the two on random inputs.
 
-Cache layout per layer: ``[2, num_blocks, block_size, num_kv_heads, head_dim]``.
+Cache layout per layer: ``[2, num_blocks, block_size, num_kv_heads, head_dim]``, in the model's dtype or in
+float8 e4m3 (``kv_cache_dtype="fp8"``, unit scales): stored saturated at +-448, read back into the query's dtype.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from raygrid.kernels.triton_quant import ROUND_BEFORE_FP8_CAST, round_to_e4m3
+
 
 @triton.jit
 def _store_kv_kernel(
@@ -22,6 +25,7 @@ def _store_kv_kernel(
     stride_kt, stride_kh, stride_vt, stride_vh,
     stride_cb, stride_cs, stride_ch,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
+    FP8_CACHE: tl.constexpr, ROUND_FIRST: tl.constexpr,
 ):
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t)
@@ -33,6 +37,11 @@ def _store_kv_kernel(
     dst = (slot // PAGE) * stride_cb + (slot % PAGE) * stride_cs + heads[:, None] * stride_ch + dims[None, :]
     k = tl.load(key_ptr + t * stride_kt + heads[:, None] * stride_kh + dims[None, :], mask=mask)
     v = tl.load(value_ptr + t * stride_vt + heads[:, None] * stride_vh + dims[None, :], mask=mask)
+    if FP8_CACHE:
+        k = tl.clamp(k.to(tl.float32), -448.0, 448.0)
+        v = tl.clamp(v.to(tl.float32), -448.0, 448.0)
+        if ROUND_FIRST:
+            k, v = round_to_e4m3(k), round_to_e4m3(v)
     tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
@@ -47,6 +56,7 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slo
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_H=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PAGE=k_cache.shape[1],
+        FP8_CACHE=k_cache.dtype == torch.float8_e4m3fn, ROUND_FIRST=ROUND_BEFORE_FP8_CAST,
     )
 
 
@@ -60,14 +70,14 @@ def _attend_tile(
     block = tl.load(table_row_ptr + pos // PAGE, mask=kv_valid, other=0)
     offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
     kvmask = kv_valid[:, None] & (dims[None, :] < HEAD_DIM)
-    k = tl.load(k_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0)
+    k = tl.load(k_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
     s = tl.where(score_mask, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0)
+    v = tl.load(v_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return m_new, l_i, acc
 
@@ -160,7 +170,7 @@ def _prefill_tile(
     else:
         block = tl.load(table_row_ptr + pos // PAGE)
     offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
-    k = _load_tile(k_cache_ptr, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK)
+    k = _load_tile(k_cache_ptr, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     if CAUSAL_MASK:
         s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
@@ -168,7 +178,7 @@ def _prefill_tile(
     p = tl.exp2(s * qk_scale - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = _load_tile(v_cache_ptr, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK)
+    v = _load_tile(v_cache_ptr, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(q.dtype)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
     return m_new, l_i, acc
 

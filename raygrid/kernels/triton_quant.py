@@ -5,7 +5,7 @@ rows of more than ``ONE_PASS_MAX`` elements) and writes one byte an element. The
 times 1/448 and the values are divided by it rounding to nearest, as the reference computes, so the two agree
 bit for bit. On a GPU the float8 cast is the hardware's (round to nearest even, checked against torch's over
 every tie); Triton's interpreter rounds it wrongly where the rounding carries into the exponent (125.6 becomes
-64), so there each value is rounded first, by ``_round_to_e4m3``, and then casts exactly.
+64), so there each value is rounded first, by ``round_to_e4m3``, and then casts exactly.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import triton
 import triton.language as tl
 
 ONE_PASS_MAX = 16384  # rows up to this many elements stay in registers between the max and the scaling
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+# Triton's interpreter casts float32 to float8 wrongly where rounding carries into the exponent (125.6 becomes 64);
+# under it, kernels round with round_to_e4m3 first, and the cast is then exact.
+ROUND_BEFORE_FP8_CAST = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def _round_to_e4m3(v):
+def round_to_e4m3(v):
     """float32 values within +-448 rounded to the nearest float8 e4m3 number, ties to even (as torch's cast),
     in integer arithmetic on the float32 bits."""
     bits = v.to(tl.int32, bitcast=True)
@@ -50,7 +52,7 @@ def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP
         scale = tl.maximum(tl.max(tl.abs(x), axis=0) * (1.0 / FP8_MAX), MIN_SCALE)
         q = tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX)
         if ROUND_FIRST:
-            q = _round_to_e4m3(q)
+            q = round_to_e4m3(q)
         tl.store(q_row + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
     else:
         amax = tl.zeros([BLOCK_K], dtype=tl.float32)
@@ -63,7 +65,7 @@ def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP
             x = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
             q = tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX)
             if ROUND_FIRST:
-                q = _round_to_e4m3(q)
+                q = round_to_e4m3(q)
             tl.store(q_row + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
     tl.store(scale_ptr + row, scale)
 
@@ -78,7 +80,7 @@ def per_token_quant_fp8(x: torch.Tensor, min_scale: float) -> tuple[torch.Tensor
     block_k = triton.next_power_of_2(k) if one_pass else 4096
     if m:
         _per_token_quant_kernel[(m,)](x, q, scale, k, x.stride(0), q.stride(0), FP8_MAX=torch.finfo(torch.float8_e4m3fn).max,
-                                      MIN_SCALE=min_scale, BLOCK_K=block_k, ONE_PASS=one_pass, ROUND_FIRST=_INTERPRETED,
+                                      MIN_SCALE=min_scale, BLOCK_K=block_k, ONE_PASS=one_pass, ROUND_FIRST=ROUND_BEFORE_FP8_CAST,
                                       num_warps=min(16, max(4, block_k // 1024)))
     return q, scale
 
