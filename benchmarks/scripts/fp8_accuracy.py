@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import numpy as np
+
+from raygrid.bench.throughput import provenance
 
 
 def score(model: str, prompts, **kwargs):
@@ -46,7 +47,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     prompts = [rng.integers(0, args.max_token_id, size=args.prompt_len).tolist() for _ in range(args.num_prompts)]
     exact, exact_tokens = score(args.model, prompts, dtype="float32")
-    report = {"command": " ".join(sys.argv), "model": args.model, "num_prompts": args.num_prompts,
+    report = {**provenance(), "model": args.model, "num_prompts": args.num_prompts,
               "prompt_len": args.prompt_len, "float32_logprob_mean": float(exact.mean()), "variants": {}}
     all_tokens = {}
     variants = {"bfloat16": {"dtype": "bfloat16"}, "fp8": {"dtype": "bfloat16", "quantization": "fp8"},

@@ -12,14 +12,13 @@ sequences alone (interactive serving), where splitting the context matters.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
-import sys
 
 import torch
 from triton.testing import do_bench
 
+from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_attention import decode_splits, paged_attention_decode
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
@@ -140,9 +139,7 @@ def compare_policies(args) -> None:
 def write_json(path: str | None, results: list, **extra) -> None:
     if path:
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0), **extra,
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+            json.dump({**provenance(), **extra, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

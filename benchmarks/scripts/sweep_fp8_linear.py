@@ -16,12 +16,11 @@ Each result is checked against its reference. ``python benchmarks/scripts/sweep_
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import sys
 
 import torch
 
+from raygrid.bench.throughput import provenance
 from raygrid.kernels import ops
 from raygrid.kernels.triton_quant import per_token_quant_fp8, scale_fp8_product
 from raygrid.models.layers.fp8 import MIN_SCALE, fp8_linear_ref, quantize_per_channel, quantize_per_token
@@ -95,9 +94,7 @@ def main() -> None:
             print(f"{name:8s} M={m:5d} " + " ".join(f"{key} {value:8.2f}" for key, value in row["us"].items()), checks, flush=True)
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0),
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+            json.dump({**provenance(), "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,14 @@ checked against PyTorch's.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
-import sys
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
+from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_attention import PREFILL_CONFIG, paged_attention_prefill
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
@@ -91,10 +90,8 @@ def main() -> None:
             print(f"  best {best}", flush=True)
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0), "triton": __import__("triton").__version__,
-                       "torch": torch.__version__,
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+            json.dump({**provenance(), "triton": __import__("triton").__version__, "torch": torch.__version__,
+                       "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,14 @@ cuBLAS (``torch.nn.functional.linear``) for 1 to 16 rows, at the weight shapes o
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
-import sys
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
+from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_linear import skinny_config, skinny_linear
 
 SHAPES = {  # name: (N, K)
@@ -61,9 +60,7 @@ def main() -> None:
               flush=True)
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump({"machine": torch.cuda.get_device_name(0),
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "command": " ".join(["python"] + sys.argv), "results": results}, f, indent=1)
+            json.dump({**provenance(), "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

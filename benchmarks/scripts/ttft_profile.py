@@ -15,11 +15,12 @@ import cProfile
 import io
 import json
 import pstats
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from raygrid.bench.throughput import provenance
 
 
 def run_one(engine, prompt, output_len):
@@ -62,7 +63,7 @@ def main() -> None:
     variant_kwargs = {"default": {}, "sync": {"async_scheduling": False}, "eager": {"enforce_eager": True},
                       "sync_eager": {"async_scheduling": False, "enforce_eager": True}}
     rng = np.random.default_rng(0)
-    report = {"command": " ".join(sys.argv), "variants": {}}
+    report = {**provenance(), "variants": {}}
     for name in args.variants:
         engine = LLMEngine.from_engine_args(EngineArgs(model=args.model, dtype="bfloat16", max_model_len=args.input_len + 512,
                                                        **variant_kwargs[name]))

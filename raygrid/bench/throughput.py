@@ -183,6 +183,13 @@ def device_name() -> str:
     return f"CPU ({platform.processor() or platform.machine()})"
 
 
+def provenance(program: str = "python") -> dict:
+    """What a recorded result says about itself: the machine, the date (UTC), the commit and the command
+    (``program`` and this process's arguments)."""
+    return {"machine": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_commit": git_commit(), "command": " ".join([program] + sys.argv)}
+
+
 def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict:
     from raygrid.models.default_model import resolve_model_path
     from raygrid.models.loader import load_hf_config

@@ -1,11 +1,13 @@
-"""A Triton kernel for the FP8 layers' inputs: each token (row) scaled by its own largest value into float8
-e4m3, with its float32 scale, in one kernel. The reference is ``models/layers/fp8.quantize_per_token``, which
-takes about nine torch kernels and float32 copies of the activations; this one reads the row once (twice for
-rows of more than ``ONE_PASS_MAX`` elements) and writes one byte an element. The scale is the largest value
-times 1/448 and the values are divided by it rounding to nearest, as the reference computes, so the two agree
-bit for bit. On a GPU the float8 cast is the hardware's (round to nearest even, checked against torch's over
-every tie); Triton's interpreter rounds it wrongly where the rounding carries into the exponent (125.6 becomes
-64), so there each value is rounded first, by ``round_to_e4m3``, and then casts exactly.
+"""Triton kernels of the FP8 paths, with the reference each matches:
+
+- ``per_token_quant_fp8``: each token (row) of an FP8 layer's input scaled by its own largest value into float8
+  e4m3, with its float32 scale (``models/layers/fp8.quantize_per_token``, about nine torch kernels and float32
+  copies of the activations). It reads a row once (twice above ``ONE_PASS_MAX`` elements) and writes a byte an
+  element. The scale is the largest value times 1/448 and values are divided by it rounding to nearest, as the
+  reference computes, so the two agree bit for bit.
+- ``scale_fp8_product``: the scaling after a product with unit scales (the small batches' path in ``ops.linear``).
+- ``round_to_e4m3``: float32 to the nearest float8 value, for the float8 casts here and in the FP8 KV cache's
+  store (``triton_attention``) under the interpreter (``ROUND_BEFORE_FP8_CAST``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import triton.language as tl
 
 ONE_PASS_MAX = 16384  # rows up to this many elements stay in registers between the max and the scaling
 # Triton's interpreter casts float32 to float8 wrongly where rounding carries into the exponent (125.6 becomes 64);
-# under it, kernels round with round_to_e4m3 first, and the cast is then exact.
+# under it, kernels round with round_to_e4m3 first, and the cast is then exact. On a GPU the hardware cast rounds to
+# nearest even as torch's does (checked on an H200 over every tie between two float8 numbers).
 ROUND_BEFORE_FP8_CAST = os.environ.get("TRITON_INTERPRET") == "1"
 
 
