@@ -76,12 +76,14 @@ def _without_floats(value, floats: list):
     return value
 
 
-@pytest.mark.parametrize("model", ["qwen3", "llama"])
-def test_async_scheduling_equals_sync_for_every_sampling_parameter(model_dirs, tokenizer, model):
+# Llama runs with FP8 weights and an FP8 KV cache, so that those paths are compared across the modes too.
+@pytest.mark.parametrize("model,quantized", [("qwen3", {}), ("llama", dict(quantization="fp8", kv_cache_dtype="fp8"))],
+                         ids=["qwen3", "llama-fp8"])
+def test_async_scheduling_equals_sync_for_every_sampling_parameter(model_dirs, tokenizer, model, quantized):
     prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=31)]
     results = {}
     for mode in (False, True):
-        llm = make_llm(model_dirs[model], async_scheduling=mode, max_num_batched_tokens=64)
+        llm = make_llm(model_dirs[model], async_scheduling=mode, max_num_batched_tokens=64, **quantized)
         if "stop" not in results:  # a token the model really produces early on, to stop on
             plain = llm.generate(prompts[3], SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True), use_tqdm=False)
             results["stop"] = plain[0].outputs[0].token_ids[2]
