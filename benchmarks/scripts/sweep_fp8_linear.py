@@ -1,5 +1,6 @@
-"""The FP8 linear layer's parts against bf16, timed inside CUDA graphs (a graph of 20 calls, replayed; so
-launch overhead is not counted, as in the engine's decode graphs), at the 8B-shaped Llama's weight shapes
+"""The FP8 linear layer's parts against bf16, timed inside CUDA graphs (Triton's ``do_bench_cudagraph``, so
+launch overhead is not counted, as in the engine's decode graphs; the recorded run at 6273506 replayed a graph
+of 20 calls of its own), at the 8B-shaped Llama's weight shapes
 and batch sizes from decode to prefill:
 
 - ``bf16``: ``ops.linear`` on bf16 weights (the skinny kernel or cuBLAS);
@@ -19,6 +20,7 @@ import argparse
 import json
 
 import torch
+from triton.testing import do_bench_cudagraph
 
 from raygrid.bench.throughput import provenance
 from raygrid.kernels import ops
@@ -28,26 +30,9 @@ from raygrid.models.layers.fp8 import MIN_SCALE, fp8_linear_ref, quantize_per_ch
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}  # (N, K)
 
 
-def graph_us(fn, calls: int = 20, replays: int = 10) -> float:
-    """Microseconds a call of ``fn`` takes inside a CUDA graph of ``calls`` calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / (calls * replays)
+def graph_us(fn) -> float:
+    """Microseconds a call of ``fn`` takes replayed inside a CUDA graph (launch overhead not counted)."""
+    return do_bench_cudagraph(fn, rep=20) * 1e3
 
 
 def main() -> None:

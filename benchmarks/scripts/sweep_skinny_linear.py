@@ -1,6 +1,9 @@
 """Times the skinny linear kernel (raygrid/kernels/triton_linear.py) over launch configurations against
 cuBLAS (``torch.nn.functional.linear``) for 1 to 16 rows, at the weight shapes of Qwen3-0.6B and of the
 8B-shaped Llama, in bf16; and checks each result against cuBLAS's. Bandwidth counts the weight read once.
+Timed inside CUDA graphs (``do_bench_cudagraph``), as the engine's decode steps run: the recorded sweep
+(``results/latency_h200/skinny_ab_ca015ca/sweep_skinny.json``) used ``do_bench``, whose launch overhead of about
+8 us hid the kernels' differences.
 
     python benchmarks/scripts/sweep_skinny_linear.py --output-json sweep.json
 """
@@ -13,7 +16,7 @@ import json
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
+from triton.testing import do_bench_cudagraph
 
 from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_linear import skinny_config, skinny_linear
@@ -35,16 +38,16 @@ def main() -> None:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         expected = F.linear(x, w)
         bytes_read = n * k * 2
-        cublas = do_bench(lambda: F.linear(x, w), warmup=5, rep=25)
-        default = do_bench(lambda: skinny_linear(x, w), warmup=5, rep=25)
+        cublas = do_bench_cudagraph(lambda: F.linear(x, w), rep=20)
+        default = do_bench_cudagraph(lambda: skinny_linear(x, w), rep=20)
         row = {"shape": name, "n": n, "k": k, "m": m, "cublas_us": round(cublas * 1e3, 2),
                "cublas_tb_per_s": round(bytes_read / cublas / 1e9, 2), "default": skinny_config(n, k),
                "default_us": round(default * 1e3, 2), "default_tb_per_s": round(bytes_read / default / 1e9, 2),
                "max_abs_error": (skinny_linear(x, w).float() - expected.float()).abs().max().item(), "launches": []}
         for block_n, block_k, warps, stages in launches:
             try:
-                us = do_bench(lambda: skinny_linear(x, w, block_n=block_n, block_k=block_k, num_warps=warps,
-                                                    num_stages=stages), warmup=5, rep=25) * 1e3
+                us = do_bench_cudagraph(lambda: skinny_linear(x, w, block_n=block_n, block_k=block_k, num_warps=warps,
+                                                              num_stages=stages), rep=20) * 1e3
             except Exception as error:  # noqa: BLE001 - a launch that does not fit is recorded
                 row["launches"].append({"block_n": block_n, "block_k": block_k, "warps": warps, "stages": stages,
                                         "error": type(error).__name__})
