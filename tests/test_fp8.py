@@ -115,6 +115,11 @@ def test_fp8_layouts_refused_name_the_field(qwen3_dir, qwen3_moe_dir, tmp_path):
     assert "quantization_config.quant_method: 'gptq'" in refused(str(gptq))
     static = write_fp8_checkpoint(qwen3_dir, tmp_path / "static", "channel", input_activations__dynamic=False)
     assert "config_groups.group_0.input_activations.dynamic" in refused(static)
+    kv_scales = Path(write_fp8_checkpoint(qwen3_dir, tmp_path / "kv", "channel"))
+    config = json.loads((kv_scales / "config.json").read_text())
+    config["quantization_config"]["kv_cache_scheme"] = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False}
+    (kv_scales / "config.json").write_text(json.dumps(config))
+    assert "quantization_config.kv_cache_scheme: calibrated KV cache scales" in refused(str(kv_scales))
     blocks = write_fp8_checkpoint(qwen3_dir, tmp_path / "blocks", "channel", weights__strategy="block")
     assert "weights.strategy" in refused(blocks) and "'block'" in refused(blocks)
     assert "quantization: 'fp8' covers dense models" in refused(qwen3_moe_dir, quantization="fp8")

@@ -120,6 +120,9 @@ def resolve_quantization(requested: str | None, hf_config) -> str | None:
         raise ValueError("quantization_config: FP8 checkpoints of mixture-of-experts models are not supported yet")
     if not qc.get("config_groups"):
         raise ValueError("quantization_config.config_groups: none given (an FP8 checkpoint describes its weights there)")
+    if qc.get("kv_cache_scheme"):
+        raise ValueError("quantization_config.kv_cache_scheme: calibrated KV cache scales are not supported "
+                         "(kv_cache_dtype='fp8' stores keys and values with unit scales)")
     for name, group in qc["config_groups"].items():
         _check_group(f"quantization_config.config_groups.{name}", group)
     return "fp8"
