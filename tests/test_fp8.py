@@ -74,12 +74,11 @@ def prompt_logprobs_and_tokens(model: str, prompts, **kwargs):
         params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, prompt_logprobs=0)
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         worker = llm.engine.executor.worker
-        layer = worker.model.layers[0]
+        layer = worker.model.layers[0]  # the dtypes of its weights and of the KV cache, and the cache's blocks:
         dtypes = {layer.self_attn.qkv_proj.weight.dtype, layer.mlp.down_proj.weight.dtype}
-        kv_cache = worker.runner.kv_caches[0]
-        prompt_logprobs_and_tokens.kv_cache = (kv_cache.dtype, kv_cache.shape[1])  # its dtype and blocks
+        dtypes.add(worker.runner.kv_caches[0].dtype)
         logprobs = [[entry[tok].logprob for entry, tok in zip(o.prompt_logprobs[1:], p[1:])] for o, p in zip(outs, prompts)]
-        return torch.tensor(sum(logprobs, [])), [o.outputs[0].token_ids for o in outs], dtypes
+        return torch.tensor(sum(logprobs, [])), [o.outputs[0].token_ids for o in outs], dtypes, worker.runner.kv_caches[0].shape[1]
     finally:
         llm.shutdown()
 
@@ -91,11 +90,11 @@ def test_fp8_checkpoints_load_and_match_quantizing_at_load(qwen3_dir, tokenizer,
     model and these prompts: 0.16 mean and 0.74 at most for per-channel scales, where bfloat16 is off by 0.017 and
     0.074 (FP8 e4m3 keeps 3 mantissa bits to bfloat16's 7)."""
     prompts = random_prompts(4, len(tokenizer), min_len=20, max_len=40, seed=61)
-    exact, _, _ = prompt_logprobs_and_tokens(qwen3_dir, prompts)
-    online, online_tokens, online_dtypes = prompt_logprobs_and_tokens(qwen3_dir, prompts, quantization="fp8")
-    channel, channel_tokens, channel_dtypes = prompt_logprobs_and_tokens(write_fp8_checkpoint(qwen3_dir, tmp_path / "ch", "channel"), prompts)
-    tensor, _, tensor_dtypes = prompt_logprobs_and_tokens(write_fp8_checkpoint(qwen3_dir, tmp_path / "t", "tensor"), prompts)
-    assert online_dtypes == channel_dtypes == tensor_dtypes == {torch.float8_e4m3fn}
+    exact, *_ = prompt_logprobs_and_tokens(qwen3_dir, prompts)
+    online, online_tokens, online_dtypes, _ = prompt_logprobs_and_tokens(qwen3_dir, prompts, quantization="fp8")
+    channel, channel_tokens, channel_dtypes, _ = prompt_logprobs_and_tokens(write_fp8_checkpoint(qwen3_dir, tmp_path / "ch", "channel"), prompts)
+    tensor, _, tensor_dtypes, _ = prompt_logprobs_and_tokens(write_fp8_checkpoint(qwen3_dir, tmp_path / "t", "tensor"), prompts)
+    assert online_dtypes == channel_dtypes == tensor_dtypes == {torch.float8_e4m3fn, torch.float32}  # weights, cache
     assert torch.equal(channel, online) and channel_tokens == online_tokens
     for got in (online, tensor):  # per-tensor scales: 0.17 mean, 0.58 at most; had they been lost, 0.82 and 3.2
         error = (got - exact).abs()
@@ -135,10 +134,9 @@ def test_fp8_kv_cache_holds_more_blocks_and_stays_close(qwen3_dir, tokenizer):
     this model and these prompts: 0.076 mean and 0.36 at most (the FP8 weights: 0.16 and 0.74), with the same
     first greedy tokens."""
     prompts = random_prompts(4, len(tokenizer), min_len=20, max_len=40, seed=61)
-    exact, exact_tokens, _ = prompt_logprobs_and_tokens(qwen3_dir, prompts)
-    dtype, blocks = prompt_logprobs_and_tokens.kv_cache
-    fp8_kv, tokens, _ = prompt_logprobs_and_tokens(qwen3_dir, prompts, kv_cache_dtype="fp8")
-    assert prompt_logprobs_and_tokens.kv_cache == (torch.float8_e4m3fn, 4 * blocks) and dtype == torch.float32
+    exact, exact_tokens, dtypes, blocks = prompt_logprobs_and_tokens(qwen3_dir, prompts)
+    fp8_kv, tokens, fp8_dtypes, fp8_blocks = prompt_logprobs_and_tokens(qwen3_dir, prompts, kv_cache_dtype="fp8")
+    assert dtypes == {torch.float32} and fp8_dtypes == {torch.float32, torch.float8_e4m3fn} and fp8_blocks == 4 * blocks
     error = (fp8_kv - exact).abs()
     assert 0 < error.mean() < 0.15 and error.max() < 0.75, (error.mean(), error.max())
     assert [t[0] for t in tokens] == [t[0] for t in exact_tokens]
