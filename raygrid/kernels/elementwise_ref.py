@@ -6,6 +6,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+FP8 = torch.float8_e4m3fn  # the FP8 weights' and the FP8 KV cache's type
+FP8_MAX = torch.finfo(FP8).max  # 448
+
+
+def to_fp8_ref(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float8 e4m3: rounded to nearest even, saturated at +-448 (torch's cast alone makes NaN beyond)."""
+    return x.float().clamp(-FP8_MAX, FP8_MAX).to(FP8)
+
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     dtype = x.dtype

@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-FP8 = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8).max
+from raygrid.kernels.elementwise_ref import FP8, to_fp8_ref
 
 
 def store_kv_ref(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -26,7 +25,7 @@ def store_kv_ref(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
     slots = slot_mapping[valid]
     for cache, new in ((keys, key[valid]), (values, value[valid])):
         if kv_cache.dtype == FP8:  # stored as bytes: index_copy_ has no float8 kernel on CPU
-            cache.view(torch.uint8).index_copy_(0, slots, new.float().clamp(-FP8_MAX, FP8_MAX).to(FP8).view(torch.uint8))
+            cache.view(torch.uint8).index_copy_(0, slots, to_fp8_ref(new).view(torch.uint8))
         else:
             cache.index_copy_(0, slots, new.to(kv_cache.dtype))
 

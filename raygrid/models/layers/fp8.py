@@ -16,24 +16,23 @@ import math
 import torch
 from torch import nn
 
+from raygrid.kernels.elementwise_ref import FP8, FP8_MAX, to_fp8_ref
 from raygrid.parallel.layers import ColumnParallelLinear, RowParallelLinear
 
-FP8 = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8).max  # 448
 MIN_SCALE = 1e-12  # an all-zero row or token keeps a finite scale
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``weight [N, K]`` -> (float8 weight, float32 scale ``[N]``) with ``weight ~ fp8 * scale[:, None]``."""
     scale = (weight.abs().amax(dim=1).float() / FP8_MAX).clamp(min=MIN_SCALE)
-    return (weight.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+    return to_fp8_ref(weight.float() / scale[:, None]), scale
 
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Activations ``[M, K]`` -> (float8, float32 scale ``[M, 1]``): each token scaled by its own largest value.
     The scale is the largest value times 1/448 (what torch computes on a GPU for ``/ 448``, on every device)."""
     scale = (x.abs().amax(dim=1, keepdim=True).float() * (1.0 / FP8_MAX)).clamp(min=MIN_SCALE)
-    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+    return to_fp8_ref(x.float() / scale), scale
 
 
 def fp8_linear_ref(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
