@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -74,13 +75,9 @@ def fp8_product_tensorwise(x_q, x_scale, weight, weight_scale, bias, dtype):
                              x_scale, weight_scale, bias)
 
 
-_UNIT_SCALES: dict[torch.device, torch.Tensor] = {}
-
-
+@functools.cache
 def _unit_scale(device: torch.device) -> torch.Tensor:
-    if device not in _UNIT_SCALES:
-        _UNIT_SCALES[device] = torch.ones((), dtype=torch.float32, device=device)
-    return _UNIT_SCALES[device]
+    return torch.ones((), dtype=torch.float32, device=device)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
