@@ -74,6 +74,10 @@ class ParallelConfig(_Strict):
         default=False, description="MoE experts split over the DP x TP ranks of a stage instead of replicated; the DP "
                                    "replicas then form one world and step together")
     enable_eplb: bool = Field(default=False, description="rebalance experts over the EP ranks by their measured load")
+    custom_all_reduce: bool = Field(
+        default=False,
+        description="TP all-reduces through raygrid's one-shot/two-shot kernels over peer-visible buffers where the "
+                    "GPUs are NVLink peers on one host (NCCL otherwise, and above 8 MiB); off until measured on GPUs")
     eplb_config: EPLBConfig = EPLBConfig()
     # "ray": workers are Ray actors (needed for more than one device); "inprocess": one device here.
     distributed_executor_backend: Literal["inprocess", "ray"] | None = None

@@ -15,6 +15,7 @@ import pytest
 import ray
 
 from raygrid import LLM, SamplingParams
+from raygrid.bench.parallel_check import worker_reports
 from tests.conftest import random_prompts
 from tests.test_execution_modes import params_per_prompt
 
@@ -88,14 +89,14 @@ def every_parameter_in_one_process(path: str, tokenizer):
 def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(model_dirs, tokenizer):
     """Penalties, min_tokens, stop tokens, seeded top-k/top-p/min-p sampling, n=2 and logprobs, one request
     each, under TP=2 through the compiled graph with async scheduling (the GPU default: the workers pipeline
-    their steps), TP=2 through plain actor calls with and without it, and PP=2 through the compiled graph: each
+    their steps) and the custom all-reduce (its kernels in Triton's interpreter), TP=2 through plain actor calls with and without it, and PP=2 through the compiled graph: each
     gives what one process gives. (Requests finish
     together here, which once left the ranks' batches in different row orders: each worker iterated the
     finished ids as a set, in its own process's hash order.)"""
     path = model_dirs["qwen3"]
     prompts, params, expected = every_parameter_in_one_process(path, tokenizer)
     modes = {
-        "tp2-compiled-async": dict(tensor_parallel_size=2, compiled_graph=True, async_scheduling=True),
+        "tp2-compiled-async": dict(tensor_parallel_size=2, compiled_graph=True, async_scheduling=True, custom_all_reduce=True),
         "tp2-actor-calls": dict(tensor_parallel_size=2, compiled_graph=False),
         "tp2-actor-calls-async": dict(tensor_parallel_size=2, compiled_graph=False, async_scheduling=True),
         "pp2-compiled": dict(pipeline_parallel_size=2, compiled_graph=True),
@@ -105,11 +106,14 @@ def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(mo
         try:
             outputs = llm.generate(prompts, params, use_tqdm=False)
             in_flight = llm.engine.step_timing()[0]["max_batches_in_flight"]
+            custom = [d["custom_all_reduce"] for d in worker_reports(llm, "device_report")[0]]
         finally:
             llm.shutdown()
         assert all(o.error is None for o in outputs), name
         outputs_agree(outputs, expected)
         assert in_flight == (1 if name == "tp2-actor-calls" else 2), f"{name}: {in_flight} batches in flight"
+        if mode.get("custom_all_reduce"):
+            assert custom == [{"enabled": True, "reason": ""}] * 2, custom
 
 
 def test_async_scheduling_with_pipeline_stages_is_a_clear_error(model_dirs):

@@ -161,8 +161,11 @@ def test_fp8_kv_cache_store_decode_and_prefill(dtype):
     scale = head_dim**-0.5
     query = torch.randn(len(seq_lens), heads, head_dim, dtype=dtype, device=DEVICE)
     expected = paged_attention_ref(query, stored, tables, seq_lens, list(range(len(seq_lens) + 1)), scale)
+    # Keys of magnitude 50 to 448 make scores of hundreds: float32's summation order then moves the softmax by up
+    # to 6e-5 on the GPU (11 of 94,208 outputs over plain float32's 2e-5), so float32 gets 1e-4 here.
+    close = tol(dtype) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)
     got = paged_attention_decode(query, stored, tables, lens, scale, block_n=16, num_splits=3, min_split_tokens=16)
-    torch.testing.assert_close(got, expected, **tol(dtype))
+    torch.testing.assert_close(got, expected, **close)
     new = [min(n, 9) for n in seq_lens]  # the last tokens of each sequence, after a cached prefix
     starts = [0]
     for n in new:
@@ -171,7 +174,7 @@ def test_fp8_kv_cache_store_decode_and_prefill(dtype):
     expected = paged_attention_ref(query, stored, tables, seq_lens, starts, scale)
     got = paged_attention_prefill(query, stored, tables, lens, torch.tensor(starts, dtype=torch.int32, device=DEVICE),
                                   max(new), scale, block_m=16, block_n=16)
-    torch.testing.assert_close(got, expected, **tol(dtype))
+    torch.testing.assert_close(got, expected, **close)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -55,6 +55,8 @@ class EngineArgs:
     pipeline_parallel_size: int = _arg(1, "pipeline stages", short="-pp")
     data_parallel_size: int = _arg(1, "engine replicas", short="-dp")
     enable_expert_parallel: bool = _arg(False, "MoE experts split over the DP x TP ranks (the DP replicas become one world)")
+    custom_all_reduce: bool = _arg(False, "TP all-reduces through raygrid's kernels over NVLink peer buffers (NCCL "
+                                          "where the GPUs are not all NVLink peers, and above 8 MiB)")
     enable_eplb: bool = _arg(False, "rebalance experts over the EP ranks by their measured load (needs --enable-expert-parallel)")
     eplb_config: dict | None = _arg(None, "EPLB settings as JSON: window_size, step_interval, num_redundant_experts, log_balancedness")
     distributed_executor_backend: Literal["inprocess", "ray"] | None = _arg(None, "default: ray for more than one device")
@@ -102,6 +104,7 @@ class EngineArgs:
         return ParallelConfig(tensor_parallel_size=self.tensor_parallel_size, pipeline_parallel_size=self.pipeline_parallel_size,
                               data_parallel_size=self.data_parallel_size,
                               enable_expert_parallel=self.enable_expert_parallel, enable_eplb=self.enable_eplb,
+                              custom_all_reduce=self.custom_all_reduce,
                               eplb_config=EPLBConfig(**(self.eplb_config or {})),
                               distributed_executor_backend=self.distributed_executor_backend, ray_address=self.ray_address,
                               ray_worker_cpus=self.ray_worker_cpus, step_timeout_s=self.step_timeout_s,

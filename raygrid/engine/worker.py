@@ -38,7 +38,8 @@ class Worker:
             torch.cuda.set_device(self.device.index or 0)
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.parallel = init_parallel_state(config.parallel.replica_grid(), rank, init_method, self.device,
-                                            expert_parallel=config.parallel.enable_expert_parallel)
+                                            expert_parallel=config.parallel.enable_expert_parallel,
+                                            custom_all_reduce=config.parallel.custom_all_reduce)
         if config.parallel.enable_expert_parallel:  # read by the MoE layers as the model is built
             eplb = config.parallel.eplb_config
             self.parallel.num_redundant_experts = eplb.num_redundant_experts
@@ -87,13 +88,17 @@ class Worker:
         return dict(self._memory)
 
     def device_report(self) -> dict:
-        """Which device this worker drives, how many it sees, and which of those it can reach as peers
-        (NVLink or PCIe peer access, what NCCL's fast paths need)."""
-        if self.device.type != "cuda":
-            return {"device": str(self.device)}
-        index, count = self.device.index, torch.cuda.device_count()
-        return {"device": str(self.device), "name": torch.cuda.get_device_name(self.device), "visible_devices": count,
-                "peer_access": [i for i in range(count) if i != index and torch.cuda.can_device_access_peer(index, i)]}
+        """Which device this worker drives, how many it sees, which of those it can reach as peers (NVLink or
+        PCIe peer access, what NCCL's fast paths need), and whether its TP group sums through the custom
+        all-reduce (or why not)."""
+        custom = self.parallel.tp.custom
+        report = {"device": str(self.device),
+                  "custom_all_reduce": None if custom is None else {"enabled": custom.enabled, "reason": custom.reason}}
+        if self.device.type == "cuda":
+            index, count = self.device.index, torch.cuda.device_count()
+            report.update(name=torch.cuda.get_device_name(self.device), visible_devices=count,
+                          peer_access=[i for i in range(count) if i != index and torch.cuda.can_device_access_peer(index, i)])
+        return report
 
     def reset_requests(self) -> None:
         """Forget every request (after a failed step the scheduler sends the survivors in full again)."""

@@ -1,5 +1,5 @@
-"""The ``raygrid`` command: ``raygrid generate``, ``serve``, ``bench serve / throughput / parallel / cluster``. The engine's
-flags come from ``EngineArgs``."""
+"""The ``raygrid`` command: ``raygrid generate``, ``serve``, ``bench serve / throughput / latency / parallel / cluster /
+allreduce``. The engine's flags come from ``EngineArgs``."""
 
 from __future__ import annotations
 
@@ -98,6 +98,13 @@ def cmd_bench_parallel(args: argparse.Namespace) -> int:
     for key in ("tensor_parallel_size", "pipeline_parallel_size", "distributed_executor_backend"):
         kwargs.pop(key)
     run_parallel_check(args, kwargs)
+    return 0
+
+
+def cmd_bench_allreduce(args: argparse.Namespace) -> int:
+    from raygrid.bench.allreduce import run_allreduce_benchmark
+
+    run_allreduce_benchmark(args)
     return 0
 
 
@@ -210,6 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "(a `ray job submit` run): JSON, PNG plots and a Markdown summary")
     add_cluster_args(bench_cluster)
     bench_cluster.set_defaults(func=cmd_bench_cluster)
+
+    from raygrid.bench.allreduce import add_allreduce_args
+
+    bench_ar = bench.add_parser("allreduce", help="the custom all-reduce against NCCL and torch's symmetric-memory kernels, "
+                                                  "eager and in CUDA graphs, every result checked (GPUs of one node)")
+    add_allreduce_args(bench_ar)
+    bench_ar.set_defaults(func=cmd_bench_allreduce)
 
     boards = sub.add_parser("dashboards", help="raygrid's Grafana dashboard: export its JSON, or push it to a Grafana")
     boards.add_argument("action", choices=["export", "push"])

@@ -26,6 +26,7 @@ class GroupCoordinator:
         self.world_size = len(ranks)
         self.device_group = device_group
         self.cpu_group = cpu_group
+        self.custom = None  # the TP group's CustomAllReduce, when init_parallel_state is asked for one
 
     @property
     def is_first(self) -> bool:
@@ -36,8 +37,11 @@ class GroupCoordinator:
         return self.rank_in_group == self.world_size - 1
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The group's sum of ``tensor``: in place through NCCL/gloo, or in a new tensor through the custom kernels."""
         if self.world_size == 1:
             return tensor
+        if self.custom is not None and self.custom.can_reduce(tensor):
+            return self.custom.all_reduce(tensor)
         dist.all_reduce(tensor, group=self.device_group)
         return tensor
 
@@ -129,8 +133,9 @@ _STATE: ParallelState | None = None
 
 
 def init_parallel_state(grid: RankGrid, rank: int, init_method: str | None, device: torch.device, timeout_s: float = 600.0,
-                        expert_parallel: bool = False) -> ParallelState:
-    """Join the replica's world (if it has more than one rank) and build its groups."""
+                        expert_parallel: bool = False, custom_all_reduce: bool = False) -> ParallelState:
+    """Join the replica's world (if it has more than one rank) and build its groups; with ``custom_all_reduce``
+    the TP group sums through parallel.custom_all_reduce where its ranks allow it."""
     global _STATE
     if grid.world_size > 1:
         if not dist.is_initialized():
@@ -146,6 +151,10 @@ def init_parallel_state(grid: RankGrid, rank: int, init_method: str | None, devi
         tp, pp, dp = GroupCoordinator([0], 0), GroupCoordinator([0], 0), GroupCoordinator([0], 0)
         ep = eplb = GroupCoordinator([0], 0) if expert_parallel else None
     _STATE = ParallelState(grid, rank, tp, pp, dp, ep, eplb)
+    if custom_all_reduce and tp.world_size > 1:
+        from raygrid.parallel.custom_all_reduce import CustomAllReduce
+
+        tp.custom = CustomAllReduce(tp, device)
     return _STATE
 
 
@@ -185,6 +194,8 @@ def get_ep_group() -> GroupCoordinator | None:
 
 def destroy_parallel_state() -> None:
     global _STATE
+    if _STATE is not None and _STATE.tp.custom is not None:
+        _STATE.tp.custom.close()
     _STATE = None
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -1,0 +1,57 @@
+"""The paged decode attention kernel over a bf16 and an FP8 (e4m3) KV cache, at the shapes of W1's decode steps
+on the 8B-shaped Llama (32 heads, 8 kv heads) and on Qwen3-0.6B (16, 8), head_dim 128, 16-token pages in random
+order. Timed inside CUDA graphs (``do_bench_cudagraph``), so launch overhead is left out; TB/s counts the cache
+bytes read. A few launches per case: the default (block_n 64, 4 warps, 2 stages) and its neighbours.
+
+    python benchmarks/scripts/sweep_decode_kv_dtype.py --output-json OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+from raygrid.bench.throughput import provenance
+from raygrid.kernels.triton_attention import paged_attention_decode
+
+HEAD_DIM, PAGE = 128, 16
+CASES = [(32, 8, 256, 530), (32, 8, 128, 1200), (32, 8, 32, 1536), (16, 8, 256, 530), (16, 8, 1, 32768)]
+LAUNCHES = [(64, 4, 2), (32, 4, 2), (128, 4, 2), (64, 4, 3), (64, 8, 2)]  # block_n, warps, stages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output-json", default=None)
+    parser.add_argument("--label", default="", help="a name for this run of the kernel (A/B runs)")
+    args = parser.parse_args()
+    rows = []
+    for (heads, kv_heads, seqs, context), kv_dtype in itertools.product(CASES, ("bfloat16", "fp8")):
+        blocks = seqs * -(-context // PAGE)
+        cache = torch.randn(2, blocks + 1, PAGE, kv_heads, HEAD_DIM, device="cuda")
+        cache = cache.to(torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16)
+        tables = (1 + torch.randperm(blocks, device="cuda")).view(seqs, -1).int()
+        query = torch.randn(seqs, heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        lens = torch.full((seqs,), context, dtype=torch.int32, device="cuda")
+        kv_bytes = seqs * context * kv_heads * HEAD_DIM * 2 * cache.element_size()
+        for block_n, warps, stages in LAUNCHES:
+            row = dict(heads=heads, kv_heads=kv_heads, seqs=seqs, context=context, kv_dtype=kv_dtype, block_n=block_n,
+                       warps=warps, stages=stages, label=args.label)
+            try:
+                us = do_bench_cudagraph(lambda: paged_attention_decode(
+                    query, cache, tables, lens, HEAD_DIM**-0.5, block_n=block_n, num_warps=warps, num_stages=stages), rep=30) * 1e3
+            except Exception as error:  # noqa: BLE001 - a launch that does not fit is recorded, not fatal
+                rows.append({**row, "error": f"{type(error).__name__}: {str(error)[:120]}"})
+                continue
+            rows.append({**row, "us": round(us, 1), "tb_per_s": round(kv_bytes / us / 1e6, 2)})
+            print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
+    if args.output_json:
+        with open(args.output_json, "w") as f:
+            json.dump({**provenance(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
