@@ -120,7 +120,10 @@ def _nvlink_gaps(group, device: torch.device) -> list[str]:
         import pynvml
     except ImportError:
         return ["NVML (the nvidia-ml-py package) is not installed, so NVLink between the GPUs cannot be checked"]
-    pynvml.nvmlInit()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        return [f"NVML could not start ({error}), so NVLink between the GPUs cannot be checked"]
     try:
         handles = [pynvml.nvmlDeviceGetHandleByUUID(u if u.startswith("GPU-") else f"GPU-{u}") for u in uuids]
         for i in range(len(handles)):
@@ -139,6 +142,7 @@ class _SymmetricBuffers:
     """One zeroed buffer a rank on every GPU of the group, mapped into each peer by torch's symmetric memory."""
 
     def __init__(self, group, device: torch.device, size: int) -> None:
+        os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")  # read at torch's first allocation: no NVLS
         from torch.distributed import _symmetric_memory as symm_mem
 
         self.buffer = symm_mem.empty(size, dtype=torch.uint8, device=device)
