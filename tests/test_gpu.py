@@ -126,7 +126,7 @@ def test_kv_sizing_counts_sampling_and_graphs(model_dirs):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_two_gpu_layouts_equal_one_gpu_for_every_sampling_parameter(model_dirs, tokenizer):
     """TP=2 with its GPU defaults (CUDA graphs holding the all-reduces, async scheduling, the compiled
-    graph), TP=2 eager and synchronous, and PP=2 with graphs give what one GPU gives, eager and synchronous,
+    graph), TP=2 eager and synchronous, PP=2 with graphs, and TP=2 with the custom all-reduce give what one GPU gives, eager and synchronous,
     for every sampling feature; float32, so that the layouts' different sum orders stay far below the
     tokens' margins. Each worker sees both GPUs and reaches the other as a peer (what NCCL's NVLink path needs)."""
     from tests.test_distributed import outputs_agree
@@ -141,7 +141,7 @@ def test_two_gpu_layouts_equal_one_gpu_for_every_sampling_parameter(model_dirs, 
     finally:
         plain.shutdown()
     for mode in (dict(tensor_parallel_size=2), dict(tensor_parallel_size=2, enforce_eager=True, async_scheduling=False),
-                 dict(pipeline_parallel_size=2)):
+                 dict(pipeline_parallel_size=2), dict(tensor_parallel_size=2, custom_all_reduce=True)):
         llm = LLM(**common, **mode)
         try:
             outputs = llm.generate(prompts, params, use_tqdm=False)
@@ -154,6 +154,8 @@ def test_two_gpu_layouts_equal_one_gpu_for_every_sampling_parameter(model_dirs, 
         assert sorted(d["device"] for d in devices) == ["cuda:0", "cuda:1"], devices
         assert all(d["visible_devices"] == 2 and len(d["peer_access"]) == 1 for d in devices), devices
         assert timing["max_batches_in_flight"] == (1 if mode.get("async_scheduling") is False else 2), (mode, timing)
+        if mode.get("custom_all_reduce"):  # its kernels, inside the CUDA graphs, with NVLink checked through NVML
+            assert all(d["custom_all_reduce"] == {"enabled": True, "reason": ""} for d in devices), devices
 
 
 def test_expert_parallel_world_of_one_gpu_equals_the_plain_engine(qwen3_moe_dir, tokenizer):
