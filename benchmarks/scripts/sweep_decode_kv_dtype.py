@@ -27,9 +27,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--label", default="", help="a name for this run of the kernel (A/B runs)")
+    parser.add_argument("--kv-dtypes", nargs="+", default=["bfloat16", "fp8"], choices=["bfloat16", "fp8"])
     args = parser.parse_args()
     rows = []
-    for (heads, kv_heads, seqs, context), kv_dtype in itertools.product(CASES, ("bfloat16", "fp8")):
+    for (heads, kv_heads, seqs, context), kv_dtype in itertools.product(CASES, args.kv_dtypes):
         blocks = seqs * -(-context // PAGE)
         cache = torch.randn(2, blocks + 1, PAGE, kv_heads, HEAD_DIM, device="cuda")
         cache = cache.to(torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16)
