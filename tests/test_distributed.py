@@ -218,8 +218,9 @@ FILL_THE_CLUSTER = dict(tensor_parallel_size=2, ray_worker_cpus=8)
 def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, tokenizer):
     """Without migration (max_migrations=0, the behaviour before it): a killed worker fails its replica's requests
     at once, naming the rank, and the replica's reservations are released, so that its rebuild fits in the
-    full cluster and serves later requests. Through the compiled graph; plain actor calls meet a killed worker in
-    tests/test_migration.py, where the requests migrate (and fail past max_migrations)."""
+    full cluster and serves later requests; then `del llm` releases everything. Through the compiled graph; plain
+    actor calls meet a killed worker in tests/test_migration.py, where the requests migrate (and fail past
+    max_migrations)."""
     llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, compiled_graph=True,
               max_migrations=0, **FILL_THE_CLUSTER)
     try:
@@ -240,24 +241,24 @@ def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, t
         (late,) = llm.generate("after the crash", SamplingParams(max_tokens=4), use_tqdm=False)
         assert late.error is None and llm.engine.healthy == [True] and llm.get_stats().replica_rebuilds == 1
         assert placement_groups_alive() == 1, "one placement group: the rebuilt replica's (its one stage)"
-    finally:
+        names = llm.engine.worker_names()
+    except BaseException:
         llm.shutdown()
-
-
-def test_del_llm_releases_everything_on_ray(model_dirs):
-    """As notebooks and test suites use vLLM: `del llm` (no shutdown()) leaves no placement group and no actor
-    behind, and neither does an LLM whose construction fails (a KV pool too small, found by the replica); the
-    LLM after that failure fills the cluster, so it fits only if the failed one released everything."""
-    with pytest.raises(Exception, match="the KV pool has 2 blocks"):
-        LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, num_kv_blocks=2, **FILL_THE_CLUSTER)
-    assert placement_groups_alive() == 0
-    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, **FILL_THE_CLUSTER)
-    assert llm.generate("hi", SamplingParams(max_tokens=2), use_tqdm=False)[0].error is None
-    names = llm.engine.worker_names()
+        raise
+    # As notebooks and test suites use vLLM: `del llm` (no shutdown()) leaves no placement group and no actor
+    # behind, the rebuilt replica's included.
     del llm
     gc.collect()
     assert placement_groups_alive() == 0
     assert all(actor_gone(name) for name in names)
+
+
+def test_failed_construction_releases_everything_on_ray(model_dirs):
+    """An LLM whose construction fails (a KV pool too small, found by the replica) leaves no placement group
+    behind. (`del llm` on a working engine: at the end of test_killed_worker_fails_requests_fast_and_frees_its_resources.)"""
+    with pytest.raises(Exception, match="the KV pool has 2 blocks"):
+        LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, num_kv_blocks=2, **FILL_THE_CLUSTER)
+    assert placement_groups_alive() == 0
 
 
 def test_hung_worker_fails_its_replica_within_the_deadline_while_the_other_serves(model_dirs, tokenizer):

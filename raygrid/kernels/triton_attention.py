@@ -2,8 +2,7 @@
 prefix. Their definition is ``paged_attention_ref.py``; tests compare the two on random inputs.
 
 Cache layout per layer: ``[2, num_blocks, block_size, num_kv_heads, head_dim]``, in the model's dtype or in
-float8 e4m3 (``kv_cache_dtype="fp8"``, unit scales): stored saturated at +-448, read back into the query's dtype
-(float16 for bf16 queries, which is cheaper to convert to).
+float8 e4m3 (``kv_cache_dtype="fp8"``, unit scales): stored saturated at +-448, read back into the query's dtype.
 """
 
 from __future__ import annotations
@@ -62,16 +61,6 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slo
 
 
 @triton.jit
-def _fp16_for_fp8_cache(q, k_cache_ptr):
-    """Queries in float16 over a float8 cache when they are bf16: the cache's values then convert to float16, one
-    hardware instruction a pair on Hopper, where to bf16 they take several and bound the decode kernel by its ALU
-    (benchmarks/README.md). float16 keeps more of the mantissa than bf16; queries stay far below its range."""
-    if k_cache_ptr.dtype.element_ty == tl.float8e4nv and q.dtype == tl.bfloat16:
-        return q.to(tl.float16)
-    return q
-
-
-@triton.jit
 def _attend_tile(
     q, pos, kv_valid, score_mask, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row_ptr, kvh, qk_scale, dims,
     stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -116,7 +105,6 @@ def _decode_kernel(
     heads = kvh * QUERIES_PER_KV + groups
     qmask = (groups[:, None] < QUERIES_PER_KV) & (dims[None, :] < HEAD_DIM)
     q = tl.load(q_ptr + b * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
-    q = _fp16_for_fp8_cache(q, k_cache_ptr)
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
@@ -223,7 +211,6 @@ def _prefill_kernel(
     dims = tl.arange(0, BLOCK_D)
     qmask = (tokens < q_len)[:, None] & (dims[None, :] < HEAD_DIM)
     q = tl.load(q_ptr + (q_start + tokens)[:, None] * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
-    q = _fp16_for_fp8_cache(q, k_cache_ptr)
     kvh = first_head // QUERIES_PER_KV
     q_pos = context + tokens
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
