@@ -89,10 +89,10 @@ def every_parameter_in_one_process(path: str, tokenizer):
 def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(model_dirs, tokenizer):
     """Penalties, min_tokens, stop tokens, seeded top-k/top-p/min-p sampling, n=2 and logprobs, one request
     each, under TP=2 through the compiled graph with async scheduling (the GPU default: the workers pipeline
-    their steps) and the custom all-reduce (its kernels in Triton's interpreter), TP=2 through plain actor calls with and without it, and PP=2 through the compiled graph: each
-    gives what one process gives. (Requests finish
-    together here, which once left the ranks' batches in different row orders: each worker iterated the
-    finished ids as a set, in its own process's hash order.)"""
+    their steps) and the custom all-reduce (its kernels in Triton's interpreter), TP=2 through plain actor
+    calls with and without async scheduling, and PP=2 through the compiled graph: each gives what one process
+    gives. (Requests finish together here, which once left the ranks' batches in different row orders: each
+    worker iterated the finished ids as a set, in its own process's hash order.)"""
     path = model_dirs["qwen3"]
     prompts, params, expected = every_parameter_in_one_process(path, tokenizer)
     modes = {
