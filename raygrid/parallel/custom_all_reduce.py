@@ -48,8 +48,9 @@ class CustomAllReduce:
     def __init__(self, group, device: torch.device, limits: CustomAllReduceLimits | None = None) -> None:
         from raygrid.kernels.triton_allreduce import MAX_BLOCKS, header_bytes
 
-        # Triton's interpreter runs a call's programs one after another: on CPU, few of them.
-        limits = limits or (CustomAllReduceLimits() if device.type == "cuda" else CustomAllReduceLimits(num_blocks=2))
+        # Triton's interpreter runs a call's programs one after another: on CPU, one (the case where a rank's next
+        # call meets the very elements a slower peer still reads).
+        limits = limits or (CustomAllReduceLimits() if device.type == "cuda" else CustomAllReduceLimits(num_blocks=1))
         if not 1 <= limits.num_blocks <= MAX_BLOCKS:
             raise ValueError(f"num_blocks is {limits.num_blocks}; it must be between 1 and {MAX_BLOCKS}")
         self.group, self.device, self.limits = group, device, limits
