@@ -2,7 +2,8 @@
 prefix. Their definition is ``paged_attention_ref.py``; tests compare the two on random inputs.
 
 Cache layout per layer: ``[2, num_blocks, block_size, num_kv_heads, head_dim]``, in the model's dtype or in
-float8 e4m3 (``kv_cache_dtype="fp8"``, unit scales): stored saturated at +-448, read back into the query's dtype.
+float8 e4m3 (``kv_cache_dtype="fp8"``, unit scales): stored saturated at +-448, read back into the query's dtype,
+or into float16 when the queries are bf16 (``_fp16_compute``).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def _decode_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr,
 ):
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
@@ -105,6 +107,8 @@ def _decode_kernel(
     heads = kvh * QUERIES_PER_KV + groups
     qmask = (groups[:, None] < QUERIES_PER_KV) & (dims[None, :] < HEAD_DIM)
     q = tl.load(q_ptr + b * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
+    if FP16_COMPUTE:  # keys and values follow q's dtype
+        q = q.to(tl.float16)
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
@@ -189,6 +193,7 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr,
 ):
     """One program per (pack of query heads, query tile, sequence): causal attention of the tile's queries,
     which are the last tokens of the sequence, over its cached keys. The tile's BLOCK_M rows are
@@ -211,6 +216,8 @@ def _prefill_kernel(
     dims = tl.arange(0, BLOCK_D)
     qmask = (tokens < q_len)[:, None] & (dims[None, :] < HEAD_DIM)
     q = tl.load(q_ptr + (q_start + tokens)[:, None] * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
+    if FP16_COMPUTE:
+        q = q.to(tl.float16)
     kvh = first_head // QUERIES_PER_KV
     q_pos = context + tokens
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -235,6 +242,13 @@ def _prefill_kernel(
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     tl.store(out_ptr + (q_start + tokens)[:, None] * stride_ot + heads[:, None] * stride_oh + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=qmask)
+
+
+def _fp16_compute(query: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """bf16 queries over a float8 cache compute in float16: float8 e4m3 converts to float16 exactly and in one
+    instruction a pair on Hopper, where to bf16 it takes several, enough to bound the decode kernel by its ALU
+    (benchmarks/README.md). float16 keeps three more mantissa bits than bf16; queries stay far below its range."""
+    return k_cache.dtype == torch.float8_e4m3fn and query.dtype == torch.bfloat16
 
 
 def _dot_precision(query: torch.Tensor) -> str:
@@ -298,7 +312,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
-        DOT_PRECISION=_dot_precision(query),
+        DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache),
         num_warps=num_warps, num_stages=num_stages,
     )
     if splits > 1:
@@ -329,6 +343,6 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
-        num_warps=num_warps, num_stages=num_stages,
+        FP16_COMPUTE=_fp16_compute(query, k_cache), num_warps=num_warps, num_stages=num_stages,
     )
     return out
