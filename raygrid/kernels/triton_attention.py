@@ -283,6 +283,12 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
     return max(1, min(max_splits or DECODE_SPLIT_POLICY["max_splits"], triton.cdiv(wanted, num_seqs * num_kv_heads)))
 
 
+# The decode kernel's launch: block_n keys a step. RAYGRID_DECODE_CONFIG (JSON, e.g. '{"block_n": 128}') overrides
+# it, for benchmarks of other launches (benchmarks/scripts/sweep_decode_kv_dtype.py times several).
+DECODE_CONFIG = dict(block_n=64, num_warps=4, num_stages=2)
+DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
+
+
 # The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step. Chosen by
 # benchmarks/scripts/sweep_prefill_attention.py on an H200 (benchmarks/README.md). RAYGRID_PREFILL_CONFIG
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches.
@@ -290,9 +296,9 @@ PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2
 PREFILL_CONFIG.update(json.loads(os.environ.get("RAYGRID_PREFILL_CONFIG", "{}")))
 
 
-def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int = 64, num_splits: int | None = None,
-                           min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"], num_warps: int = 4,
-                           num_stages: int = 2):
+def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int = DECODE_CONFIG["block_n"],
+                           num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
+                           num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"]):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size)."""
     num_seqs, num_heads, head_dim = query.shape
