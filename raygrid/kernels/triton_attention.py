@@ -283,9 +283,11 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
     return max(1, min(max_splits or DECODE_SPLIT_POLICY["max_splits"], triton.cdiv(wanted, num_seqs * num_kv_heads)))
 
 
-# The decode kernel's launch: block_n keys a step. RAYGRID_DECODE_CONFIG (JSON, e.g. '{"block_n": 128}') overrides
-# it, for benchmarks of other launches (benchmarks/scripts/sweep_decode_kv_dtype.py times several).
-DECODE_CONFIG = dict(block_n=64, num_warps=4, num_stages=2)
+# The decode kernel's launch: block_n keys a step, fp8_block_n over an FP8 cache (the same 16 KiB tile of keys).
+# Measured on an H200 (benchmarks/README.md): 128 keys over the FP8 cache gave W1 on the 8B shape +4.7%; over
+# bf16, 64 and 128 are within noise. RAYGRID_DECODE_CONFIG (JSON, e.g. '{"block_n": 128}') overrides it, for
+# benchmarks of other launches (benchmarks/scripts/sweep_decode_kv_dtype.py times several).
+DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2)
 DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
 
 
@@ -296,13 +298,15 @@ PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2
 PREFILL_CONFIG.update(json.loads(os.environ.get("RAYGRID_PREFILL_CONFIG", "{}")))
 
 
-def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int = DECODE_CONFIG["block_n"],
+def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
                            num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"]):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size)."""
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
+    if block_n is None:
+        block_n = DECODE_CONFIG["fp8_block_n" if k_cache.element_size() == 1 else "block_n"]
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query) if out is None else out
