@@ -57,16 +57,23 @@ def wait_serving(llm: LLM, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def test_killed_replica_migrates_every_kind_of_request_and_is_rebuilt(model_dirs, tokenizer, caplog):
-    """DP=2 with async scheduling (the GPU default, whose tokens in flight a migration drops), a request per
-    sampling feature (penalties, min_tokens, stop tokens, seeded sampling, n=2, logprobs, prompt logprobs, a
-    grammar): a worker of replica 0 is SIGKILLed mid-batch. Every output equals one process's; each migration is
-    logged with the request, the failure and the new replica; replica 0 is rebuilt and serves again. (The other
-    tests here migrate without async scheduling.)"""
+def test_killed_replicas_migrate_every_kind_of_request_and_limits_fail_requests_with_errors_that_say_which(
+        model_dirs, tokenizer, caplog):
+    """DP=2 with async scheduling (the GPU default, whose tokens in flight a migration drops), max_migrations=1
+    and migration_timeout_s=1, on one engine:
+
+    1. A request per sampling feature (penalties, min_tokens, stop tokens, seeded sampling, n=2, logprobs,
+       prompt logprobs, a grammar); a worker of replica 0 is SIGKILLed mid-batch. Every output equals one
+       process's; each migration is logged with the request, the failure and the new replica; replica 0 is
+       rebuilt and serves again.
+    2. The limits: replica 0 dies and its requests move to replica 1; then replica 1 dies while replica 0 is
+       still being rebuilt. The moved requests fail on max_migrations, the others after waiting 1 s for a
+       replica, each error naming the failure; later requests are served by the rebuilt replicas.
+    (The other tests here migrate without async scheduling.)"""
     path = model_dirs["qwen3"]
     prompts, params, expected = every_parameter_in_one_process(path, tokenizer)
     llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64, data_parallel_size=2,
-              async_scheduling=True)
+              async_scheduling=True, max_migrations=1, migration_timeout_s=1.0)
     try:
         pid = worker_pid(llm, 0, 0)
         with caplog.at_level(logging.WARNING, logger="raygrid.cluster.ray_engine"):
@@ -84,6 +91,22 @@ def test_killed_replica_migrates_every_kind_of_request_and_is_rebuilt(model_dirs
         again = llm.generate(prompts[:2], params[:2], use_tqdm=False)  # the least loaded first: the rebuilt replica 0
         outputs_agree(again, expected[:2])
         assert llm.engine.step_timing()[0]["num_steps"] > steps_before, "the rebuilt replica did not serve"
+
+        limited = [{"prompt_token_ids": p} for p in random_prompts(8, len(tokenizer), seed=42)]
+        pids = [worker_pid(llm, replica, 0) for replica in (0, 1)]
+        outputs = generate_with_faults(llm, limited, GREEDY, [(40, lambda: os.kill(pids[0], signal.SIGKILL)),
+                                                              (80, lambda: os.kill(pids[1], signal.SIGKILL))])
+        for i, output in enumerate(outputs):  # the router alternates between the idle replicas, replica 0 first
+            if i % 2 == 0:
+                assert "engine replica 1 failed" in output.error and "had moved 1 time(s): max_migrations is 1" in output.error
+            else:
+                assert output.error.startswith("no engine replica could take the request within migration_timeout_s=1 s "
+                                               "after: engine replica 1 failed: execute_model failed on rank 0")
+            assert 0 < len(output.outputs[0].token_ids) < 48
+        wait_serving(llm)
+        late = llm.generate(limited[:2], GREEDY, use_tqdm=False)
+        assert all(o.error is None and len(o.outputs[0].token_ids) == 48 for o in late)
+        assert llm.get_stats().replica_rebuilds == 3
     finally:
         llm.shutdown()
 
@@ -105,33 +128,6 @@ def test_hung_only_replica_is_rebuilt_and_its_requests_wait_for_it(model_dirs, t
         assert stats.request_migrations == 4 and stats.replica_rebuilds == 1 and llm.engine.healthy == [True]
     finally:
         resume(pid)
-        llm.shutdown()
-
-
-def test_migration_limits_fail_requests_with_errors_that_say_which(model_dirs, tokenizer):
-    """DP=2 with max_migrations=1 and migration_timeout_s=1: replica 0 dies and its requests move to replica 1;
-    then replica 1 dies while replica 0 is still being rebuilt. The moved requests fail on their limit, the
-    others after waiting 1 s for a replica, each error naming the failure; later requests are served."""
-    prompts = [{"prompt_token_ids": p} for p in random_prompts(8, len(tokenizer), seed=42)]
-    llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, data_parallel_size=2,
-              max_migrations=1, migration_timeout_s=1.0)
-    try:
-        pids = [worker_pid(llm, replica, 0) for replica in (0, 1)]
-        first_on = {str(i): i % 2 for i in range(8)}  # the router alternates between the idle replicas
-        outputs = generate_with_faults(llm, prompts, GREEDY, [(40, lambda: os.kill(pids[0], signal.SIGKILL)),
-                                                              (80, lambda: os.kill(pids[1], signal.SIGKILL))])
-        for output in outputs:
-            if first_on[output.request_id] == 0:
-                assert "engine replica 1 failed" in output.error and "had moved 1 time(s): max_migrations is 1" in output.error
-            else:
-                assert output.error.startswith("no engine replica could take the request within migration_timeout_s=1 s "
-                                               "after: engine replica 1 failed: execute_model failed on rank 0")
-            assert 0 < len(output.outputs[0].token_ids) < 48
-        wait_serving(llm)
-        late = llm.generate(prompts[:2], GREEDY, use_tqdm=False)
-        assert all(o.error is None and len(o.outputs[0].token_ids) == 48 for o in late)
-        assert llm.get_stats().replica_rebuilds == 2
-    finally:
         llm.shutdown()
 
 
