@@ -17,8 +17,6 @@ import argparse
 import json
 import os
 
-import torch
-
 DEFAULT_SIZES = [2**k for k in range(12, 27)]  # 4 KiB to 64 MiB
 
 
@@ -33,6 +31,7 @@ def add_allreduce_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_allreduce_benchmark(args: argparse.Namespace) -> dict:
+    import torch  # here, not at the top: the CLI builds its parser from this module without torch
     import torch.multiprocessing as mp
 
     from raygrid.bench.throughput import provenance
@@ -65,6 +64,7 @@ def _free_port() -> int:
 
 
 def _rank_main(rank: int, world: int, port: int, args: dict, results) -> None:
+    import torch
     import torch.distributed as dist
 
     from raygrid.kernels.allreduce_ref import all_reduce_ref
@@ -84,7 +84,7 @@ def _rank_main(rank: int, world: int, port: int, args: dict, results) -> None:
     torch_kernels = _torch_symm_mem(group, device, sizes[-1], dtype)
     rows = []
     for nbytes in sizes:
-        numel = nbytes // torch.tensor([], dtype=dtype).element_size()
+        numel = nbytes // dtype.itemsize
         g = torch.Generator(device=device).manual_seed(nbytes)
         inputs = [torch.randn(numel, generator=g, device=device).to(dtype) for _ in range(world)]  # every rank's
         x = inputs[rank]
@@ -117,10 +117,12 @@ def _rank_main(rank: int, world: int, port: int, args: dict, results) -> None:
 
 def _torch_symm_mem(group, device, max_bytes: int, dtype):
     """torch's symmetric-memory one-shot and two-shot all-reduce over one symmetric buffer (empty if missing)."""
+    import torch
+
     try:
         from torch.distributed import _symmetric_memory as symm_mem
 
-        buffer = symm_mem.empty(max_bytes // torch.tensor([], dtype=dtype).element_size(), dtype=dtype, device=device)
+        buffer = symm_mem.empty(max_bytes // dtype.itemsize, dtype=dtype, device=device)
         symm_mem.rendezvous(buffer, group.device_group)
         name = group.device_group.group_name
     except Exception:
@@ -136,6 +138,8 @@ def _torch_symm_mem(group, device, max_bytes: int, dtype):
 
 
 def _time_eager(fn, group, iters: int = 50) -> float:
+    import torch
+
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
@@ -150,6 +154,8 @@ def _time_eager(fn, group, iters: int = 50) -> float:
 
 
 def _time_graph(fn, group, calls: int, replays: int) -> float:
+    import torch
+
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -22,7 +22,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from raygrid import LLM, SamplingParams
+    from raygrid.engine.sampling_params import SamplingParams  # no torch: a bad value is reported at once
 
     params = SamplingParams(
         max_tokens=args.max_tokens,
@@ -35,7 +35,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     if args.model == DEFAULT_MODEL_NAME:
         print(f"note: {DEFAULT_MODEL_NAME} has random weights; its text is noise, the engine around it is real.", file=sys.stderr)
-    llm = LLM(**engine_kwargs(args))
+    kwargs = engine_kwargs(args)
+    from raygrid import LLM
+
+    llm = LLM(**kwargs)
     outputs = llm.generate(args.prompt, params, use_tqdm=False)
     for output in outputs:
         if output.error:
