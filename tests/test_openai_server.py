@@ -307,7 +307,9 @@ def test_cache_salt_isolates_prefixes(server, client):
 
 
 def test_api_key(qwen3_dir):
-    proc, base = start_server(qwen3_dir, "--api-key", "sekrit")
+    """--api-key through the openai client; with --metrics-without-auth, /metrics (and /health) alone need no key.
+    (Every route needing the key without that flag: tests/test_server_robustness.py.)"""
+    proc, base = start_server(qwen3_dir, "--api-key", "sekrit", "--metrics-without-auth")
     try:
         denied = openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
@@ -315,6 +317,8 @@ def test_api_key(qwen3_dir):
         allowed = openai.OpenAI(base_url=f"{base}/v1", api_key="sekrit", max_retries=0)
         assert allowed.completions.create(model="tiny", prompt="hi", max_tokens=2).usage.completion_tokens >= 1
         assert httpx.get(f"{base}/health").status_code == 200  # health needs no key
+        assert httpx.get(f"{base}/metrics").status_code == 200
+        assert httpx.get(f"{base}/v1/models").status_code == 401 and httpx.get(f"{base}/version").status_code == 401
     finally:
         stop_server(proc)
 
