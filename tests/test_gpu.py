@@ -89,17 +89,19 @@ def test_seeded_sampling_on_gpu_does_not_depend_on_the_batch(model_dirs, tokeniz
         llm.shutdown()
 
 
-@pytest.mark.parametrize("model", ["qwen3", "llama"])
-def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_parameter(model_dirs, tokenizer, model):
+@pytest.mark.parametrize("model,kv_cache_dtype", [("qwen3", "auto"), ("llama", "auto"), ("qwen3", "fp8")])
+def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_parameter(model_dirs, tokenizer, model, kv_cache_dtype):
     """The plain engine (synchronous, eager) against async scheduling with CUDA graphs, on the GPU, for the
     sampling features of the CPU test: penalties, min_tokens and stop tokens, top-k/top-p/min-p, seeds,
-    logprobs, n; float32, and logprobs compared within a tolerance (the two batchings round differently)."""
+    logprobs, n; float32, and logprobs compared within a tolerance (the two batchings round differently).
+    Also over the FP8 KV cache (its own decode launch)."""
     from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
 
     prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=35)]
     results = []
     for mode in (dict(async_scheduling=False, enforce_eager=True), dict(async_scheduling=True)):
-        llm = LLM(model=model_dirs[model], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32", **mode)
+        llm = LLM(model=model_dirs[model], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32",
+                  kv_cache_dtype=kv_cache_dtype, **mode)
         try:
             stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
             results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
