@@ -17,6 +17,15 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 from raygrid.models.default_model import build_tokenizer, tiny_qwen3_config, write_random_checkpoint
 
 
+@pytest.fixture(autouse=True)
+def cuda_errors_fail_the_test_that_made_them():
+    """On a GPU, wait for the test's kernels at its end: a fault (an illegal address) is asynchronous, and would
+    otherwise surface in whichever test next touches the GPU."""
+    yield
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_tokenizer()
