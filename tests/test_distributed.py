@@ -164,13 +164,6 @@ def test_pp3_under_preemption_matches_single_process(model_dirs, tokenizer):
     assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in expected]
 
 
-def test_data_parallel_splits_the_batch(model_dirs, references):
-    prompts, expected = references
-    llm, outputs, timing = run_distributed(model_dirs["qwen3"], prompts, data_parallel_size=2)
-    assert [o.outputs[0].token_ids for o in outputs] == expected["qwen3"]
-    assert len(timing) == 2 and all(t["num_steps"] > 0 for t in timing), "both replicas should have served requests"
-
-
 def test_cluster_too_small_is_a_clear_error(model_dirs):
     with pytest.raises(ValueError, match=r"need 32 CPU; the cluster has 1 node\(s\) with 16 CPU"):
         LLM(model=model_dirs["qwen3"], device="cpu", tensor_parallel_size=32, max_model_len=256)
@@ -255,14 +248,20 @@ def test_failed_construction_releases_everything_on_ray(model_dirs):
     assert placement_groups_alive() == 0
 
 
-def test_hung_worker_fails_its_replica_within_the_deadline_while_the_other_serves(model_dirs, tokenizer):
-    """SIGSTOP one worker (a real hang) while its replica has requests: without migration (max_migrations=0) they
-    fail within step_timeout_s, naming the rank, and the other data-parallel replica keeps serving meanwhile.
-    (Through the compiled graph, a hang is caught in tests/test_migration.py, where the requests migrate.)"""
+def test_data_parallel_splits_the_batch_and_a_hung_worker_fails_its_replica_while_the_other_serves(
+        model_dirs, tokenizer, references):
+    """DP=2: the batch is split over both replicas, and greedy tokens equal one process's. Then SIGSTOP one worker
+    (a real hang) while its replica has requests: without migration (max_migrations=0) they fail within
+    step_timeout_s, naming the rank, and the other data-parallel replica keeps serving meanwhile. (Through the
+    compiled graph, a hang is caught in tests/test_migration.py, where the requests migrate.)"""
     llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, data_parallel_size=2,
               step_timeout_s=3.0, max_migrations=0)
     pid = worker_pid(llm, 0, 0)
     try:
+        ref_prompts, expected = references
+        assert [o.outputs[0].token_ids for o in llm.generate(ref_prompts, GREEDY, use_tqdm=False)] == expected["qwen3"]
+        timing = llm.engine.step_timing()
+        assert len(timing) == 2 and all(t["num_steps"] > 0 for t in timing), "both replicas should have served requests"
         prompts = [{"prompt_token_ids": p} for p in random_prompts(8, len(tokenizer), seed=4)]
         params = SamplingParams(max_tokens=120, ignore_eos=True, temperature=0)
         # The replica's first step starts at once, so the worker is stopped before it; a timer would race
