@@ -14,13 +14,9 @@ side() {
   run "w1_llama3_8b_fp8_kv_$1" bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256 --quantization fp8 --kv-cache-dtype fp8
 }
 side A_v_after_softmax
-python3 - <<'PY'
-p = "raygrid/kernels/triton_attention.py"
-s = open(p).read()
-v = "    v = tl.load(v_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)\n"
-k = "    k = tl.load(k_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)\n"
-assert v in s and k in s
-open(p, "w").write(s.replace(v, "").replace(k, k + v))
-PY
+v=$'    v = tl.load(v_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)\n'
+k=$'    k = tl.load(k_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)\n'
+rewrite raygrid/kernels/triton_attention.py "$v" ""
+rewrite raygrid/kernels/triton_attention.py "$k" "$k$v"
 export RAYGRID_GIT_COMMIT="${RAYGRID_GIT_COMMIT:-}+v_with_k"
 side B_v_with_k

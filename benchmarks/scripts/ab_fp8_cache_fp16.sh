@@ -16,13 +16,7 @@ side() {
   run "w1_llama3_8b_fp8_kv_$1" bench throughput --model random-llama3-8b "${w1[@]}" --num-prompts 256 --quantization fp8 --kv-cache-dtype fp8
 }
 side C_fp16
-python3 - <<'PY'
-p = "raygrid/kernels/triton_attention.py"
-s = open(p).read()
-line = "    return k_cache.dtype == torch.float8_e4m3fn and query.dtype == torch.bfloat16\n"
-assert s.count(line) == 1
-open(p, "w").write(s.replace(line, "    return False\n"))
-PY
+rewrite raygrid/kernels/triton_attention.py "return k_cache.dtype == torch.float8_e4m3fn and query.dtype == torch.bfloat16" "return False"
 export RAYGRID_GIT_COMMIT="${RAYGRID_GIT_COMMIT:-}-bf16"
 side A_bf16
 git checkout raygrid/kernels/triton_attention.py 2>/dev/null || true

@@ -3,3 +3,5 @@
 rg() { python3 -c 'import sys; from raygrid.entrypoints.cli import main; sys.argv = ["raygrid"] + sys.argv[1:]; sys.exit(main())' "$@"; }
 run() { name=$1; shift; echo "== $name: raygrid $*"; rg "$@" --output-json "$out/$name.json" > "$out/$name.log" 2>&1; echo "exit $?"; tail -4 "$out/$name.log"; }
 w1=(--dtype bfloat16 --random-range 100 1024 --no-progress)
+# `rewrite FILE OLD NEW`: an A/B script's change of the tree in place for its B side (OLD must occur exactly once).
+rewrite() { python3 -c 'import sys; p, old, new = sys.argv[1:]; s = open(p).read(); assert s.count(old) == 1, (p, old); open(p, "w").write(s.replace(old, new))' "$@"; }
