@@ -306,7 +306,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     if block_n is None:
-        block_n = DECODE_CONFIG["fp8_block_n" if k_cache.element_size() == 1 else "block_n"]
+        block_n = DECODE_CONFIG["fp8_block_n" if k_cache.dtype == torch.float8_e4m3fn else "block_n"]
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query) if out is None else out
