@@ -196,3 +196,17 @@ def test_an_engine_keeps_its_startup_objects_out_of_the_collector(qwen3_dir):
     del engine
     gc.collect()
     assert gc.get_freeze_count() == 0
+
+
+def test_memory_profile_pass_gives_every_token_a_position_the_model_has(llm):
+    """On a GPU the KV cache is sized after a forward pass of the whole token budget (8192 tokens, one step's
+    most). The budget may exceed the checkpoint's positions (2048 here): the pass's positions must stay under
+    max_model_len, as every real step's do, or the rotary tables are read past their end. On the GPU that read
+    was silent, and faulted only when the allocator's layout put unmapped memory there (after the kernel
+    tests, in one process); on the CPU the tables' indexing raises."""
+    engine = llm.llm_engine.engine
+    runner = engine.executor.worker.runner
+    budget = engine.config.scheduler.max_num_batched_tokens
+    rotary = runner.model.layers[0].self_attn.rotary
+    assert budget > rotary.cos_cache.shape[0] > engine.config.model.max_model_len
+    runner.profile_forward(budget)

@@ -31,9 +31,10 @@ def step(label: str, fn) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--eager-only", action="store_true")
-    parser.add_argument("--launches", default="all", help="'all' or 'default'")
+    parser.add_argument("--launches", default="all", choices=["all", "default", "eight-warps"],
+                        help="the sweep's launches, the engine's alone, or the 8-warp launches the sweep left out")
     args = parser.parse_args()
-    launches = LAUNCHES if args.launches == "all" else LAUNCHES[:1]
+    launches = {"all": LAUNCHES, "default": LAUNCHES[:1], "eight-warps": [(64, 8, 2), (128, 8, 2)]}[args.launches]
     for heads, kv_heads, seqs, context in CASES:
         blocks = seqs * -(-context // PAGE)
         cache = torch.randn(2, blocks + 1, PAGE, kv_heads, HEAD_DIM, device="cuda").to(torch.float8_e4m3fn)

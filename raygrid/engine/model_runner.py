@@ -429,7 +429,8 @@ class ModelRunner:
         blocks = -(-num_tokens // self.block_size)
         caches = self.allocate_kv_cache(blocks + 1)
         ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
-        positions = torch.arange(num_tokens, device=self.device)
+        # Positions as a real step's: each under max_model_len (the budget may exceed the rotary tables' length).
+        positions = torch.arange(num_tokens, device=self.device) % self.config.model.max_model_len
         meta = single_sequence_metadata(num_tokens, self.block_size, self.device, first_block=1)
         intermediate = None
         if not self.pp.is_first:
