@@ -13,9 +13,10 @@ grep -h "VERDICT\|passed" "$out/combined.txt"
 memcheck() { timeout 150 compute-sanitizer --tool memcheck --print-limit 10 "$@"; }
 memcheck python3 benchmarks/scripts/gpu_fault_bisect.py "" > "$out/memcheck_engine.txt" 2>&1
 echo "engine, fixed:"; grep -h "VERDICT\|ERROR SUMMARY" "$out/memcheck_engine.txt"
+cp raygrid/engine/model_runner.py /tmp/model_runner.py
 rewrite raygrid/engine/model_runner.py " % self.config.model.max_model_len" ""
 memcheck python3 benchmarks/scripts/gpu_fault_bisect.py "" > "$out/memcheck_engine_unfixed.txt" 2>&1
 echo "engine, fix undone:"; grep -h "VERDICT\|ERROR SUMMARY" "$out/memcheck_engine_unfixed.txt"; grep -m3 -h "Invalid\|in _" "$out/memcheck_engine_unfixed.txt"
-git checkout -q raygrid/engine/model_runner.py
+cp /tmp/model_runner.py raygrid/engine/model_runner.py
 memcheck python3 benchmarks/scripts/fp8_decode_fault.py --eager-only --launches eight-warps > "$out/memcheck_fp8_decode_8warps.txt" 2>&1
 echo "8-warp FP8 decode:"; grep -h "ERROR SUMMARY\|Error" "$out/memcheck_fp8_decode_8warps.txt" | head -5
