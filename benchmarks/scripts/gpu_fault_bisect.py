@@ -8,6 +8,7 @@ tests/conftest.py), then an engine starts on the same device and generates. Prin
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -18,7 +19,11 @@ import torch
 def engine_generates() -> str:
     from raygrid import LLM, SamplingParams
 
-    llm = LLM(model="tiny-random-qwen3", device="cuda", dtype="float32", max_model_len=512, gpu_memory_utilization=0.3)
+    # Without torch's caching allocator (PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor its own allocation, so
+    # memcheck sees a read past a tensor's end) CUDA graphs cannot be captured: the engine runs eager then.
+    eager = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1"
+    llm = LLM(model="tiny-random-qwen3", device="cuda", dtype="float32", max_model_len=512, gpu_memory_utilization=0.3,
+              enforce_eager=eager)
     try:
         outputs = llm.generate(["Hello, world"] * 4, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True),
                                use_tqdm=False)
