@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
 
 import httpx
 import jsonschema
@@ -16,6 +17,7 @@ import pytest
 
 from raygrid import LLM, SamplingParams
 from raygrid.engine.sampling_params import StructuredOutputsParams as Structured
+from raygrid.engine.structured_output import GRAMMAR_SWITCH_INTERVAL_S
 from tests.conftest import random_prompts
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
@@ -33,12 +35,15 @@ GRAMMARS = [
 
 
 def run_all(qwen3_dir, prompts, params, **engine):
+    """The outputs, the engine's stats, and the process's GIL switch interval while the engine ran and after it
+    shut down (the engine still referenced)."""
     llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=192, **engine)
     try:
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        return outputs, llm.get_stats()
+        stats, running = llm.get_stats(), sys.getswitchinterval()
     finally:
         llm.shutdown()
+    return outputs, stats, (running, sys.getswitchinterval())
 
 
 def test_every_grammar_kind_holds_and_async_chunking_preemption_and_n_change_nothing(qwen3_dir, tokenizer):
@@ -47,8 +52,8 @@ def test_every_grammar_kind_holds_and_async_chunking_preemption_and_n_change_not
     params.append(SamplingParams(n=2, temperature=1.0, seed=3, max_tokens=40, ignore_eos=True))  # unconstrained, in the same batches
     # A grammar completed by the last token max_tokens allows: "stop" (the grammar's verdict comes first), in every mode.
     params.append(SamplingParams(max_tokens=1, structured_outputs=Structured(choice=["a"])))
-    plain, _ = run_all(qwen3_dir, prompts, params, async_scheduling=False)
-    modes, stats = run_all(qwen3_dir, prompts, params, async_scheduling=True, max_num_batched_tokens=24, num_kv_blocks=26,
+    plain, _, _ = run_all(qwen3_dir, prompts, params, async_scheduling=False)
+    modes, stats, _ = run_all(qwen3_dir, prompts, params, async_scheduling=True, max_num_batched_tokens=24, num_kv_blocks=26,
                            block_size=8)
     for (spec, valid), out in zip(GRAMMARS, plain):
         for completion in out.outputs:
@@ -69,7 +74,14 @@ def test_async_scheduling_with_only_grammar_requests(qwen3_dir, tokenizer):
     step has no step before it to wait for, and each later one holds its sampling for the one before."""
     prompts = random_prompts(3, len(tokenizer), min_len=3, max_len=8, seed=6)
     params = SamplingParams(temperature=1.0, seed=2, max_tokens=30, structured_outputs=Structured(regex="[a-z]{5,30}"))
-    outputs = {mode: run_all(qwen3_dir, prompts, params, async_scheduling=mode)[0] for mode in (False, True)}
+    interval = sys.getswitchinterval()
+    runs = {mode: run_all(qwen3_dir, prompts, params, async_scheduling=mode) for mode in (False, True)}
+    outputs = {mode: run[0] for mode, run in runs.items()}
+    # While an engine had a grammar thread, the GIL switched at 0.2 ms (that thread waits for it between
+    # llguidance's calls); each engine's shutdown gave back the interpreter's own value.
+    assert GRAMMAR_SWITCH_INTERVAL_S == 0.0002 != interval
+    for running, after_shutdown in (run[2] for run in runs.values()):
+        assert (running, after_shutdown) == (pytest.approx(GRAMMAR_SWITCH_INTERVAL_S), interval)
     for a, b in zip(outputs[False], outputs[True]):
         # (The text is the output tokens' own: a random prompt may end inside a character, which the first output text completes.)
         assert a.error is None and b.error is None and re.fullmatch("[a-z]{5,30}", tokenizer.decode(a.outputs[0].token_ids))
