@@ -69,8 +69,12 @@ def test_cli_reports_bad_arguments_in_one_line_each(tmp_path, qwen3_dir):
     bad_temperature = cli("generate", "--prompt", "Hi", "--temperature", "-1", "--device", "cpu", env=env)
     assert bad_temperature.returncode == 2
     assert bad_temperature.stderr.strip() == "error: --temperature: must be >= 0.0 (got -1.0)"
-    bad_engine = cli("generate", "--model", qwen3_dir, "--prompt", "Hi", "--max-num-seqs", "0", "--device", "cpu")
-    assert bad_engine.returncode == 2 and bad_engine.stderr.strip() == "error: --max-num-seqs: must be >= 1 (got 0)"
+    # An engine flag's limit is checked before torch and the checkpoint load (it took 7 s when they came first).
+    bad_engine = subprocess.run([sys.executable, "-c", "import sys; from raygrid.entrypoints.cli import main; "
+                                 f"code = main(['generate', '--model', {qwen3_dir!r}, '--prompt', 'Hi', '--max-num-seqs', '0']); "
+                                 "print(code, 'torch' in sys.modules)"], capture_output=True, text=True, timeout=60)
+    assert bad_engine.stdout.strip() == "2 False", bad_engine.stdout
+    assert bad_engine.stderr.strip() == "error: --max-num-seqs: must be >= 1 (got 0)"
     unreachable = cli("bench", "serve", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2")
     assert unreachable.returncode == 2 and "Traceback" not in unreachable.stderr
     assert unreachable.stderr.startswith("error: --base-url http://127.0.0.1:9: cannot reach the server")

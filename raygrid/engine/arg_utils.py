@@ -111,6 +111,12 @@ class EngineArgs:
                               compiled_graph=self.compiled_graph, max_migrations=self.max_migrations,
                               migration_timeout_s=self.migration_timeout_s)
 
+    def check(self) -> None:
+        """The arguments' own limits, before anything heavy loads (no torch, no checkpoint): a bad value
+        raises a ValueError naming the field and its limit. The CLI calls this first, so that a mistyped
+        flag is answered in a second; create_engine_config checks them again, with the checkpoint."""
+        self._engine_config(self.model, self.load_format)
+
     def create_engine_config(self) -> EngineConfig:
         """The configuration these arguments describe, resolved against the checkpoint (its context
         length); a bad value raises a ValueError naming the field and its limit."""
@@ -121,7 +127,21 @@ class EngineArgs:
         load_format = self.load_format
         if load_format == "auto" and is_dummy_built_in(model_path):
             load_format = "dummy"  # a built-in of config and tokenizer only: its weights are made on the device
-        config = EngineConfig(
+        config = self._engine_config(model_path, load_format)
+        hf_config = load_hf_config(model_path)
+        config.model.quantization = resolve_quantization(self.quantization, hf_config)
+        if self.enable_expert_parallel:
+            experts = getattr(hf_config, "num_experts", 0) or getattr(hf_config, "num_local_experts", 0)
+            if not experts:
+                raise ValueError(f"enable_expert_parallel: model {self.model!r} has no experts (a mixture-of-experts model is needed)")
+            redundant, ep_size = config.parallel.eplb_config.num_redundant_experts, self.data_parallel_size * self.tensor_parallel_size
+            if (experts + redundant) % ep_size:
+                raise ValueError(f"eplb_config.num_redundant_experts: num_experts + num_redundant_experts ({experts} + {redundant}) "
+                                 f"is not divisible by the expert-parallel size (DP x TP = {ep_size})")
+        return config.resolve(hf_config.max_position_embeddings)
+
+    def _engine_config(self, model_path: str, load_format: str) -> EngineConfig:
+        return EngineConfig(
             model=ModelConfig(model=model_path, tokenizer=self.tokenizer, dtype=self.dtype, max_model_len=self.max_model_len,
                               max_logprobs=self.max_logprobs, seed=self.seed, enforce_eager=self.enforce_eager,
                               load_format=load_format, quantization=self.quantization),
@@ -136,17 +156,6 @@ class EngineArgs:
             parallel=self.parallel_config(),
             device=self.device,
         )
-        hf_config = load_hf_config(model_path)
-        config.model.quantization = resolve_quantization(self.quantization, hf_config)
-        if self.enable_expert_parallel:
-            experts = getattr(hf_config, "num_experts", 0) or getattr(hf_config, "num_local_experts", 0)
-            if not experts:
-                raise ValueError(f"enable_expert_parallel: model {self.model!r} has no experts (a mixture-of-experts model is needed)")
-            redundant, ep_size = config.parallel.eplb_config.num_redundant_experts, self.data_parallel_size * self.tensor_parallel_size
-            if (experts + redundant) % ep_size:
-                raise ValueError(f"eplb_config.num_redundant_experts: num_experts + num_redundant_experts ({experts} + {redundant}) "
-                                 f"is not divisible by the expert-parallel size (DP x TP = {ep_size})")
-        return config.resolve(hf_config.max_position_embeddings)
 
 
 def check_engine_kwargs(kwargs: dict, refused: dict[str, str], where: str) -> None:

@@ -18,7 +18,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
-    return EngineArgs.from_cli_args(args).as_kwargs()
+    """The engine's arguments from the flags, their own limits checked before torch or a checkpoint loads."""
+    engine_args = EngineArgs.from_cli_args(args)
+    engine_args.check()
+    return engine_args.as_kwargs()
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -33,9 +36,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         stop=args.stop,
         n=args.n,
     )
+    kwargs = engine_kwargs(args)
     if args.model == DEFAULT_MODEL_NAME:
         print(f"note: {DEFAULT_MODEL_NAME} has random weights; its text is noise, the engine around it is real.", file=sys.stderr)
-    kwargs = engine_kwargs(args)
     from raygrid import LLM
 
     llm = LLM(**kwargs)
