@@ -24,6 +24,20 @@ def test_null_block_is_never_handed_out():
         pool.allocate(1)
 
 
+def test_blocks_never_handed_out_go_first_in_id_order_and_are_made_on_first_use():
+    """A block's object is made when it is first handed out (a pool of 131,071 blocks cost 0.65 s up front);
+    the order is what a queue of every block would give: fresh blocks by id, then the freed, least recent first."""
+    pool = BlockPool(1_000_000, enable_caching=True)
+    assert len(pool.blocks) == 1 and pool.num_free_blocks == 999_999
+    a, b = pool.allocate(2)
+    pool.free([b, a])
+    assert [blk.block_id for blk in pool.allocate(3)] == [3, 4, 5] and len(pool.blocks) == 6
+    small = BlockPool(4, enable_caching=True)
+    x, y, z = small.allocate(3)
+    small.free([y, z, x])
+    assert small.allocate(3) == [y, z, x] and small.num_free_blocks == 0
+
+
 def test_free_queue_is_lru_and_eviction_clears_the_hash():
     pool = BlockPool(4, enable_caching=True)
     a, b, c = pool.allocate(3)
