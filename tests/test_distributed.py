@@ -46,7 +46,7 @@ def run_distributed(path, prompts, **parallel):
 
 # Llama's checkpoint under TP=2 and PP=2. The other layouts are elsewhere, to keep the suite's time: Qwen3 under
 # TP=2 and PP=2 in the every-sampling-parameter test below, TP=2 x PP=2 in tests/test_multinode.py (Qwen3, over
-# two nodes), TP=4 with dummy weights (Llama) and PP=3 below; each against one process.
+# two nodes), TP=4 x PP=2 with dummy weights (Llama) and PP=3 below; each against one process.
 @pytest.mark.parametrize("parallel", [dict(tensor_parallel_size=2), dict(pipeline_parallel_size=2)], ids=["tp2", "pp2"])
 def test_parallel_greedy_matches_single_process(model_dirs, references, parallel):
     prompts, expected = references
@@ -121,19 +121,22 @@ def test_async_scheduling_with_pipeline_stages_is_a_clear_error(model_dirs):
         LLM(model=model_dirs["qwen3"], device="cpu", max_model_len=256, pipeline_parallel_size=2, async_scheduling=True)
 
 
-def test_tp4_replicates_kv_heads_and_dummy_weights_are_the_same_model(model_dirs, references):
-    """TP=4 over the Llama checkpoint's 2 kv heads: each kv head lives on two ranks. With load_format="dummy",
-    each checkpoint tensor is drawn from its own name's generator and loaded through the model's loaders, so
-    the four ranks hold shards (and replicated kv heads) of the very weights one process holds: greedy tokens
-    agree, and differ from the checkpoint's, which dummy loading never reads."""
+def test_tp4_x_pp2_on_eight_ranks_replicates_kv_heads_and_dummy_weights_are_the_same_model(model_dirs, references):
+    """Eight ranks, TP=4 x PP=2 (the 70B layout of issue #20, on CPU over gloo): TP=4 over the Llama
+    checkpoint's 2 kv heads, so each kv head lives on two ranks of a stage, and the 3 layers split over two
+    stages. With load_format="dummy", each checkpoint tensor is drawn from its own name's generator and loaded
+    through the model's loaders, so the eight ranks hold shards (and replicated kv heads) of the very weights one
+    process holds: greedy tokens agree, and differ from the checkpoint's, which dummy loading never reads."""
     prompts, expected = references
     single = LLM(model=model_dirs["llama"], device="cpu", dtype="float32", max_model_len=256, load_format="dummy")
     try:
         dummy = [o.outputs[0].token_ids for o in single.generate(prompts, GREEDY, use_tqdm=False)]
     finally:
         single.shutdown()
-    _, outputs, _ = run_distributed(model_dirs["llama"], prompts, tensor_parallel_size=4, load_format="dummy")
+    _, outputs, timing = run_distributed(model_dirs["llama"], prompts, tensor_parallel_size=4, pipeline_parallel_size=2,
+                                         load_format="dummy")
     assert [o.outputs[0].token_ids for o in outputs] == dummy
+    assert timing[0]["max_batches_in_flight"] == 2, "each pipeline stage should have had a batch"
     assert dummy != expected["llama"]
 
 
