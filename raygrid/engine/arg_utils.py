@@ -141,6 +141,7 @@ class EngineArgs:
         return config.resolve(hf_config.max_position_embeddings)
 
     def _engine_config(self, model_path: str, load_format: str) -> EngineConfig:
+        """The pydantic configuration of these arguments, each field validated (not yet resolved against a checkpoint)."""
         return EngineConfig(
             model=ModelConfig(model=model_path, tokenizer=self.tokenizer, dtype=self.dtype, max_model_len=self.max_model_len,
                               max_logprobs=self.max_logprobs, seed=self.seed, enforce_eager=self.enforce_eager,

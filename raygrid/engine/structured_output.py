@@ -46,10 +46,11 @@ COMPILE_TIME_LIMIT_S = 10.0  # the input processor's wait for a compile; llguida
 
 # The step loop's thread runs Python for milliseconds at a time, and the grammar thread needs the GIL back between
 # llguidance's calls (after advancing the matchers, after filling the masks). At CPython's default switch interval
-# (5 ms) each of those waits may last a whole interval. On an H200, the 0.6B's decode step with 256 requests under a
-# JSON schema took 7.2 ms at 5 ms against 5.9 ms unconstrained (+22%), and 6.15 ms (+4.4%) at 0.2 ms, the
-# unconstrained step unchanged (benchmarks/README.md, "Structured outputs"). So while a grammar thread lives, its
-# process switches at 0.2 ms. RAYGRID_GRAMMAR_SWITCH_INTERVAL_S sets another value; 0 leaves the interpreter's.
+# (5 ms) each of those waits may last a whole interval. In one A/B command on an H200, the 0.6B's decode step with
+# 256 requests under a JSON schema took 7.2 ms at 5 ms against 5.9 ms unconstrained (+22%), and 6.15 ms (+4.4%) at
+# 0.2 ms, the unconstrained step unchanged; how much of that holds across machines is not settled yet
+# (benchmarks/README.md, "The GIL switch interval"). So while a grammar thread lives, its process switches at 0.2 ms.
+# RAYGRID_GRAMMAR_SWITCH_INTERVAL_S sets another value; 0 leaves the interpreter's.
 GRAMMAR_SWITCH_INTERVAL_S = float(os.environ.get("RAYGRID_GRAMMAR_SWITCH_INTERVAL_S", "0.0002"))
 
 
