@@ -90,19 +90,20 @@ def checkpoint_experts(path: str) -> dict[tuple[int, int], tuple[torch.Tensor, t
     return out
 
 
-def test_ep4_over_dp2_tp2_rebalances_mid_generation_and_moved_weights_equal_the_originals(qwen3_moe_dir, case):
-    """EP=4 (DP=2 x TP=2) with 4 redundant slots (3 a rank), rebalancing every 5 steps: greedy tokens before
-    and after each rebalance are transformers', every slot holds its expert's original weights, and experts
-    did move between ranks. Then a worker dies, and the world fails as one replica."""
-    llm = moe_llm(qwen3_moe_dir, data_parallel_size=2, tensor_parallel_size=2, enable_eplb=True, max_migrations=0,
-                  eplb_config=dict(num_redundant_experts=4, step_interval=5, window_size=10))
+def test_ep8_over_dp4_tp2_rebalances_mid_generation_and_moved_weights_equal_the_originals(qwen3_moe_dir, case):
+    """EP=8 (DP=4 x TP=2: eight ranks, issue #20's EP=8 on CPU over gloo) with 8 redundant slots (2 a rank),
+    rebalancing every 5 steps: greedy tokens before and after each rebalance are transformers', every slot holds
+    its expert's original weights, and experts did move between ranks. Then a worker dies, and the world fails
+    as one replica."""
+    llm = moe_llm(qwen3_moe_dir, data_parallel_size=4, tensor_parallel_size=2, enable_eplb=True, max_migrations=0,
+                  eplb_config=dict(num_redundant_experts=8, step_interval=5, window_size=10))
     try:
         check_greedy(llm, case)
         stats = llm.get_stats()
         (placements,) = llm.engine.collective_rpc("expert_placement")
         (reports,) = llm.engine.collective_rpc("eplb_reports")
         # The world is one replica: one worker killed (SIGKILL, DP rank 1's second TP rank) fails every request of
-        # both DP ranks (none migrates: max_migrations=0), and the world is rebuilt.
+        # every DP rank (none migrates: max_migrations=0), and the world is rebuilt.
         pid = worker_pid(llm, 0, 3)
         threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL)).start()
         outputs = llm.generate(case[0], SamplingParams(max_tokens=200, ignore_eos=True), use_tqdm=False)
@@ -115,8 +116,8 @@ def test_ep4_over_dp2_tp2_rebalances_mid_generation_and_moved_weights_equal_the_
     originals = checkpoint_experts(qwen3_moe_dir)
     for layer_index, layer in enumerate(SPARSE_LAYERS):
         world_map = [expert for rank in placements for expert, _, _ in rank[layer_index]]
-        assert sorted(set(world_map)) == list(range(8)) and len(world_map) == 12
-        assert world_map != initial_map(8, 12).tolist(), "no expert moved"
+        assert sorted(set(world_map)) == list(range(8)) and len(world_map) == 16
+        assert world_map != initial_map(8, 16).tolist(), "no expert moved"
         for rank in placements:
             for expert, w13, w2 in rank[layer_index]:
                 assert torch.equal(w13, originals[layer, expert][0]) and torch.equal(w2, originals[layer, expert][1])
