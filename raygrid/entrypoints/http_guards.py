@@ -133,6 +133,36 @@ class BodyGuard:
         return f"the request body has {size} bytes; the limit is {self.max_bytes} (--max-request-body-bytes)"
 
 
+class FairAdmission:
+    """Requests whose bodies have arrived take turns through their first stretch of work on the event loop (JSON
+    parsing, validation, building the engine request, up to its first real wait), one stretch per turn.
+
+    Without it a burst of N requests queues N such stretches on the event loop at once, and a /health probe that
+    arrives meanwhile waits for all of them (seconds, for 300 requests of 40,000 token ids on two cores). With it,
+    a request that finds another's stretch running waits behind it in a FIFO; the turn passes on with
+    ``call_soon`` once the running stretch suspends, which puts the next request behind whatever else is already
+    ready (a probe, another request's chunk), never ahead of it. The work per request is the same; only its order
+    changes."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.turn = asyncio.Lock()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        loop = asyncio.get_running_loop()
+
+        async def receive_in_turn():
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                await self.turn.acquire()
+                loop.call_soon(self.turn.release)  # runs once this stretch of the route suspends
+            return message
+
+        await self.app(scope, receive_in_turn, send)
+
+
 def header_timeout_protocol(timeout_s: float):
     """uvicorn's h11 protocol, plus a deadline for a request's headers: a connection that opens and sends
     nothing, or sends part of the next request's headers and stalls, is closed after ``timeout_s`` (uvicorn

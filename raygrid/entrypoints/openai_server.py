@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import raygrid
 from raygrid.engine.async_llm import AsyncLLM
-from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard, RequestIdHeader, error_response
+from raygrid.entrypoints.http_guards import ApiKeyGuard, BodyGuard, FairAdmission, RequestIdHeader, error_response
 from raygrid.entrypoints.openai_protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from raygrid.entrypoints.serving_base import APIError, describe_validation_error
 from raygrid.entrypoints.serving_chat import ChatServing
@@ -38,6 +38,7 @@ def build_app(engine: AsyncLLM, api_key: str | None = None, served_model_names: 
     completion_serving = CompletionServing(engine, names)
     chat_serving = ChatServing(engine, names, reasoning_parser, tool_call_parser)
     app = FastAPI(title="raygrid OpenAI-compatible server", version=raygrid.__version__)
+    app.add_middleware(FairAdmission)  # innermost: a request's turn starts once its body is whole
     app.add_middleware(BodyGuard, max_bytes=max_request_body_bytes, read_timeout_s=body_read_timeout_s)
     app.add_middleware(RequestIdHeader)
     if api_key:  # added last, so it runs first: no body is read for a request without the key
