@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import socket
+import threading
 import time
 
 import pytest
@@ -185,3 +188,56 @@ def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_
             asyncio.run(late())
     finally:
         engine.shutdown()
+
+
+def test_a_step_for_hundreds_of_streams_reaches_the_event_loop_in_slices(qwen3_dir):
+    """240 streams, whose consumers each spend 0.3 ms a chunk (as a server encoding and sending one), take each
+    step's outputs as a wave of the event loop's work. A socket that becomes readable meanwhile (a /health
+    probe, written by another thread at random moments) is served after a slice of that wave, not after all of
+    it: counted in chunks consumed while it waited, so the check does not depend on the machine's speed."""
+    from raygrid.engine.async_llm import _Deliveries
+
+    engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=512, max_num_seqs=256, max_queued_requests=1000)
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    consumed = 0
+    waits: list[int] = []
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    sent_at: list[int] = []
+    finished = threading.Event()
+
+    async def consume(i):
+        nonlocal consumed
+        async for _ in engine.generate({"prompt_token_ids": [i % 50 + 1] * 8}, params, delta=True):
+            deadline = time.perf_counter() + 0.0003
+            while time.perf_counter() < deadline:
+                pass
+            consumed += 1
+
+    def on_readable():
+        reader.recv(1)
+        waits.append(consumed - sent_at.pop())
+
+    def probe():
+        rng = random.Random(0)
+        while not finished.wait(rng.uniform(0.005, 0.03)):
+            if not sent_at:
+                sent_at.append(consumed)
+                writer.send(b"x")
+
+    async def run():
+        asyncio.get_running_loop().add_reader(reader, on_readable)
+        await asyncio.gather(*(consume(i) for i in range(240)))
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        asyncio.run(run())
+    finally:
+        finished.set()
+        prober.join()
+        reader.close(), writer.close()
+        engine.shutdown()
+    assert consumed >= 240 and len(waits) >= 10, (consumed, len(waits))
+    # All at once, a probe waits behind the rest of a wave (up to 240 chunks); in slices, behind one or two.
+    assert max(waits) <= 3 * _Deliveries.SLICE, f"a probe waited for {max(waits)} chunks: {sorted(waits)[-10:]}"
