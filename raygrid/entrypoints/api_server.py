@@ -11,6 +11,7 @@ prometheus-client's multiprocess mode. If any of the processes exits, the superv
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import shutil
@@ -78,9 +79,14 @@ def serve_http(args: argparse.Namespace, engine_kwargs: dict, sock: socket.socke
         # function go on to shut the engine down and return, instead of the process dying there.
         previous = {sig: signal.signal(sig, _drained) for sig in (signal.SIGINT, signal.SIGTERM)} \
             if threading.current_thread() is threading.main_thread() else {}
+        # What startup made (imports, tokenizer, app) stays for good: out of the cyclic collector's sight, as the
+        # engine process does with its own, so that a full collection under load walks the requests' objects only.
+        gc.collect()
+        gc.freeze()
         try:
             server.run(sockets=[sock])
         finally:
+            gc.unfreeze()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     finally:
