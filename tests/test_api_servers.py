@@ -110,6 +110,7 @@ def test_serving_freezes_startup_and_defers_full_collections_until_it_ends():
     bring none, where CPython's defaults bring several. Afterwards the collector is as it was."""
     import gc
 
+    from raygrid.engine.gc_tuning import SERVING_FULL_COLLECTION_AFTER
     from raygrid.entrypoints.api_server import collector_for_serving
 
     def full_collections_while_holding(n: int) -> int:
@@ -128,5 +129,6 @@ def test_serving_freezes_startup_and_defers_full_collections_until_it_ends():
     assert full_collections_while_holding(600_000) >= 2  # the defaults: the test can see them
     with collector_for_serving():
         assert gc.get_freeze_count() >= len(startup)
+        assert gc.get_threshold()[2] == SERVING_FULL_COLLECTION_AFTER
         assert full_collections_while_holding(600_000) == 0
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0

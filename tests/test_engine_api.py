@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -183,19 +185,30 @@ def test_prompt_logprobs_match_transformers(qwen3_dir, tokenizer, mode):
 
 
 def test_an_engine_keeps_its_startup_objects_out_of_the_collector(qwen3_dir):
-    """Startup's objects are frozen while an engine serves (a full collection then skips them: the H200 runs saw
-    0.3 s pauses without it); shutdown, or dropping the engine, gives them back to the collector."""
-    import gc
-
-    engine = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=128)
-    assert gc.get_freeze_count() > 10_000
-    engine.shutdown()
-    assert gc.get_freeze_count() == 0
-    engine = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=128)
-    assert gc.get_freeze_count() > 10_000
-    del engine
-    gc.collect()
-    assert gc.get_freeze_count() == 0
+    """Startup's objects are frozen and full collections deferred while an engine serves (a full collection then
+    skips them: the H200 runs saw 0.3 s pauses without it); shutdown, or dropping the engine, gives them back to
+    the collector. Two engines in one process: the collector is restored when the last one goes. In a fresh
+    interpreter, where no other test's engine holds the collector."""
+    script = f"""
+import gc
+from raygrid import LLM
+from raygrid.engine.gc_tuning import SERVING_FULL_COLLECTION_AFTER
+defaults = gc.get_threshold()
+make = lambda: LLM(model={qwen3_dir!r}, device="cpu", dtype="float32", max_model_len=128)
+engine = make()
+assert gc.get_freeze_count() > 10_000 and gc.get_threshold()[2] == SERVING_FULL_COLLECTION_AFTER
+engine.shutdown()
+assert gc.get_freeze_count() == 0 and gc.get_threshold() == defaults, (gc.get_freeze_count(), gc.get_threshold())
+engine, other = make(), make()
+other.shutdown()
+assert gc.get_freeze_count() > 10_000 and gc.get_threshold()[2] == SERVING_FULL_COLLECTION_AFTER  # the first still serves
+del engine
+gc.collect()
+assert gc.get_freeze_count() == 0 and gc.get_threshold() == defaults, (gc.get_freeze_count(), gc.get_threshold())
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
 def test_memory_profile_pass_gives_every_token_a_position_the_model_has(llm):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 import weakref
@@ -11,6 +10,7 @@ from concurrent.futures import Future
 
 from raygrid.config import EngineConfig
 from raygrid.engine.executor import Executor, InProcessExecutor, ReplicaLostError
+from raygrid.engine.gc_tuning import hold_serving_collector, release_serving_collector
 from raygrid.engine.outputs import EngineCoreOutput, SchedulerOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import Scheduler, SchedulerStats
@@ -63,12 +63,11 @@ class EngineCore:
         self.step_trace: list[tuple[float, int, int]] | None = None
         block_size = config.cache.block_size
         logger.info("KV cache: %d blocks of %d tokens (%d tokens)", num_blocks, block_size, (num_blocks - 1) * block_size)
-        # What startup made (imports, the model, the KV block pool) lives as long as the engine: out of the
-        # cyclic collector's sight, a full collection mid-serving stops the step loop for milliseconds instead of
-        # hundreds (the H200 runs saw 0.3 s pauses). shutdown(), or this engine's collection, gives them back.
-        gc.collect()
-        gc.freeze()
-        self._unfreeze = weakref.finalize(self, gc.unfreeze)
+        # What startup made (imports, the model, the KV block pool) lives as long as the engine: frozen out of the
+        # cyclic collector's sight, and full collections deferred (engine/gc_tuning.py; the H200 runs saw 0.3 s
+        # pauses of the step loop). shutdown(), or this engine's collection, undoes it.
+        hold_serving_collector()
+        self._unfreeze = weakref.finalize(self, release_serving_collector)
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add_request(request)

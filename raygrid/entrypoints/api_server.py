@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import multiprocessing
 import os
 import shutil
@@ -23,6 +22,7 @@ import tempfile
 import threading
 import time
 
+from raygrid.engine.gc_tuning import hold_serving_collector, release_serving_collector
 from raygrid.models.default_model import DEFAULT_MODEL_NAME
 
 
@@ -91,29 +91,16 @@ def serve_http(args: argparse.Namespace, engine_kwargs: dict, sock: socket.socke
     return 0
 
 
-# A full collection is considered only after this many younger ones (CPython's default: 10).
-SERVING_FULL_COLLECTION_AFTER = 10_000
-
-
 @contextlib.contextmanager
 def collector_for_serving():
-    """The cyclic garbage collector, tuned while this process serves HTTP.
-
-    Under load, the API server's full collections were its longest stalls: on the H200's host, with 2,000 requests
-    in flight, every /health probe over 50 ms began with one (benchmarks/README.md, "Garbage collection"). They
-    walked every object startup made (imports, tokenizer, app) and every live request's, and found nothing to
-    free. So what startup made is frozen out of the collector's sight (as vLLM's API server does, and the engine
-    process here), and a full collection waits for SERVING_FULL_COLLECTION_AFTER younger ones instead of 10. The
-    young generations, where a request's short-lived cycles die, are collected as before. Undone on exit."""
-    thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(thresholds[0], thresholds[1], max(thresholds[2], SERVING_FULL_COLLECTION_AFTER))
+    """The garbage collector tuned while this process serves HTTP (engine/gc_tuning.py): startup's objects frozen,
+    full collections deferred. Under 2,000 requests on an H200 every /health probe over 50 ms had begun with one
+    of the API server's full collections (benchmarks/README.md, "`/health` under full load")."""
+    hold_serving_collector()
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        release_serving_collector()
 
 
 def _drained(_signum, _frame) -> None:
