@@ -8,9 +8,12 @@ endpoint, labelled with this replica; the engines' gauges come from the engine r
 
 from __future__ import annotations
 
+import weakref
+
 from ray import serve
 
 from raygrid.engine.async_llm import AsyncLLM
+from raygrid.engine.gc_tuning import hold_serving_collector, release_serving_collector
 from raygrid.entrypoints.openai_server import build_app
 from raygrid.serve.config import LLMConfig, ServerOptions
 from raygrid.serve.engine_client import ServeEngineClient
@@ -29,6 +32,10 @@ class OpenAIIngress:
         self.llm = AsyncLLM(served_model_name=llm_config.model_id, max_queued_requests=self.server.max_queued_requests,
                             engine=engine, metrics_exporter=RayExporter(),
                             observe_scheduler=False, **kwargs)
+        # The replica's process serves HTTP as `raygrid serve`'s API server does: its collector tuned the same way
+        # (engine/gc_tuning.py), until this replica goes.
+        hold_serving_collector()
+        self._collector = weakref.finalize(self, release_serving_collector)
 
     def __serve_build_asgi_app__(self):
         s = self.server
@@ -44,3 +51,5 @@ class OpenAIIngress:
     def __del__(self) -> None:
         if hasattr(self, "llm"):  # not when __init__ failed
             self.llm.shutdown()
+        if hasattr(self, "_collector"):
+            self._collector()
