@@ -3,7 +3,7 @@ collection waits for SERVING_FULL_COLLECTION_AFTER younger ones instead of CPyth
 
 Under load a full collection stops the whole process: the engine's step loop, or an API server's event loop. On
 the H200's host, with 2,000 requests in flight (benchmarks/README.md, "`/health` under full load"), the API
-servers' full collections took 40 to 400 ms each, the engine process's 20 to 50 ms, and under load they freed
+servers' full collections took 25 to 420 ms each, the engine process's 20 to 50 ms, and under load they freed
 nothing: they walked startup's objects (imports, model, tokenizer, app) and the live requests' ones, none of them
 garbage. Reference counting frees almost everything; the young generations, where a request's short-lived cycles
 die, are still collected as before. vLLM freezes its engine and API server processes in the same way.
