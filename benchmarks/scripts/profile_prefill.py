@@ -43,6 +43,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from raygrid import LLM, SamplingParams
+    from raygrid.bench.profile_decode import device_kernels
     from raygrid.bench.throughput import device_name, git_commit
     from raygrid.models.default_model import resolve_model_path
     from raygrid.models.loader import load_hf_config
@@ -75,12 +76,7 @@ def main() -> None:
         for _ in range(args.steps):
             prefill_step()
         sync()
-    kernels = []
-    for event in prof.key_averages():
-        device_us = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
-        if device_us > 0 and event.device_type.name == "CUDA":
-            kernels.append({"name": event.key[:120], "calls_per_step": event.count / args.steps, "us_per_step": device_us / args.steps})
-    kernels.sort(key=lambda k: -k["us_per_step"])
+    kernels = device_kernels(prof, args.steps)
     hf_config = load_hf_config(resolve_model_path(args.model))
     tokens = args.num_reqs * args.prompt_len
     flops = prefill_flops(hf_config, tokens, args.prompt_len)

@@ -10,6 +10,19 @@ import time
 import numpy as np
 
 
+def device_kernels(prof, steps: int) -> list[dict]:
+    """The device kernels of a torch profile of ``steps`` steps, slowest first: name, calls and microseconds a step."""
+    kernels = []
+    for event in prof.key_averages():
+        device_us = getattr(event, "self_device_time_total", None)
+        if device_us is None:
+            device_us = getattr(event, "self_cuda_time_total", 0)
+        if device_us > 0 and event.device_type.name == "CUDA":
+            kernels.append({"name": event.key[:120], "calls_per_step": event.count / steps, "us_per_step": device_us / steps})
+    kernels.sort(key=lambda k: -k["us_per_step"])
+    return kernels
+
+
 def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512, steps: int = 10) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -42,14 +55,7 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
             core.step()
         torch.cuda.synchronize()
     core.abort_requests(ids)
-    kernels = []
-    for event in prof.key_averages():
-        device_us = getattr(event, "self_device_time_total", None)
-        if device_us is None:
-            device_us = getattr(event, "self_cuda_time_total", 0)
-        if device_us > 0 and event.device_type.name == "CUDA":
-            kernels.append({"name": event.key[:120], "calls_per_step": event.count / steps, "us_per_step": device_us / steps})
-    kernels.sort(key=lambda k: -k["us_per_step"])
+    kernels = device_kernels(prof, steps)
     gpu_us = sum(k["us_per_step"] for k in kernels)
     model_config = core.config.model
     hf_config = load_hf_config(resolve_model_path(model_config.model))

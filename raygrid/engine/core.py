@@ -67,7 +67,7 @@ class EngineCore:
         # cyclic collector's sight, and full collections deferred (engine/gc_tuning.py; the H200 runs saw 0.3 s
         # pauses of the step loop). shutdown(), or this engine's collection, undoes it.
         hold_serving_collector()
-        self._unfreeze = weakref.finalize(self, release_serving_collector)
+        self._release_collector = weakref.finalize(self, release_serving_collector)
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add_request(request)
@@ -179,5 +179,5 @@ class EngineCore:
     def shutdown(self) -> None:
         self.grammars.shutdown()
         self.scheduler.shutdown()
-        self._unfreeze()  # before the executor's release, whose collection must see the model
+        self._release_collector()  # before the executor's release, whose collection must see the model
         self.executor.shutdown()
