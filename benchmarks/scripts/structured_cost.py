@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -59,6 +60,7 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
                 endings[key] = endings.get(key, 0) + 1
         return outputs
 
+    timeline = Timeline(core) if structured is not None else None
     start = time.perf_counter()
     tokens = 0
     marks = [start]
@@ -67,6 +69,7 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
         marks.append(time.perf_counter())
     elapsed = time.perf_counter() - start
     each = np.diff(marks) * 1e3
+    grammar = timeline.close() if timeline is not None else None
     if profile_to:  # where the host's time goes, after the timed steps (the profiler slows what it watches)
         profiler = cProfile.Profile()
         profiler.runcall(lambda: [step() for _ in range(steps)])
@@ -78,7 +81,68 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
     while core.has_unfinished_requests():
         core.step()
     return {"ms_per_step": elapsed / steps * 1e3, "median_ms": float(np.median(each)), "p90_ms": float(np.percentile(each, 90)),
-            "max_ms": float(each.max()), "tokens_per_step": tokens / steps, "running_at_end": running, "ended_early": endings}
+            "max_ms": float(each.max()), "tokens_per_step": tokens / steps, "running_at_end": running, "ended_early": endings,
+            "grammar_timeline": grammar}
+
+
+class Timeline:
+    """Where a constrained step's grammar time goes, per step (milliseconds): the grammar thread's advance and
+    fill (how long each waited in the thread's queue, and ran), and how long the step loop waited for a mask
+    it needed. Timing wrappers around the scheduler's GrammarThread and SchedulerOutput.grammar_bitmask for
+    the timed steps only."""
+
+    def __init__(self, core) -> None:
+        from raygrid.engine.outputs import SchedulerOutput
+
+        self.work = core.scheduler._grammar_thread()
+        self.records: dict[str, list[tuple[float, float, float]]] = {"advance": [], "fill": []}  # (submitted, started, ended)
+        self.waits: list[float] = []
+        self._restore = []
+        for kind, method in (("advance", "_advance"), ("fill", "_fill")):
+            original = getattr(self.work, method)
+            submit = getattr(self.work, kind)
+            self._restore.append((self.work, kind))
+
+            def timed_submit(*args, _original=original, _kind=kind, _method=method, _submit=submit):
+                submitted = time.perf_counter()
+
+                def run(*inner):
+                    started = time.perf_counter()
+                    try:
+                        return _original(*inner)
+                    finally:
+                        self.records[_kind].append((submitted, started, time.perf_counter()))
+                setattr(self.work, _method, run)  # what the submit below queues
+                try:
+                    return _submit(*args)
+                finally:
+                    delattr(self.work, _method)
+            setattr(self.work, kind, timed_submit)
+        self._cls, self._bitmask = SchedulerOutput, SchedulerOutput.grammar_bitmask
+
+        def timed_bitmask(so, _original=self._bitmask):
+            started = time.perf_counter()
+            try:
+                return _original(so)
+            finally:
+                self.waits.append(time.perf_counter() - started)
+        SchedulerOutput.grammar_bitmask = timed_bitmask
+
+    def close(self) -> dict:
+        for work, kind in self._restore:
+            delattr(work, kind)
+        self._cls.grammar_bitmask = self._bitmask
+
+        def stats(values) -> dict:
+            values = np.asarray(values) * 1e3
+            return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90)), "max": float(values.max()),
+                    "mean": float(values.mean())} if len(values) else {}
+
+        out = {"mask_wait_ms": stats(self.waits)}
+        for kind, rows in self.records.items():
+            out[f"{kind}_queued_ms"] = stats([s - q for q, s, _ in rows])
+            out[f"{kind}_ran_ms"] = stats([e - s for _, s, e in rows])
+        return out
 
 
 def main() -> None:
@@ -106,31 +170,47 @@ def main() -> None:
         start = time.perf_counter()
         llm.processor.grammars.check(schema)
         compile_s = time.perf_counter() - start
+
+        def parts(tag: str) -> tuple[str, str, str]:  # kind, threads, interval
+            kind, _, interval = tag.partition("@")
+            kind, _, threads = kind.partition("#")
+            return kind, threads, interval
+
         rows = {}
+        default_threads = os.environ.get("RAYGRID_GRAMMAR_THREADS", "")
         kinds = {"plain": None, "json_schema": schema, "plain_again": None, "json_schema_again": schema, "json_schema_bounded_strings": bounded}
         for tag in args.rows.split(","):
             # "KIND@SECONDS" runs that row at that GIL switch interval (with RAYGRID_GRAMMAR_SWITCH_INTERVAL_S=0,
             # so that the engine leaves the interval alone): an A/B of the interval inside one process.
-            kind, _, interval = tag.partition("@")
+            # "KIND#N" fills the masks on N llguidance threads (a fresh grammar thread for the row).
+            kind, threads, interval = parts(tag)
             if interval:
                 sys.setswitchinterval(float(interval))
+            os.environ["RAYGRID_GRAMMAR_THREADS"] = threads or default_threads
+            if llm.engine.scheduler._grammar_work is not None:
+                llm.engine.scheduler._grammar_work.shutdown()
+                llm.engine.scheduler._grammar_work = None
             if tag in rows:
                 raise SystemExit(f"--rows: {tag} twice (name repeats as KIND_again)")
             structured = kinds[kind]
             rows[tag] = decode_step_ms(llm, args.num_reqs, args.prompt_len, args.steps, structured, tag,
                                        f"{args.out}.{tag}.prof.txt" if args.profile else None)
             print(tag, rows[tag], flush=True)
-        def mean_of(kinds_wanted: tuple[str, ...], interval: str | None = None) -> float:
-            return np.mean([row["ms_per_step"] for t, row in rows.items() if t.partition("@")[0] in kinds_wanted
-                            and (interval is None or t.partition("@")[2] == interval)])
+
+        def mean_of(kinds_wanted: tuple[str, ...], interval: str | None = None, threads: str | None = None) -> float:
+            return np.mean([row["ms_per_step"] for t, row in rows.items() if parts(t)[0] in kinds_wanted
+                            and (interval is None or parts(t)[2] == interval) and (threads is None or parts(t)[1] == threads)])
 
         # Each side's two runs averaged (runs alternate, so drift falls on both sides).
         plain = mean_of(("plain", "plain_again"))
         constrained = mean_of(("json_schema", "json_schema_again"))
-        for interval in sorted({t.partition("@")[2] for t in rows if "@" in t}):
+        for interval in sorted({parts(t)[2] for t in rows if "@" in t}):
             at = mean_of(("json_schema", "json_schema_again"), interval)
             if not np.isnan(at):
                 print(f"JSON schema at a {float(interval) * 1e3:g} ms switch interval: {at:.2f} ms ({(at / plain - 1) * 100:+.1f}% over plain)")
+        for threads in sorted({parts(t)[1] for t in rows if "#" in t}, key=int):
+            at = mean_of(("json_schema", "json_schema_again"), threads=threads)
+            print(f"JSON schema with masks filled on {threads} threads: {at:.2f} ms ({(at / plain - 1) * 100:+.1f}% over plain)")
         result = {"model": args.model, "num_reqs": args.num_reqs, "prompt_len": args.prompt_len, "steps": args.steps, "rows": rows,
                   "schema": ENDLESS, "bounded_schema": BOUNDED, "first_compile_s": compile_s, "plain_ms": plain,
                   "constrained_ms": constrained, "slowdown": constrained / plain,

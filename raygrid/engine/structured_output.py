@@ -54,6 +54,13 @@ COMPILE_TIME_LIMIT_S = 10.0  # the input processor's wait for a compile; llguida
 GRAMMAR_SWITCH_INTERVAL_S = float(os.environ.get("RAYGRID_GRAMMAR_SWITCH_INTERVAL_S", "0.0002"))
 
 
+def grammar_threads() -> int | None:
+    """How many threads llguidance fills a step's masks on: RAYGRID_GRAMMAR_THREADS, or None (llguidance's
+    default, one per CPU)."""
+    value = os.environ.get("RAYGRID_GRAMMAR_THREADS")
+    return int(value) if value else None
+
+
 class _SwitchInterval:
     """The process's GIL switch interval, shortened while any grammar thread lives (counted: engines may share
     a process, as the DP ranks of one world do); the last one to go restores the value it found."""
@@ -257,7 +264,7 @@ class GrammarThread:
 
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
-        self._executor = llguidance.LLExecutor()
+        self._executor = llguidance.LLExecutor(num_threads=grammar_threads())
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygrid-grammar-step")
         self._buffers = [torch.empty((max_rows, self.words), dtype=torch.int32, pin_memory=pinned) for _ in range(self.RING)]
         self._turn = 0
