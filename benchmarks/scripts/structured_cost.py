@@ -61,6 +61,7 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
         return outputs
 
     timeline = Timeline(core) if structured is not None else None
+    phases = Phases(core)
     start = time.perf_counter()
     tokens = 0
     marks = [start]
@@ -70,6 +71,7 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
     elapsed = time.perf_counter() - start
     each = np.diff(marks) * 1e3
     grammar = timeline.close() if timeline is not None else None
+    phase_stats = phases.close(steps)
     if profile_to:  # where the host's time goes, after the timed steps (the profiler slows what it watches)
         profiler = cProfile.Profile()
         profiler.runcall(lambda: [step() for _ in range(steps)])
@@ -82,7 +84,59 @@ def decode_step_ms(llm: LLM, num_reqs: int, prompt_len: int, steps: int, structu
         core.step()
     return {"ms_per_step": elapsed / steps * 1e3, "median_ms": float(np.median(each)), "p90_ms": float(np.percentile(each, 90)),
             "max_ms": float(each.max()), "tokens_per_step": tokens / steps, "running_at_end": running, "ended_early": endings,
-            "grammar_timeline": grammar}
+            "grammar_timeline": grammar, "phases": phase_stats}
+
+
+class Phases:
+    """The step loop's time per step in each of its phases (milliseconds, means over the timed steps): wall
+    time, the calling thread's CPU time, and its involuntary context switches (the OS took its core). Where
+    a phase's wall grows and its CPU time does not, the thread waited: for the GIL, a lock, the device, or a
+    core. Timing wrappers on the engine's scheduler, executor and step outputs, for the timed steps only."""
+
+    def __init__(self, core) -> None:
+        from raygrid.engine.pending_output import PendingRunnerOutput
+
+        self.totals: dict[str, list[float]] = {}
+        self._undo = []
+        for owner, name, label in ((core.scheduler, "schedule", "schedule"), (core.scheduler, "update_from_output", "update"),
+                                   (core.executor, "sample_deferred", "sample_launch"),
+                                   (core.executor, "execute_model_async", "forward_launch")):
+            setattr(owner, name, self._timed(getattr(owner, name), label))
+            self._undo.append((owner, name))
+        self._cls, self._result = PendingRunnerOutput, PendingRunnerOutput.result
+        PendingRunnerOutput.result = self._timed(self._result, "await_tokens")
+        self._step_started = self._usage()
+
+    @staticmethod
+    def _usage() -> tuple[float, float, int]:
+        import resource
+
+        return time.perf_counter(), time.thread_time(), resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+
+    def _timed(self, fn, label: str):
+        def timed(*args, **kwargs):
+            before = self._usage()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                after = self._usage()
+                total = self.totals.setdefault(label, [0.0, 0.0, 0])
+                for i in range(3):
+                    total[i] += after[i] - before[i]
+        return timed
+
+    def close(self, steps: int) -> dict:
+        for owner, name in self._undo:
+            delattr(owner, name)
+        self._cls.result = self._result
+        ended = self._usage()
+        whole = [ended[i] - self._step_started[i] for i in range(3)]
+        out = {label: {"wall_ms": t[0] / steps * 1e3, "cpu_ms": t[1] / steps * 1e3, "preempted": t[2] / steps}
+               for label, t in self.totals.items()}
+        named = [sum(t[i] for t in self.totals.values()) for i in range(3)]
+        out["rest"] = {"wall_ms": (whole[0] - named[0]) / steps * 1e3, "cpu_ms": (whole[1] - named[1]) / steps * 1e3,
+                       "preempted": (whole[2] - named[2]) / steps}
+        return out
 
 
 class Timeline:
