@@ -185,6 +185,7 @@ class ModelRunner:
         cached = so.scheduled_cached_reqs
         batch = self.batch
         rows, num_computed = [], []
+        one_token_rows, one_tokens = [], []
         for i, req_id in enumerate(cached.req_ids):
             if req_id in self.rejected:
                 continue  # scheduled again before the scheduler heard of the refusal (async scheduling)
@@ -201,12 +202,17 @@ class ModelRunner:
             if row is None:
                 batch.add(state)
                 continue
-            if new_tokens:
+            if len(new_tokens) == 1:  # a decode step: written for all such rows at once below
+                one_token_rows.append(row)
+                one_tokens.append(new_tokens[0])
+            elif new_tokens:
                 batch.append_tokens(req_id, new_tokens)
             if new_blocks or resumed:
                 batch.set_blocks(req_id, new_blocks, replace=resumed)
             rows.append(row)
             num_computed.append(state.num_computed_tokens)
+        if one_token_rows:
+            batch.append_one_token_each(one_token_rows, one_tokens)
         batch.num_computed_tokens[rows] = num_computed
         return refused
 
