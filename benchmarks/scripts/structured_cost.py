@@ -2,6 +2,10 @@
 never to finish, against the same batch unconstrained, in one engine (issue #17's H200 measurement).
 
     python benchmarks/scripts/structured_cost.py OUT.json [--model random-qwen3-0.6b] [--num-reqs 256] [--prompt-len 512]
+        [--rows plain,json_schema,plain_again,json_schema_again]   # KIND@SECONDS: a GIL switch interval; KIND#N: N fill threads
+
+Each row also records where its steps' time went: the grammar thread's timeline (``Timeline``) and the step loop's
+phases with their CPU time (``Phases``), printed as one line a row.
 """
 
 from __future__ import annotations
@@ -199,6 +203,16 @@ class Timeline:
         return out
 
 
+def row_summary(row: dict) -> str:
+    """One line: ms per step; the grammar thread's medians (mask wait, advance, fill); each phase of the step loop as
+    wall / CPU ms and involuntary context switches a step."""
+    grammar = row["grammar_timeline"] or {}
+    medians = " ".join(f"{name} {grammar[key]['median']:.2f}" for name, key in
+                       (("wait", "mask_wait_ms"), ("advance", "advance_ran_ms"), ("fill", "fill_ran_ms")) if grammar.get(key))
+    phases = " ".join(f"{name}={v['wall_ms']:.2f}/{v['cpu_ms']:.2f}/{v['preempted']:.2f}" for name, v in row["phases"].items())
+    return f"{row['ms_per_step']:.2f} ms | {medians or 'no grammar'} | {phases}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -250,6 +264,7 @@ def main() -> None:
             rows[tag] = decode_step_ms(llm, args.num_reqs, args.prompt_len, args.steps, structured, tag,
                                        f"{args.out}.{tag}.prof.txt" if args.profile else None)
             print(tag, rows[tag], flush=True)
+            print(f"  {tag}: {row_summary(rows[tag])}", flush=True)
 
         def mean_of(kinds_wanted: tuple[str, ...], interval: str | None = None, threads: str | None = None) -> float:
             return np.mean([row["ms_per_step"] for t, row in rows.items() if parts(t)[0] in kinds_wanted
