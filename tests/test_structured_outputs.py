@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import random
+import os
 import re
+import subprocess
 import sys
 
 import httpx
@@ -17,7 +19,7 @@ import pytest
 
 from raygrid import LLM, SamplingParams
 from raygrid.engine.sampling_params import StructuredOutputsParams as Structured
-from raygrid.engine.structured_output import GRAMMAR_SWITCH_INTERVAL_S
+from raygrid.engine.structured_output import GRAMMAR_SWITCH_INTERVAL_S, grammar_threads
 from tests.conftest import random_prompts
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
@@ -86,6 +88,26 @@ def test_async_scheduling_with_only_grammar_requests(qwen3_dir, tokenizer):
         # (The text is the output tokens' own: a random prompt may end inside a character, which the first output text completes.)
         assert a.error is None and b.error is None and re.fullmatch("[a-z]{5,30}", tokenizer.decode(a.outputs[0].token_ids))
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
+
+
+def test_grammar_threads_sets_how_many_threads_fill_the_masks(monkeypatch):
+    """RAYGRID_GRAMMAR_THREADS=N gives llguidance's executor N threads (counted in a fresh interpreter, where
+    nothing else starts threads meanwhile), and a value that is not a positive whole number is refused by name."""
+    count = (
+        "import os, sys; from raygrid.engine.structured_output import GrammarThread\n"
+        "before = len(os.listdir('/proc/self/task')); work = GrammarThread(vocab_size=64, max_rows=2)\n"
+        "print(len(os.listdir('/proc/self/task')) - before); work.shutdown()"
+    )
+    for value in ("1", "3"):
+        done = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "RAYGRID_GRAMMAR_THREADS": value})
+        assert done.returncode == 0 and done.stdout.split()[-1] == value, (value, done.stdout, done.stderr[-2000:])
+    for bad in ("0", "-2", "four"):
+        monkeypatch.setenv("RAYGRID_GRAMMAR_THREADS", bad)
+        with pytest.raises(ValueError, match=f"RAYGRID_GRAMMAR_THREADS must be a whole number of at least 1, not '{bad}'"):
+            grammar_threads()
+    monkeypatch.delenv("RAYGRID_GRAMMAR_THREADS")
+    assert grammar_threads() is None  # unset: llguidance's default
 
 
 def test_a_bad_grammar_is_refused_by_name_and_the_engine_carries_on(qwen3_dir):

@@ -55,10 +55,14 @@ GRAMMAR_SWITCH_INTERVAL_S = float(os.environ.get("RAYGRID_GRAMMAR_SWITCH_INTERVA
 
 
 def grammar_threads() -> int | None:
-    """How many threads llguidance fills a step's masks on: RAYGRID_GRAMMAR_THREADS, or None (llguidance's
-    default, one per CPU)."""
-    value = os.environ.get("RAYGRID_GRAMMAR_THREADS")
-    return int(value) if value else None
+    """How many threads llguidance advances the matchers and fills a step's masks on: RAYGRID_GRAMMAR_THREADS,
+    or None for llguidance's default (80% of the CPUs, at most 32)."""
+    value = os.environ.get("RAYGRID_GRAMMAR_THREADS", "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"RAYGRID_GRAMMAR_THREADS must be a whole number of at least 1, not {value!r}")
+    return int(value)
 
 
 class _SwitchInterval:
