@@ -7,8 +7,8 @@ output valid."""
 from __future__ import annotations
 
 import json
-import random
 import os
+import random
 import re
 import subprocess
 import sys

@@ -440,12 +440,11 @@ class Scheduler:
             self.running.remove(req)
             self._finish(req, RequestStatus.FINISHED_ABORTED)
             outputs.append(EngineCoreOutput(req_id, [], [], finish_reason="abort", error=f"the engine could not take this request ({reason})"))
-        requests, step_prompt_logprobs = self.requests, runner_out.prompt_logprobs
         for req_id, token_ids, logprobs in zip(runner_out.req_ids, runner_out.sampled_token_ids, runner_out.logprobs):
-            req = requests.get(req_id)  # _scheduled_incarnation, inline: this loop runs for every request of every step
-            if req is None or req.status.is_finished or req.num_preemptions != incarnations.get(req_id, 0):
+            req = self._scheduled_incarnation(req_id, incarnations)
+            if req is None:
                 continue
-            prompt_logprobs = self._new_prompt_logprobs(req, step_prompt_logprobs.get(req_id)) if step_prompt_logprobs else []
+            prompt_logprobs = self._new_prompt_logprobs(req, runner_out.prompt_logprobs.get(req_id))
             if not token_ids:
                 if prompt_logprobs:  # a prompt chunk of a request that wants its prompt's logprobs
                     outputs.append(EngineCoreOutput(req_id, [], [], num_cached_tokens=max(req.num_cached_tokens, 0),
@@ -491,11 +490,9 @@ class Scheduler:
         if not self._structured:
             return None
         items = []
-        structured, errors = self._structured, runner_out.errors
         for req_id, token_ids in zip(runner_out.req_ids, runner_out.sampled_token_ids):
-            req = structured.get(req_id)  # only requests with a grammar; then the incarnation check
-            if (req is not None and req.grammar is not None and token_ids and req_id not in errors
-                    and self._scheduled_incarnation(req_id, incarnations) is req):
+            req = self._scheduled_incarnation(req_id, incarnations)
+            if req is not None and req.grammar is not None and token_ids and req_id not in runner_out.errors:
                 items.append((req_id, req.grammar, token_ids))
         return self._grammar_thread().advance(items) if items else None
 
