@@ -90,24 +90,27 @@ def test_async_scheduling_with_only_grammar_requests(qwen3_dir, tokenizer):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
 
 
-def test_grammar_threads_sets_how_many_threads_fill_the_masks(monkeypatch):
+def test_grammar_threads_sets_how_many_threads_fill_the_masks():
     """RAYGRID_GRAMMAR_THREADS=N gives llguidance's executor N threads (counted in a fresh interpreter, where
-    nothing else starts threads meanwhile), and a value that is not a positive whole number is refused by name."""
+    nothing else starts threads meanwhile); a value that is not a positive whole number stops the engine's start
+    (its import of the grammar module) with an error that names the variable."""
     count = (
-        "import os, sys; from raygrid.engine.structured_output import GrammarThread\n"
+        "import os; from raygrid.engine.structured_output import GrammarThread\n"
         "before = len(os.listdir('/proc/self/task')); work = GrammarThread(vocab_size=64, max_rows=2)\n"
         "print(len(os.listdir('/proc/self/task')) - before); work.shutdown()"
     )
-    for value in ("1", "3"):
-        done = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, timeout=120,
+
+    def run(value: str, code: str = count) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                               env={**os.environ, "RAYGRID_GRAMMAR_THREADS": value})
+
+    for value in ("1", "3"):
+        done = run(value)
         assert done.returncode == 0 and done.stdout.split()[-1] == value, (value, done.stdout, done.stderr[-2000:])
-    for bad in ("0", "-2", "four"):
-        monkeypatch.setenv("RAYGRID_GRAMMAR_THREADS", bad)
-        with pytest.raises(ValueError, match=f"RAYGRID_GRAMMAR_THREADS must be a whole number of at least 1, not '{bad}'"):
-            grammar_threads()
-    monkeypatch.delenv("RAYGRID_GRAMMAR_THREADS")
-    assert grammar_threads() is None  # unset: llguidance's default
+    for bad in ("0", "four"):
+        done = run(bad, "import raygrid.engine.structured_output")
+        assert done.returncode != 0 and f"RAYGRID_GRAMMAR_THREADS must be a whole number of at least 1, not '{bad}'" in done.stderr
+    assert "RAYGRID_GRAMMAR_THREADS" not in os.environ and grammar_threads() is None  # unset: llguidance's default
 
 
 def test_a_bad_grammar_is_refused_by_name_and_the_engine_carries_on(qwen3_dir):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from raygrid import LLM, SamplingParams
 from raygrid.bench.throughput import device_name, git_commit
+from raygrid.engine import structured_output
 from raygrid.engine.sampling_params import StructuredOutputsParams
 
 # 100 required fields of strings, integers and booleans: hundreds of tokens before the object can close.
@@ -245,7 +245,7 @@ def main() -> None:
             return kind, threads, interval
 
         rows = {}
-        default_threads = os.environ.get("RAYGRID_GRAMMAR_THREADS", "")
+        default_threads = structured_output.GRAMMAR_THREADS
         kinds = {"plain": None, "json_schema": schema, "plain_again": None, "json_schema_again": schema, "json_schema_bounded_strings": bounded}
         for tag in args.rows.split(","):
             # "KIND@SECONDS" runs that row at that GIL switch interval (with RAYGRID_GRAMMAR_SWITCH_INTERVAL_S=0,
@@ -254,7 +254,7 @@ def main() -> None:
             kind, threads, interval = parts(tag)
             if interval:
                 sys.setswitchinterval(float(interval))
-            os.environ["RAYGRID_GRAMMAR_THREADS"] = threads or default_threads
+            structured_output.GRAMMAR_THREADS = int(threads) if threads else default_threads
             if llm.engine.scheduler._grammar_work is not None:
                 llm.engine.scheduler._grammar_work.shutdown()
                 llm.engine.scheduler._grammar_work = None

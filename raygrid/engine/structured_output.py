@@ -65,6 +65,10 @@ def grammar_threads() -> int | None:
     return int(value)
 
 
+# Read once, when the engine starts (its import of this module): a bad value stops the start, naming the variable.
+GRAMMAR_THREADS = grammar_threads()
+
+
 class _SwitchInterval:
     """The process's GIL switch interval, shortened while any grammar thread lives (counted: engines may share
     a process, as the DP ranks of one world do); the last one to go restores the value it found."""
@@ -268,7 +272,7 @@ class GrammarThread:
 
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
-        self._executor = llguidance.LLExecutor(num_threads=grammar_threads())
+        self._executor = llguidance.LLExecutor(num_threads=GRAMMAR_THREADS)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygrid-grammar-step")
         self._buffers = [torch.empty((max_rows, self.words), dtype=torch.int32, pin_memory=pinned) for _ in range(self.RING)]
         self._turn = 0
