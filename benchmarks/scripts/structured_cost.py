@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 
@@ -113,8 +114,6 @@ class Phases:
 
     @staticmethod
     def _usage() -> tuple[float, float, int]:
-        import resource
-
         return time.perf_counter(), time.thread_time(), resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
 
     def _timed(self, fn, label: str):
@@ -146,36 +145,29 @@ class Phases:
 class Timeline:
     """Where a constrained step's grammar time goes, per step (milliseconds): the grammar thread's advance and
     fill (how long each waited in the thread's queue, and ran), and how long the step loop waited for a mask
-    it needed. Timing wrappers around the scheduler's GrammarThread and SchedulerOutput.grammar_bitmask for
+    it needed. Timing wrappers around the grammar thread's pool and SchedulerOutput.grammar_bitmask for
     the timed steps only."""
 
     def __init__(self, core) -> None:
         from raygrid.engine.outputs import SchedulerOutput
 
-        self.work = core.scheduler._grammar_thread()
         self.records: dict[str, list[tuple[float, float, float]]] = {"advance": [], "fill": []}  # (submitted, started, ended)
         self.waits: list[float] = []
-        self._restore = []
-        for kind, method in (("advance", "_advance"), ("fill", "_fill")):
-            original = getattr(self.work, method)
-            submit = getattr(self.work, kind)
-            self._restore.append((self.work, kind))
+        # The grammar thread queues its work (_advance, _fill) on a one-thread pool: time what that pool runs.
+        self._pool = core.scheduler._grammar_thread()._thread
+        submit = self._pool.submit
 
-            def timed_submit(*args, _original=original, _kind=kind, _method=method, _submit=submit):
-                submitted = time.perf_counter()
+        def timed_submit(fn, *args):
+            submitted, kind = time.perf_counter(), fn.__name__.lstrip("_")
 
-                def run(*inner):
-                    started = time.perf_counter()
-                    try:
-                        return _original(*inner)
-                    finally:
-                        self.records[_kind].append((submitted, started, time.perf_counter()))
-                setattr(self.work, _method, run)  # what the submit below queues
+            def run(*inner):
+                started = time.perf_counter()
                 try:
-                    return _submit(*args)
+                    return fn(*inner)
                 finally:
-                    delattr(self.work, _method)
-            setattr(self.work, kind, timed_submit)
+                    self.records[kind].append((submitted, started, time.perf_counter()))
+            return submit(run, *args)
+        self._pool.submit = timed_submit
         self._cls, self._bitmask = SchedulerOutput, SchedulerOutput.grammar_bitmask
 
         def timed_bitmask(so, _original=self._bitmask):
@@ -187,8 +179,7 @@ class Timeline:
         SchedulerOutput.grammar_bitmask = timed_bitmask
 
     def close(self) -> dict:
-        for work, kind in self._restore:
-            delattr(work, kind)
+        del self._pool.submit
         self._cls.grammar_bitmask = self._bitmask
 
         def stats(values) -> dict:
