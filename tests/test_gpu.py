@@ -113,6 +113,32 @@ def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_p
     assert_same_outputs(results[0], results[1])
 
 
+@pytest.mark.parametrize("model", ["qwen3", "llama"])
+def test_piecewise_graphs_equal_the_plain_engine_when_prefill_shares_steps_with_decodes(model_dirs, tokenizer, model):
+    """Under a 64-token budget, prompts of 40 to 150 tokens are prefilled in chunks beside other requests' decodes,
+    so most steps replay the piecewise graphs (16, 32 or 64 tokens, padded) with eager attention between the
+    pieces. Every sampling feature against the plain engine (synchronous, eager), float32."""
+    from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
+
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), min_len=40, max_len=150, seed=37)]
+    results = []
+    for mode in (dict(async_scheduling=False, enforce_eager=True), dict(async_scheduling=True)):
+        llm = LLM(model=model_dirs[model], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32",
+                  max_num_batched_tokens=64, **mode)
+        try:
+            stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
+            results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
+            piecewise = llm.engine.executor.worker.runner.piecewise
+            if mode["async_scheduling"]:
+                assert piecewise.sizes == [16, 32, 64]
+                assert piecewise.num_replays >= 20, piecewise.num_replays
+            else:
+                assert piecewise is None
+        finally:
+            llm.shutdown()
+    assert_same_outputs(results[0], results[1])
+
+
 def test_kv_sizing_counts_sampling_and_graphs(model_dirs):
     """The profiled step includes sampling at max_num_seqs, and the CUDA graphs' memory measured at
     profiling time covers what the real capture then takes."""

@@ -7,7 +7,7 @@ offline decode step"). Two phases on one engine, offline:
   of ``--prompt-len`` tokens: every step carries that prefill beside the decodes, as in online serving.
 
 Each phase is timed (wall per step, the step loop's CPU time, and the host time of launching the step),
-then profiled (GPU busy per step, kernels slowest first).
+then profiled (GPU busy per step, kernels slowest first, host operations by CPU time in ``OUT_<phase>_cpu.txt``).
 
     python benchmarks/scripts/mixed_step.py OUT.json [--model random-qwen3-0.6b] [--running 256]
 """
@@ -15,7 +15,9 @@ then profiled (GPU busy per step, kernels slowest first).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import time
 
 import numpy as np
@@ -32,6 +34,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--profile-steps", type=int, default=20)
     parser.add_argument("--phases", default="decode,steady")
+    parser.add_argument("--trace", action="store_true", help="also write each phase's profile as a Chrome trace")
+    parser.add_argument("--cprofile", action="store_true", help="also run --profile-steps steps under cProfile (OUT_<phase>_cprofile.txt)")
     args = parser.parse_args()
 
     import torch
@@ -85,6 +89,15 @@ def main() -> None:
             run(args.profile_steps, refill)
             sync()
         kernels = device_kernels(prof, args.profile_steps)
+        with open(f"{args.output.removesuffix('.json')}_{name}_cpu.txt", "w", encoding="utf-8") as f:
+            f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=60))
+        if args.trace:
+            prof.export_chrome_trace(f"{args.output.removesuffix('.json')}_{name}_trace.json")
+        if args.cprofile:
+            profiler = cProfile.Profile()
+            profiler.runcall(run, args.profile_steps, refill)
+            with open(f"{args.output.removesuffix('.json')}_{name}_cprofile.txt", "w", encoding="utf-8") as f:
+                pstats.Stats(profiler, stream=f).sort_stats("tottime").print_stats(40)
         walls, cpus, tokens = (np.array(c, dtype=float) for c in zip(*rows))
         result = {
             "phase": name,

@@ -12,6 +12,7 @@ import torch
 
 from raygrid.config import EngineConfig
 from raygrid.engine.cuda_graphs import DecodeGraphs
+from raygrid.engine.piecewise_graphs import PiecewiseGraphs, piecewise_sizes
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import SampleLogprobs, SchedulerOutput
 from raygrid.engine.pending_output import PendingRunnerOutput
@@ -46,7 +47,8 @@ class ModelRunner:
         self.sampler = Sampler()
         self.kv_caches: list[torch.Tensor] = []
         self.graphs: DecodeGraphs | None = None
-        self.graph_memory_bytes = 0  # device memory the decode graphs hold, once captured
+        self.piecewise: PiecewiseGraphs | None = None  # steps with prefill (none under expert parallelism)
+        self.graph_memory_bytes = 0  # device memory the CUDA graphs hold, once captured
         # Requests this worker refused (until the scheduler reports them finished), and why.
         self.rejected: dict[str, str] = {}
         self._copy_stream: torch.cuda.Stream | None = None  # grammar masks go to the device on it
@@ -88,6 +90,8 @@ class ModelRunner:
         if plan.graph_size is not None:
             return self.graphs.run(plan.graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables,
                                    meta.seq_lens_tensor, intermediate)
+        if plan.piecewise_size is not None:
+            return self.piecewise.run(plan.piecewise_size, input_ids, positions, meta, intermediate)
         with plan.context():
             return self.model(input_ids, positions, self.kv_caches if kv_caches is None else kv_caches, meta, intermediate)
 
@@ -127,10 +131,18 @@ class ModelRunner:
     def uses_cuda_graphs(self) -> bool:
         return self.device.type == "cuda" and not self.config.model.enforce_eager
 
-    def _capture_decode_graphs(self, kv_caches: list[torch.Tensor], sizes: list[int] | None = None) -> DecodeGraphs:
+    def _capture_graphs(self, kv_caches: list[torch.Tensor], largest_only: bool = False) -> tuple[DecodeGraphs, PiecewiseGraphs | None]:
+        """The decode graphs and (without expert parallelism) the piecewise graphs of steps with prefill;
+        ``largest_only``: each kind's largest size alone, which sizes its memory pool."""
         stage_input = None if self.pp.is_first else (self.model.config.hidden_size, self.dtype)
-        return DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, sizes, stage_input,
-                            context=self.passes.graph_context)
+        decode_sizes = [self.max_graph_batch] if largest_only else None
+        graphs = DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, decode_sizes,
+                              stage_input, context=self.passes.graph_context)
+        if self.expert_parallel:
+            return graphs, None
+        sizes = piecewise_sizes(self.config.scheduler.max_num_batched_tokens)
+        piecewise = PiecewiseGraphs(self.model, kv_caches, sizes[-1:] if largest_only else sizes, self.device, self.dtype, stage_input)
+        return graphs, piecewise
 
     @property
     def max_graph_batch(self) -> int:
@@ -143,9 +155,9 @@ class ModelRunner:
                 layer.map.window.zero_()
         if self.uses_cuda_graphs:
             free_before = free_device_memory()
-            self.graphs = self._capture_decode_graphs(kv_caches)
+            self.graphs, self.piecewise = self._capture_graphs(kv_caches)
             self.graph_memory_bytes = free_before - free_device_memory()
-            logger.info("decode CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
+            logger.info("CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
 
     # ------------------------------------------------------------------ state
 
@@ -291,7 +303,7 @@ class ModelRunner:
             shape = (input_ids.shape[0], self.model.config.hidden_size)  # every stage refuses the same requests
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
-        plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1)
+        plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise)
         hidden = self._forward(plan, num_reqs, input_ids, positions, meta, intermediate)
         self._after_forward()
         req_ids = list(self.batch.req_ids)
@@ -423,15 +435,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def profile_cuda_graphs(self) -> int:
-        """Device memory the decode graphs will hold. They share one memory pool, which the largest
-        graph sizes, so capture that one on a throwaway KV cache and measure (0 without graphs)."""
+        """Device memory the CUDA graphs will hold. Each kind's sizes share one memory pool, which the largest
+        size sizes, so capture those on a throwaway KV cache and measure (0 without graphs)."""
         if not self.uses_cuda_graphs:
             return 0
-        caches = self.allocate_kv_cache(2)  # the graph's padding rows only touch the null block
+        caches = self.allocate_kv_cache(2)  # the decode graph's padding rows only touch the null block; piecewise capture runs no attention
         free_before = free_device_memory()
-        graph = self._capture_decode_graphs(caches, sizes=[self.max_graph_batch])
+        graphs = self._capture_graphs(caches, largest_only=True)
         taken = free_before - free_device_memory()
-        del graph, caches
+        del graphs, caches
         torch.cuda.empty_cache()
         return taken
 

@@ -137,16 +137,17 @@ def store_kv(key, value, kv_cache, slot_mapping) -> None:
         store_kv_ref(key, value, kv_cache, slot_mapping)
 
 
-def paged_attention(query, kv_cache, meta, scale: float) -> torch.Tensor:
-    """Attention of the step's packed queries over the paged cache (see AttentionMetadata)."""
+def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of the step's packed queries over the paged cache (see AttentionMetadata), into ``out`` if given."""
     if use_triton(query):
         from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill
 
         if meta.decode_only:
-            return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale)
+            return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale, out=out)
         return paged_attention_prefill(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
-                                       meta.max_query_len, scale)
-    return paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
+                                       meta.max_query_len, scale, out=out)
+    result = paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
+    return result if out is None else out.copy_(result)
 
 
 def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:

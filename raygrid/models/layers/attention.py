@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -29,6 +31,22 @@ class AttentionMetadata:
         return self.max_query_len == 1
 
 
+# What attention does instead while a pass is captured in pieces (engine/piecewise_graphs.py): it receives the
+# layer, q, k, v and its cache, and returns the tensor the rest of the layer reads as attention's output.
+_cut: Callable | None = None
+
+
+@contextmanager
+def attention_cut(cut: Callable) -> Iterator[None]:
+    """Within this context every Attention forward calls ``cut(attention, q, k, v, kv_cache)`` and computes nothing."""
+    global _cut
+    previous, _cut = _cut, cut
+    try:
+        yield
+    finally:
+        _cut = previous
+
+
 class Attention(nn.Module):
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         super().__init__()
@@ -43,6 +61,17 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         """q ``[T, heads, d]``, k/v ``[T, kv_heads, d]`` -> ``[T, heads * d]``."""
-        ops.store_kv(k, v, kv_cache, meta.slot_mapping)
-        out = ops.paged_attention(q, kv_cache, meta, self.scale)
+        if _cut is not None:
+            return _cut(self, q, k, v, kv_cache)
+        self.store(k, v, kv_cache, meta.slot_mapping)
+        return self.attend(q, kv_cache, meta)
+
+    def store(self, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """This step's keys and values into their cache slots (slot -1: a padding row, not stored)."""
+        ops.store_kv(k, v, kv_cache, slot_mapping)
+
+    def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention of q over the cache, which already holds this step's keys and values; ``out``
+        (``[T, heads, d]``), when given, receives the result."""
+        out = ops.paged_attention(q, kv_cache, meta, self.scale, out=out)
         return out.reshape(q.shape[0], self.num_heads * self.head_dim)

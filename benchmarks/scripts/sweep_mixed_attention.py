@@ -1,0 +1,90 @@
+"""Attention of a mixed step on the GPU: many decode rows (one query each) beside a few prompts. Times the
+prefill kernel over the whole batch across launch configurations, and the split launch (the decode kernel
+over the decode rows, the prefill kernel over the prompts), at Qwen3-0.6B's heads (16 query heads, 8 kv
+heads, head_dim 128, bf16, 16-token pages). Every launch's output is checked against the default launch's.
+
+    python benchmarks/scripts/sweep_mixed_attention.py --output-json sweep.json [--decodes 256 --context 640 --prompts 2 --prompt-len 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import torch
+from triton.testing import do_bench
+
+from raygrid.bench.throughput import provenance
+from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill
+
+HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
+
+
+def make_case(decodes: int, context: int, prompts: int, prompt_len: int):
+    """Packed queries (decode rows first), a paged cache in scattered pages, and the batch's metadata."""
+    q_lens = [1] * decodes + [prompt_len] * prompts
+    seq_lens = [context] * decodes + [prompt_len] * prompts
+    pages = [-(-s // PAGE) for s in seq_lens]
+    max_pages = max(pages)
+    total_pages = sum(pages)
+    order = 1 + torch.randperm(total_pages, device="cuda")
+    tables = torch.zeros(len(seq_lens), max_pages, dtype=torch.int32, device="cuda")
+    at = 0
+    for i, n in enumerate(pages):
+        tables[i, :n] = order[at : at + n].int()
+        at += n
+    cache = torch.randn(2, total_pages + 1, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    query = torch.randn(sum(q_lens), HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    starts = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32, device="cuda")
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device="cuda")
+    return query, cache, tables, lens, starts, max(q_lens)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output-json", required=True)
+    parser.add_argument("--decodes", type=int, default=256)
+    parser.add_argument("--context", type=int, default=640)
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--prompt-len", type=int, default=512)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    query, cache, tables, lens, starts, max_q = make_case(args.decodes, args.context, args.prompts, args.prompt_len)
+    scale = HEAD_DIM**-0.5
+    d = args.decodes
+    reference = paged_attention_prefill(query, cache, tables, lens, starts, max_q, scale)
+    rows = []
+
+    def record(name: str, fn) -> None:
+        out = fn()
+        torch.cuda.synchronize()
+        error = (out.float() - reference.float()).abs().max().item()
+        ms = do_bench(fn, warmup=25, rep=200)
+        rows.append({"launch": name, "ms": ms, "max_abs_error": error})
+        print(f"{name:55s} {ms * 1e3:8.1f} us   max error {error:.2e}", flush=True)
+
+    if d:
+        record("decode kernel alone (decode rows only, not checked)", lambda: torch.cat([
+            paged_attention_decode(query[:d], cache, tables[:d], lens[:d], scale), reference[d:]]))
+    for block_m, pack, block_n, warps, stages in itertools.product((16, 32, 64, 128), (1, 2), (64,), (4,), (2, 3)):
+        if block_m // pack < 1:
+            continue
+        name = f"prefill kernel, block_m={block_m} pack={pack} block_n={block_n} warps={warps} stages={stages}"
+        record(name, lambda: paged_attention_prefill(query, cache, tables, lens, starts, max_q, scale, block_m=block_m,
+                                                      block_n=block_n, num_warps=warps, num_stages=stages, pack=pack))
+    if d and args.prompts:
+        def split():
+            out = torch.empty_like(query)
+            paged_attention_decode(query[:d], cache, tables[:d], lens[:d], scale, out=out[:d])
+            paged_attention_prefill(query, cache, tables[d:], lens[d:], starts[d:], max_q, scale, out=out)
+            return out
+        record("split: decode kernel + prefill kernel (default)", split)
+    rows.sort(key=lambda r: r["ms"])
+    result = {"case": vars(args), "launches": rows, **provenance()}
+    with open(args.output_json, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Piecewise CUDA graphs of the forward pass of a step with prefill.
+
+A decode step replays one graph of the whole pass (engine/cuda_graphs.py). A step with prefill cannot: its
+attention's shape (query lengths, contexts, how many requests) changes every step. Run eagerly, its several
+hundred Triton and cuBLAS launches cost more host time than a step of a few thousand tokens takes on the GPU
+(about 13 ms for a 28-layer model on an H200). So the pass is captured in pieces, cut at each layer's
+attention: the pieces (embedding, norms, projections, rotary, MLP, the all-reduces) replay as graphs at a
+padded token count, and between them attention runs eagerly on the step's real tokens with the step's
+metadata. This is vLLM's piecewise mode, cut by a hook in ``Attention.forward`` instead of a compiler.
+
+Capturing a size: while the model runs on the static inputs, each ``Attention.forward`` calls ``_cut``. It
+records, into the piece being captured, the layer's keys and values written to the cache (at the static
+slots: padding rows have slot -1, which the store skips) and its queries copied to a static buffer; then it
+ends that piece, starts the next, and returns the attention output buffer for the rest of the layer to read.
+Replaying: copy the inputs in, then piece 0, layer 0's attention, piece 1, ... and the last piece, which copies
+the pass's result to a static buffer too. Every layer shares the query and output buffers: one layer's
+attention runs after the piece that fills them and before the piece that reads the output, all on one stream.
+Padding rows run through the pieces (their operations work row by row) but never through attention.
+
+Every size shares one memory pool, captured largest first. Nothing a capture allocates outlives it (what
+crosses from one piece to the next is freed in the piece that reads it), so the pool holds the largest
+size's working memory once, and the sizes, never replayed together, take turns in it.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+from typing import Callable, ContextManager
+
+import torch
+
+from raygrid.models.layers.attention import Attention, AttentionMetadata, attention_cut
+
+logger = logging.getLogger(__name__)
+
+MAX_TOKENS = 2048  # the largest pass captured; larger prefills run eagerly (their GPU time dwarfs the launches)
+
+
+def piecewise_sizes(max_tokens: int) -> list[int]:
+    """Token counts captured: powers of two to 256, then every 256 up to ``max_tokens`` (at most MAX_TOKENS)."""
+    cap = min(max_tokens, MAX_TOKENS)
+    sizes = [s for s in (16, 32, 64, 128) if s < cap] + list(range(256, cap + 1, 256))
+    if not sizes or sizes[-1] != cap:
+        sizes.append(cap)
+    return sizes
+
+
+class PiecewiseGraphs:
+    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], sizes: list[int], device: torch.device,
+                 dtype: torch.dtype, stage_input: tuple[int, torch.dtype] | None = None,
+                 context: Callable[[int], ContextManager] | None = None) -> None:
+        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives. ``context``:
+        what each size's warm-up and capture run under."""
+        self.model = model
+        self.sizes = sorted(sizes)
+        max_tokens = self.sizes[-1]
+        self.input_ids = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self.positions = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.long, device=device)
+        self.intermediate = None
+        if stage_input is not None:
+            hidden_size, hidden_dtype = stage_input
+            self.intermediate = tuple(torch.zeros(max_tokens, hidden_size, dtype=hidden_dtype, device=device) for _ in range(2))
+        first = next(m for m in model.modules() if isinstance(m, Attention))
+        self.query = torch.zeros(max_tokens, first.num_heads, first.head_dim, dtype=dtype, device=device)
+        self.attention_out = torch.zeros_like(self.query)
+        self.outputs: tuple[torch.Tensor, ...] | None = None  # the pass's result: hidden states (and residual before the last stage)
+        self.pieces: dict[int, list[torch.cuda.CUDAGraph]] = {}
+        self.attentions: dict[int, list[tuple[Attention, torch.Tensor]]] = {}  # per cut: the layer and its KV cache
+        self.num_replays = 0  # passes run through the pieces
+        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream(device)  # capture needs a stream other than the default one
+        for size in reversed(self.sizes):  # largest first: the smaller sizes fit in the pool it leaves
+            with context(size) if context is not None else nullcontext():
+                self._capture(size, kv_caches)
+        torch.cuda.synchronize()
+        logger.info("captured piecewise CUDA graphs (%d pieces each) for token counts %s", len(self.pieces[max_tokens]), self.sizes)
+
+    def _stage(self, attention: Attention, q, k, v, kv_cache) -> torch.Tensor:
+        """What a cut records in the piece before it: keys and values to the cache, queries to their buffer."""
+        n = q.shape[0]
+        attention.store(k, v, kv_cache, self.slot_mapping[:n])
+        self.query[:n].copy_(q)
+        return self.attention_out[:n].view(n, -1)
+
+    def _keep(self, result) -> None:
+        """Copy the pass's result to the static outputs (allocated by the first warm-up, for the largest size)."""
+        result = result if isinstance(result, tuple) else (result,)
+        if self.outputs is None:
+            self.outputs = tuple(torch.empty(self.sizes[-1], *t.shape[1:], dtype=t.dtype, device=t.device) for t in result)
+        for static, t in zip(self.outputs, result):
+            static[: t.shape[0]].copy_(t)
+
+    @torch.inference_mode()
+    def _capture(self, size: int, kv_caches: list[torch.Tensor]) -> None:
+        stage_input = None if self.intermediate is None else tuple(t[:size] for t in self.intermediate)
+        args = (self.input_ids[:size], self.positions[:size], kv_caches, None, stage_input)
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            with attention_cut(self._stage):  # warm-up on the capture stream: Triton compiles, cuBLAS sets up, outside any capture
+                for _ in range(2):
+                    self._keep(self.model(*args))
+            self.stream.synchronize()
+            pieces: list[torch.cuda.CUDAGraph] = []
+            attentions: list[tuple[Attention, torch.Tensor]] = []
+
+            def begin() -> None:
+                pieces.append(torch.cuda.CUDAGraph())
+                pieces[-1].capture_begin(pool=self.pool)
+
+            def cut(attention: Attention, q, k, v, kv_cache) -> torch.Tensor:
+                out = self._stage(attention, q, k, v, kv_cache)
+                pieces[-1].capture_end()
+                attentions.append((attention, kv_cache))
+                begin()
+                return out
+
+            begin()
+            with attention_cut(cut):
+                self._keep(self.model(*args))
+            pieces[-1].capture_end()
+        torch.cuda.current_stream().wait_stream(self.stream)
+        self.pieces[size], self.attentions[size] = pieces, attentions
+
+    def padded_size(self, num_tokens: int) -> int | None:
+        return next((s for s in self.sizes if s >= num_tokens), None)
+
+    def run(self, size: int, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, intermediate=None):
+        """The pass at ``size`` (>= the step's tokens) with attention over ``meta``; returns what the model
+        returns, for the step's rows."""
+        n = input_ids.shape[0]
+        self.num_replays += 1
+        self.input_ids[:n].copy_(input_ids)
+        self.positions[:n].copy_(positions)  # padding rows keep earlier positions: valid rows of the rotary tables
+        self.slot_mapping[:n].copy_(meta.slot_mapping)
+        self.slot_mapping[n:size].fill_(-1)
+        if self.intermediate is not None:
+            for static, given in zip(self.intermediate, intermediate):
+                static[:n].copy_(given)
+        query, out = self.query[:n], self.attention_out[:n]
+        pieces = self.pieces[size]
+        for piece, (attention, kv_cache) in zip(pieces, self.attentions[size]):
+            piece.replay()
+            attention.attend(query, kv_cache, meta, out=out)
+        pieces[-1].replay()
+        result = tuple(t[:n] for t in self.outputs)
+        return result if len(result) > 1 else result[0]
