@@ -131,6 +131,20 @@ def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, 
         pack=pack,
     )
     torch.testing.assert_close(got, expected, **tol(dtype))
+    if pack == 2:  # the launch prefill_launch picks for this batch (short tiles here on the CPU, prompt tiles on a GPU)
+        chosen = paged_attention_prefill(query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+                                         torch.tensor(starts, dtype=torch.int32, device=DEVICE), max(q for _, q in cases), scale)
+        torch.testing.assert_close(chosen, expected, **tol(dtype))
+
+
+def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():
+    """A mixed step (256 decode rows beside two 512-token prompts) takes the 16-row tiles; prompts take the 128-row ones."""
+    from raygrid.kernels.triton_attention import PREFILL_CONFIG, PREFILL_SHORT_CONFIG, prefill_launch
+
+    assert prefill_launch(256 + 2 * 512, 258) is PREFILL_SHORT_CONFIG
+    assert prefill_launch(16 * 512, 16) is PREFILL_CONFIG
+    assert prefill_launch(2048, 1) is PREFILL_CONFIG
+    assert PREFILL_SHORT_CONFIG["block_m"] < PREFILL_CONFIG["block_m"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

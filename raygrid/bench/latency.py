@@ -173,10 +173,10 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
 
 def _kernel_settings() -> dict | None:
     try:
-        from raygrid.kernels.triton_attention import DECODE_CONFIG, DECODE_SPLIT_POLICY, PREFILL_CONFIG
+        from raygrid.kernels.triton_attention import DECODE_CONFIG, DECODE_SPLIT_POLICY, PREFILL_CONFIG, PREFILL_SHORT_CONFIG
     except ImportError:  # no Triton: the torch references run
         return None
-    return {"prefill": PREFILL_CONFIG, "decode": DECODE_CONFIG, "decode_splits": DECODE_SPLIT_POLICY}
+    return {"prefill": PREFILL_CONFIG, "prefill_short": PREFILL_SHORT_CONFIG, "decode": DECODE_CONFIG, "decode_splits": DECODE_SPLIT_POLICY}
 
 
 def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:

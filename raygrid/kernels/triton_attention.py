@@ -296,6 +296,18 @@ DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches.
 PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2)
 PREFILL_CONFIG.update(json.loads(os.environ.get("RAYGRID_PREFILL_CONFIG", "{}")))
+# A batch whose sequences bring few queries each (a mixed step: many decode rows beside a prompt or two) would
+# leave most of a 128-row tile empty, and its tiles are compute spent on nothing: it takes 16-row tiles. On an
+# H200, 256 decode rows of 640-token contexts beside two 512-token prompts: 192 us a layer against 289 us with
+# the prompt tiles, and 184 us for the decode kernel on the decode rows alone (sweep_mixed_attention.py,
+# benchmarks/README.md).
+PREFILL_SHORT_CONFIG = dict(block_m=16, block_n=64, num_warps=4, num_stages=2, pack=2)
+SHORT_QUERIES = 64  # below this many queries per sequence on average, the short tiles
+
+
+def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
+    """The prefill kernel's launch for a batch of ``num_tokens`` queries over ``num_seqs`` sequences."""
+    return PREFILL_SHORT_CONFIG if num_tokens < SHORT_QUERIES * num_seqs else PREFILL_CONFIG
 
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
@@ -334,15 +346,21 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
 
 
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, max_query_len: int, scale, out=None,
-                            block_m: int = PREFILL_CONFIG["block_m"], block_n: int = PREFILL_CONFIG["block_n"],
-                            num_warps: int = PREFILL_CONFIG["num_warps"], num_stages: int = PREFILL_CONFIG["num_stages"],
-                            pack: int = PREFILL_CONFIG["pack"]):
+                            block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+                            num_stages: int | None = None, pack: int | None = None):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
-    query heads of one kv head share a program (at most the group size, and a divisor of it)."""
-    _, num_heads, head_dim = query.shape
+    query heads of one kv head share a program (at most the group size, and a divisor of it). A launch
+    parameter left None comes from ``prefill_launch`` for this batch."""
+    num_tokens, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     num_kv_heads = k_cache.shape[2]
     num_seqs = seq_lens.shape[0]
+    launch = prefill_launch(num_tokens, num_seqs)
+    block_m = launch["block_m"] if block_m is None else block_m
+    block_n = launch["block_n"] if block_n is None else block_n
+    num_warps = launch["num_warps"] if num_warps is None else num_warps
+    num_stages = launch["num_stages"] if num_stages is None else num_stages
+    pack = launch["pack"] if pack is None else pack
     group = num_heads // num_kv_heads
     pack = math.gcd(pack, group)
     out = torch.empty_like(query) if out is None else out
