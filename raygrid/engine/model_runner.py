@@ -12,10 +12,10 @@ import torch
 
 from raygrid.config import EngineConfig
 from raygrid.engine.cuda_graphs import DecodeGraphs
-from raygrid.engine.piecewise_graphs import PiecewiseGraphs, piecewise_sizes
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import SampleLogprobs, SchedulerOutput
 from raygrid.engine.pending_output import PendingRunnerOutput
+from raygrid.engine.piecewise_graphs import PiecewiseGraphs, piecewise_sizes
 from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs
 from raygrid.engine.sampling_inputs import SamplingInputs, token_statistics
 from raygrid.engine.staging import StagingBuffers

@@ -8,8 +8,8 @@ attention: the pieces (embedding, norms, projections, rotary, MLP, the all-reduc
 padded token count, and between them attention runs eagerly on the step's real tokens with the step's
 metadata. This is vLLM's piecewise mode, cut by a hook in ``Attention.forward`` instead of a compiler.
 
-Capturing a size: while the model runs on the static inputs, each ``Attention.forward`` calls ``_cut``. It
-records, into the piece being captured, the layer's keys and values written to the cache (at the static
+Capturing a size: while the model runs on the static inputs, each ``Attention.forward`` calls the capture's
+cut (``attention_cut``). It records, into the piece being captured, the layer's keys and values written to the cache (at the static
 slots: padding rows have slot -1, which the store skips) and its queries copied to a static buffer; then it
 ends that piece, starts the next, and returns the attention output buffer for the rest of the layer to read.
 Replaying: copy the inputs in, then piece 0, layer 0's attention, piece 1, ... and the last piece, which copies
@@ -25,8 +25,6 @@ size's working memory once, and the sizes, never replayed together, take turns i
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
-from typing import Callable, ContextManager
 
 import torch
 
@@ -48,10 +46,9 @@ def piecewise_sizes(max_tokens: int) -> list[int]:
 
 class PiecewiseGraphs:
     def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], sizes: list[int], device: torch.device,
-                 dtype: torch.dtype, stage_input: tuple[int, torch.dtype] | None = None,
-                 context: Callable[[int], ContextManager] | None = None) -> None:
-        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives. ``context``:
-        what each size's warm-up and capture run under."""
+                 dtype: torch.dtype, stage_input: tuple[int, torch.dtype] | None = None) -> None:
+        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives. Not for
+        expert parallelism, whose eager passes pad to every DP rank's token count."""
         self.model = model
         self.sizes = sorted(sizes)
         max_tokens = self.sizes[-1]
@@ -72,8 +69,7 @@ class PiecewiseGraphs:
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device)  # capture needs a stream other than the default one
         for size in reversed(self.sizes):  # largest first: the smaller sizes fit in the pool it leaves
-            with context(size) if context is not None else nullcontext():
-                self._capture(size, kv_caches)
+            self._capture(size, kv_caches)
         torch.cuda.synchronize()
         logger.info("captured piecewise CUDA graphs (%d pieces each) for token counts %s", len(self.pieces[max_tokens]), self.sizes)
 
