@@ -114,10 +114,11 @@ def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_p
 
 
 @pytest.mark.parametrize("model", ["qwen3", "llama"])
-def test_piecewise_graphs_equal_the_plain_engine_when_prefill_shares_steps_with_decodes(model_dirs, tokenizer, model):
+def test_graphs_of_steps_with_prefill_equal_the_plain_engine(model_dirs, tokenizer, model):
     """Under a 64-token budget, prompts of 40 to 150 tokens are prefilled in chunks beside other requests' decodes,
-    so most steps replay the piecewise graphs (16, 32 or 64 tokens, padded) with eager attention between the
-    pieces. Every sampling feature against the plain engine (synchronous, eager), float32."""
+    so most steps replay a mixed full graph (16, 32 or 64 tokens over 256 sequences, padded), and a lone prompt's
+    chunks, which take the prompt tiles, the piecewise graphs with eager attention between the pieces. Every
+    sampling feature against the plain engine (synchronous, eager), float32."""
     from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
 
     prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), min_len=40, max_len=150, seed=37)]
@@ -128,12 +129,13 @@ def test_piecewise_graphs_equal_the_plain_engine_when_prefill_shares_steps_with_
         try:
             stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
             results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
-            piecewise = llm.engine.executor.worker.runner.piecewise
+            runner = llm.engine.executor.worker.runner
             if mode["async_scheduling"]:
-                assert piecewise.sizes == [16, 32, 64]
-                assert piecewise.num_replays >= 20, piecewise.num_replays
+                assert runner.piecewise.sizes == runner.graphs.mixed_sizes == [16, 32, 64]
+                assert runner.graphs.num_mixed_replays >= 20, runner.graphs.num_mixed_replays
+                assert runner.piecewise.num_replays >= 2, runner.piecewise.num_replays  # the first prompt's chunks
             else:
-                assert piecewise is None
+                assert runner.piecewise is None and runner.graphs is None
         finally:
             llm.shutdown()
     assert_same_outputs(results[0], results[1])

@@ -127,14 +127,48 @@ def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, 
     expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
     got = paged_attention_prefill(
         query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
-        torch.tensor(starts, dtype=torch.int32, device=DEVICE), max(q for _, q in cases), scale, block_m=16, block_n=16,
+        torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale, block_m=16, block_n=16,
         pack=pack,
     )
     torch.testing.assert_close(got, expected, **tol(dtype))
     if pack == 2:  # the launch prefill_launch picks for this batch (short tiles here on the CPU, prompt tiles on a GPU)
         chosen = paged_attention_prefill(query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
-                                         torch.tensor(starts, dtype=torch.int32, device=DEVICE), max(q for _, q in cases), scale)
+                                         torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale)
         torch.testing.assert_close(chosen, expected, **tol(dtype))
+
+
+def test_prefill_attention_on_a_padded_batch_as_a_cuda_graph_runs_it():
+    """A graph of a step with prefill is captured for T tokens over R sequences and replays smaller steps: the
+    rows past the real tokens belong to no sequence and keep what they held, the padding sequences (no
+    queries, length 0) are skipped, and the real rows are exact. So is a batch whose first sequence starts
+    past row 0 (a launch over the prompts of a batch whose decode rows come first)."""
+    heads, kv_heads, head_dim, block_size = SHAPES[0]
+    cases = [(0, 1), (30, 1), (0, 21), (9, 1), (5, 40)] if not ON_GPU else [(0, 1), (600, 1), (0, 512), (90, 1), (16, 300)]
+    seq_lens = [c + q for c, q in cases]
+    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
+    cache = make_cache(num_blocks, block_size, kv_heads, head_dim, torch.float32)
+    tables = random_block_tables(seq_lens, block_size, num_blocks)
+    starts = [0]
+    for _, q in cases:
+        starts.append(starts[-1] + q)
+    n, pad_rows, pad_seqs = starts[-1], 19, 6
+    query = torch.randn(n + pad_rows, heads, head_dim, device=DEVICE)
+    scale = head_dim**-0.5
+    expected = paged_attention_ref(query[:n], cache, tables, seq_lens, starts, scale)
+    padded_tables = torch.cat([tables, torch.zeros(pad_seqs, tables.shape[1], dtype=tables.dtype, device=DEVICE)])
+    lens = torch.tensor(seq_lens + [0] * pad_seqs, dtype=torch.int32, device=DEVICE)
+    padded_starts = torch.tensor(starts + [n] * pad_seqs, dtype=torch.int32, device=DEVICE)
+    for pack, block_m in ((1, 16), (2, 16), (2, 64)):
+        out = torch.full_like(query, 7.0)
+        paged_attention_prefill(query, cache, padded_tables, lens, padded_starts, scale, out=out, block_m=block_m, block_n=16, pack=pack)
+        torch.testing.assert_close(out[:n], expected, **tol(torch.float32))
+        assert torch.all(out[n:] == 7.0)
+    out = torch.full_like(query, 7.0)
+    first = starts[3]  # past a whole tile of rows
+    paged_attention_prefill(query, cache, tables[3:], lens[3 : len(cases)], padded_starts[3 : len(cases) + 1], scale, out=out,
+                            block_m=16, block_n=16, pack=2)
+    torch.testing.assert_close(out[first:n], expected[first:], **tol(torch.float32))
+    assert torch.all(out[:first] == 7.0) and torch.all(out[n:] == 7.0)
 
 
 def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():
@@ -188,7 +222,7 @@ def test_fp8_kv_cache_store_decode_and_prefill(dtype):
     query = torch.randn(starts[-1], heads, head_dim, dtype=dtype, device=DEVICE)
     expected = paged_attention_ref(query, stored, tables, seq_lens, starts, scale)
     got = paged_attention_prefill(query, stored, tables, lens, torch.tensor(starts, dtype=torch.int32, device=DEVICE),
-                                  max(new), scale, block_m=16, block_n=16)
+                                  scale, block_m=16, block_n=16)
     torch.testing.assert_close(got, expected, **close)
 
 

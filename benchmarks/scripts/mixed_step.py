@@ -79,10 +79,18 @@ def main() -> None:
                 add(args.output_len)
         return out
 
+    runner = core.executor.worker.runner
+
+    def replays() -> tuple[int, int]:
+        """Passes replayed so far by the mixed full graphs and by the piecewise graphs."""
+        return (runner.graphs.num_mixed_replays if runner.graphs else 0, runner.piecewise.num_replays if runner.piecewise else 0)
+
     def measure(name: str, refill: bool) -> dict:
         core.step_trace = []
         launch_seconds.clear()
+        before = replays()
         rows = run(args.steps, refill)
+        mixed_replays, piecewise_replays = (after - start for after, start in zip(replays(), before))
         launches = list(launch_seconds)
         sync()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -106,12 +114,16 @@ def main() -> None:
             "step_cpu_ms_median": float(np.median(cpus)) * 1e3,
             "launch_ms_median": float(np.median(launches)) * 1e3,
             "scheduled_tokens_median": float(np.median(tokens)),
+            "steps": args.steps,
+            "mixed_graph_replays": mixed_replays,
+            "piecewise_replays": piecewise_replays,
             "gpu_busy_ms_per_step": sum(k["us_per_step"] for k in kernels) / 1e3,
             "top_kernels": kernels[:25],
         }
         print(f"{name}: wall {result['wall_ms_median']:.2f} ms (mean {result['wall_ms_mean']:.2f}), step CPU "
               f"{result['step_cpu_ms_median']:.2f} ms, launch {result['launch_ms_median']:.2f} ms, GPU busy "
-              f"{result['gpu_busy_ms_per_step']:.2f} ms, {result['scheduled_tokens_median']:.0f} tokens a step")
+              f"{result['gpu_busy_ms_per_step']:.2f} ms, {result['scheduled_tokens_median']:.0f} tokens a step; of "
+              f"{args.steps} steps {mixed_replays} replayed a mixed graph, {piecewise_replays} the pieces")
         for k in kernels[:12]:
             print(f"  {k['us_per_step']:9.1f} us  x{k['calls_per_step']:5.1f}  {k['name']}")
         return result

@@ -50,10 +50,10 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=512)
     args = parser.parse_args()
     torch.manual_seed(0)
-    query, cache, tables, lens, starts, max_q = make_case(args.decodes, args.context, args.prompts, args.prompt_len)
+    query, cache, tables, lens, starts, _ = make_case(args.decodes, args.context, args.prompts, args.prompt_len)
     scale = HEAD_DIM**-0.5
     d = args.decodes
-    reference = paged_attention_prefill(query, cache, tables, lens, starts, max_q, scale)
+    reference = paged_attention_prefill(query, cache, tables, lens, starts, scale)
     rows = []
 
     def record(name: str, fn) -> None:
@@ -71,13 +71,13 @@ def main() -> None:
         if block_m // pack < 1:
             continue
         name = f"prefill kernel, block_m={block_m} pack={pack} block_n={block_n} warps={warps} stages={stages}"
-        record(name, lambda: paged_attention_prefill(query, cache, tables, lens, starts, max_q, scale, block_m=block_m,
+        record(name, lambda: paged_attention_prefill(query, cache, tables, lens, starts, scale, block_m=block_m,
                                                       block_n=block_n, num_warps=warps, num_stages=stages, pack=pack))
     if d and args.prompts:
         def split():
             out = torch.empty_like(query)
             paged_attention_decode(query[:d], cache, tables[:d], lens[:d], scale, out=out[:d])
-            paged_attention_prefill(query, cache, tables[d:], lens[d:], starts[d:], max_q, scale, out=out)
+            paged_attention_prefill(query, cache, tables[d:], lens[d:], starts[d:], scale, out=out)
             return out
         record("split: decode kernel + prefill kernel (default)", split)
     rows.sort(key=lambda r: r["ms"])

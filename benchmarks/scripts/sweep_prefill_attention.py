@@ -75,7 +75,7 @@ def main() -> None:
             row = {"seqs": num_seqs, "len": length, "kernel": "raygrid", **config}
 
             def ours():
-                return paged_attention_prefill(packed, cache, tables, lens, starts, length, scale, **config)
+                return paged_attention_prefill(packed, cache, tables, lens, starts, scale, **config)
 
             try:
                 error = (ours().float() - expected.float()).abs().max().item()

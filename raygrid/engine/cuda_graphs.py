@@ -1,9 +1,20 @@
-"""CUDA graphs of the decode forward pass.
+"""CUDA graphs of whole forward passes: decode steps, and steps with prefill whose requests bring few queries each.
 
-A decode step launches hundreds of small kernels; replaying a captured graph launches them all at
-once. One graph is captured per padded batch size, reading its inputs from static buffers: a step
-copies its inputs in (padding rows get slot -1 and sequence length 0, which the kernels skip) and
-replays the graph of the smallest size that fits.
+A step launches hundreds of small kernels; replaying a captured graph launches them all at once. The graphs
+read their inputs from static buffers: a step copies its inputs in and replays the graph of the smallest
+size that fits. Two kinds share the buffers and one memory pool (they are never replayed together):
+
+- **Decode** graphs, one per padded batch size: one token per request. Padding rows get slot -1 and
+  sequence length 0, which the kernels skip.
+- **Mixed** graphs, one per padded token count (the sizes of the piecewise graphs, up to 2,048 tokens),
+  each over ``max_batch`` sequences: decodes beside prompt chunks, the step that serving with many requests
+  in flight runs nearly every time. The prefill attention kernel's grid depends on the token count and the
+  number of sequences alone (kernels/triton_attention.py), so it is captured like any other kernel: padding
+  sequences have no queries and length 0, and padding rows belong to no sequence and have slot -1. A step
+  replays a mixed graph only when the graph's attention launch (tile shape) is the one the step would
+  take eagerly: steps of long prompts, whose attention wants the large tiles, replay the piecewise graphs
+  (engine/piecewise_graphs.py) instead. One graph launch then replaces some 30 piece launches and 28
+  attention launches from Python.
 
 Under tensor parallelism the all-reduces are captured inside the graphs (every rank captures the same
 sizes in the same order, and replays the same size, since all see the same SchedulerOutput). A pipeline
@@ -11,8 +22,9 @@ stage captures its own layers: a stage after the first reads the previous stage'
 residual from two more static buffers, and a stage before the last returns its own pair; the hand-off
 between stages stays outside the graph.
 
-Under expert parallelism the MoE layers' all-gather and reduce-scatter over the DP ranks are captured too:
-the DP ranks agree before each pass whether all of them replay, and then replay the same size.
+Under expert parallelism the MoE layers' all-gather and reduce-scatter over the DP ranks are captured in the
+decode graphs: the DP ranks agree before each pass whether all of them replay, and then replay the same size.
+There are no mixed graphs there (eager passes pad to every DP rank's token count).
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from typing import Callable, ContextManager
 
 import torch
 
+from raygrid.kernels import ops
 from raygrid.models.layers.attention import AttentionMetadata
 
 logger = logging.getLogger(__name__)
@@ -36,72 +49,117 @@ def capture_sizes(max_batch: int) -> list[int]:
     return sizes
 
 
-class DecodeGraphs:
+class FullGraphs:
     def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], max_batch: int, max_blocks: int, device: torch.device,
                  sizes: list[int] | None = None, stage_input: tuple[int, torch.dtype] | None = None,
-                 context: Callable[[int], ContextManager] | None = None) -> None:
-        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives. ``context``:
-        what each size's warm-up and capture run under (expert parallelism: the DP ranks' token counts)."""
+                 context: Callable[[int], ContextManager] | None = None, mixed_sizes: list[int] = ()) -> None:
+        """``sizes``: the decode batch sizes (default: ``capture_sizes``); ``mixed_sizes``: the token counts of
+        the mixed graphs, each over ``max_batch`` sequences. ``stage_input``: (hidden size, dtype) of the hidden
+        states a later pipeline stage receives. ``context``: what each decode size's warm-up and capture run
+        under (expert parallelism: the DP ranks' token counts)."""
         self.sizes = sizes or capture_sizes(max_batch)
+        self.mixed_sizes = sorted(mixed_sizes)
         self.max_batch = max_batch
-        self.input_ids = torch.zeros(max_batch, dtype=torch.long, device=device)
-        self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((max_batch,), -1, dtype=torch.long, device=device)
+        max_tokens = max([max_batch, *self.mixed_sizes])
+        self.input_ids = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self.positions = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.long, device=device)
         self.seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
         self.block_tables = torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device)
         self.query_start_loc = torch.arange(max_batch + 1, dtype=torch.int32, device=device)
         self.intermediate = None
         if stage_input is not None:
             hidden_size, dtype = stage_input
-            self.intermediate = tuple(torch.zeros(max_batch, hidden_size, dtype=dtype, device=device) for _ in range(2))
+            self.intermediate = tuple(torch.zeros(max_tokens, hidden_size, dtype=dtype, device=device) for _ in range(2))
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
-        pool = None
-        for size in reversed(self.sizes):  # largest first, so the smaller ones reuse its memory pool
-            args = (self.input_ids[:size], self.positions[:size], kv_caches, self._metadata(size), self._stage_input(size))
-            with context(size) if context is not None else nullcontext():
-                for _ in range(2):  # compile and warm up (and, under TP, set up the communicators) outside the capture
-                    model(*args)
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    self.outputs[size] = model(*args)
-            pool = graph.pool()
-            self.graphs[size] = graph
+        self.mixed_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.mixed_outputs: dict[int, torch.Tensor] = {}
+        self.num_mixed_replays = 0
+        # The attention launch each mixed graph captured (a step replays it only if it would launch the same).
+        self._mixed_launch = {size: ops.prefill_launch(size, max_batch) for size in self.mixed_sizes}
+        self.pool = torch.cuda.graph_pool_handle()
+        # Largest first (the mixed ones hold the most), so the smaller ones reuse the memory the pool has.
+        for size in reversed(self.mixed_sizes):
+            meta = self._metadata(size, max_batch, max_query_len=size)
+            self.mixed_graphs[size], self.mixed_outputs[size] = self._capture(model, kv_caches, size, meta, nullcontext())
+        for size in reversed(self.sizes):
+            meta = self._metadata(size, size, max_query_len=1)
+            self.graphs[size], self.outputs[size] = self._capture(model, kv_caches, size, meta, context(size) if context else nullcontext())
         torch.cuda.synchronize()
-        logger.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+        logger.info("captured CUDA graphs: decode batch sizes %s, mixed token counts %s", self.sizes, self.mixed_sizes)
 
-    def _stage_input(self, size: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        return None if self.intermediate is None else tuple(t[:size] for t in self.intermediate)
+    def _capture(self, model, kv_caches, num_tokens: int, meta: AttentionMetadata, context: ContextManager):
+        stage_input = None if self.intermediate is None else tuple(t[:num_tokens] for t in self.intermediate)
+        args = (self.input_ids[:num_tokens], self.positions[:num_tokens], kv_caches, meta, stage_input)
+        with context:
+            for _ in range(2):  # compile and warm up (and, under TP, set up the communicators) outside the capture
+                model(*args)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = model(*args)
+        return graph, out
 
-    def _metadata(self, size: int) -> AttentionMetadata:
+    def _metadata(self, num_tokens: int, num_seqs: int, max_query_len: int) -> AttentionMetadata:
         return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:size],
-            block_tables=self.block_tables[:size],
+            slot_mapping=self.slot_mapping[:num_tokens],
+            block_tables=self.block_tables[:num_seqs],
             seq_lens=[],
             query_start_loc=[],
-            max_query_len=1,
+            max_query_len=max_query_len,
             max_seq_len=0,
-            seq_lens_tensor=self.seq_lens[:size],
-            query_start_loc_tensor=self.query_start_loc[: size + 1],
+            seq_lens_tensor=self.seq_lens[:num_seqs],
+            query_start_loc_tensor=self.query_start_loc[: num_seqs + 1],
         )
 
     def padded_size(self, num_reqs: int) -> int | None:
+        """The decode graph for ``num_reqs`` rows."""
         return next((s for s in self.sizes if s >= num_reqs), None)
 
+    def mixed_size(self, num_tokens: int, num_reqs: int) -> int | None:
+        """The mixed graph for a step with prefill, if one fits it and captured the launch it would take."""
+        if num_reqs > self.max_batch:
+            return None
+        size = next((s for s in self.mixed_sizes if s >= num_tokens), None)
+        if size is None or self._mixed_launch[size] is not ops.prefill_launch(num_tokens, num_reqs):
+            return None
+        return size
+
+    def _copy_in(self, input_ids, positions, slot_mapping, intermediate, padded: int) -> int:
+        n = input_ids.shape[0]
+        self.input_ids[:n].copy_(input_ids)
+        self.positions[:n].copy_(positions)  # padding rows keep earlier positions: valid rows of the rotary tables
+        self.slot_mapping[:n].copy_(slot_mapping)
+        self.slot_mapping[n:padded].fill_(-1)
+        if self.intermediate is not None:
+            for static, given in zip(self.intermediate, intermediate):
+                static[:n].copy_(given)
+        return n
+
+    @staticmethod
+    def _rows(out, n: int):
+        return tuple(t[:n] for t in out) if isinstance(out, tuple) else out[:n]
+
     def run(self, size: int, num_reqs: int, input_ids, positions, slot_mapping, block_tables, seq_lens, intermediate=None):
-        """Replay the graph of ``size`` (>= num_reqs) on this step's decode inputs (and, after the first
+        """Replay the decode graph of ``size`` (>= num_reqs) on this step's decode inputs (and, after the first
         pipeline stage, the previous stage's hidden states); returns what the model returns, for num_reqs rows."""
-        self.input_ids[:num_reqs].copy_(input_ids)
-        self.positions[:num_reqs].copy_(positions)
-        self.slot_mapping[:num_reqs].copy_(slot_mapping)
-        self.slot_mapping[num_reqs:size].fill_(-1)
+        self._copy_in(input_ids, positions, slot_mapping, intermediate, size)
         self.seq_lens[:num_reqs].copy_(seq_lens)
         self.seq_lens[num_reqs:size].zero_()
         self.block_tables[:num_reqs, : block_tables.shape[1]].copy_(block_tables)
-        if self.intermediate is not None:
-            for static, given in zip(self.intermediate, intermediate):
-                static[:num_reqs].copy_(given)
         self.graphs[size].replay()
-        out = self.outputs[size]
-        return tuple(t[:num_reqs] for t in out) if isinstance(out, tuple) else out[:num_reqs]
+        return self._rows(self.outputs[size], num_reqs)
+
+    def run_mixed(self, size: int, input_ids, positions, meta: AttentionMetadata, intermediate=None):
+        """Replay the mixed graph of ``size`` (>= the step's tokens) on this step's inputs and attention metadata."""
+        n = self._copy_in(input_ids, positions, meta.slot_mapping, intermediate, size)
+        b = meta.seq_lens_tensor.shape[0]
+        self.seq_lens[:b].copy_(meta.seq_lens_tensor)
+        self.seq_lens[b:].zero_()
+        self.query_start_loc[: b + 1].copy_(meta.query_start_loc_tensor)
+        self.query_start_loc[b + 1 :].fill_(n)
+        self.block_tables[:b, : meta.block_tables.shape[1]].copy_(meta.block_tables)
+        self.num_mixed_replays += 1
+        self.mixed_graphs[size].replay()
+        return self._rows(self.mixed_outputs[size], n)

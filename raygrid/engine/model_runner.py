@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from raygrid.config import EngineConfig
-from raygrid.engine.cuda_graphs import DecodeGraphs
+from raygrid.engine.cuda_graphs import FullGraphs
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import SampleLogprobs, SchedulerOutput
 from raygrid.engine.pending_output import PendingRunnerOutput
@@ -19,6 +19,7 @@ from raygrid.engine.piecewise_graphs import PiecewiseGraphs, piecewise_sizes
 from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs
 from raygrid.engine.sampling_inputs import SamplingInputs, token_statistics
 from raygrid.engine.staging import StagingBuffers
+from raygrid.kernels import ops
 from raygrid.kernels.ops import apply_token_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.eplb import Rebalancer
@@ -46,7 +47,7 @@ class ModelRunner:
         self.requests: dict[str, CachedRequestState] = {}
         self.sampler = Sampler()
         self.kv_caches: list[torch.Tensor] = []
-        self.graphs: DecodeGraphs | None = None
+        self.graphs: FullGraphs | None = None  # decode steps, and steps with prefill over many requests
         self.piecewise: PiecewiseGraphs | None = None  # steps with prefill (none under expert parallelism)
         self.graph_memory_bytes = 0  # device memory the CUDA graphs hold, once captured
         # Requests this worker refused (until the scheduler reports them finished), and why.
@@ -90,6 +91,8 @@ class ModelRunner:
         if plan.graph_size is not None:
             return self.graphs.run(plan.graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables,
                                    meta.seq_lens_tensor, intermediate)
+        if plan.mixed_size is not None:
+            return self.graphs.run_mixed(plan.mixed_size, input_ids, positions, meta, intermediate)
         if plan.piecewise_size is not None:
             return self.piecewise.run(plan.piecewise_size, input_ids, positions, meta, intermediate)
         with plan.context():
@@ -131,18 +134,20 @@ class ModelRunner:
     def uses_cuda_graphs(self) -> bool:
         return self.device.type == "cuda" and not self.config.model.enforce_eager
 
-    def _capture_graphs(self, kv_caches: list[torch.Tensor], largest_only: bool = False) -> tuple[DecodeGraphs, PiecewiseGraphs | None]:
-        """The decode graphs and (without expert parallelism) the piecewise graphs of steps with prefill;
-        ``largest_only``: each kind's largest size alone, which sizes its memory pool."""
+    def _capture_graphs(self, kv_caches: list[torch.Tensor], largest_only: bool = False) -> tuple[FullGraphs, PiecewiseGraphs | None]:
+        """The full graphs (decode, and without expert parallelism mixed) and the piecewise graphs of steps with
+        prefill, all in one memory pool; ``largest_only``: each kind's largest size alone, which sizes the pool."""
         stage_input = None if self.pp.is_first else (self.model.config.hidden_size, self.dtype)
         decode_sizes = [self.max_graph_batch] if largest_only else None
-        graphs = DecodeGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, decode_sizes,
-                              stage_input, context=self.passes.graph_context)
-        if self.expert_parallel:
+        sizes = [] if self.expert_parallel else piecewise_sizes(self.config.scheduler.max_num_batched_tokens)
+        sizes = sizes[-1:] if largest_only else sizes
+        # Mixed graphs capture the Triton prefill kernel (the torch reference reads the metadata's Python lists).
+        mixed = sizes if ops.use_triton(torch.empty(0, device=self.device)) else []
+        graphs = FullGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, decode_sizes,
+                            stage_input, context=self.passes.graph_context, mixed_sizes=mixed)
+        if not sizes:
             return graphs, None
-        sizes = piecewise_sizes(self.config.scheduler.max_num_batched_tokens)
-        piecewise = PiecewiseGraphs(self.model, kv_caches, sizes[-1:] if largest_only else sizes, self.device, self.dtype, stage_input)
-        return graphs, piecewise
+        return graphs, PiecewiseGraphs(self.model, kv_caches, sizes, self.device, self.dtype, stage_input, pool=graphs.pool)
 
     @property
     def max_graph_batch(self) -> int:
@@ -303,7 +308,7 @@ class ModelRunner:
             shape = (input_ids.shape[0], self.model.config.hidden_size)  # every stage refuses the same requests
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
-        plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise)
+        plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs)
         hidden = self._forward(plan, num_reqs, input_ids, positions, meta, intermediate)
         self._after_forward()
         req_ids = list(self.batch.req_ids)
@@ -439,7 +444,7 @@ class ModelRunner:
         size sizes, so capture those on a throwaway KV cache and measure (0 without graphs)."""
         if not self.uses_cuda_graphs:
             return 0
-        caches = self.allocate_kv_cache(2)  # the decode graph's padding rows only touch the null block; piecewise capture runs no attention
+        caches = self.allocate_kv_cache(2)  # captures store nothing (slot -1) and attend over nothing (length 0)
         free_before = free_device_memory()
         graphs = self._capture_graphs(caches, largest_only=True)
         taken = free_before - free_device_memory()

@@ -17,9 +17,13 @@ the pass's result to a static buffer too. Every layer shares the query and outpu
 attention runs after the piece that fills them and before the piece that reads the output, all on one stream.
 Padding rows run through the pieces (their operations work row by row) but never through attention.
 
-Every size shares one memory pool, captured largest first. Nothing a capture allocates outlives it (what
-crosses from one piece to the next is freed in the piece that reads it), so the pool holds the largest
-size's working memory once, and the sizes, never replayed together, take turns in it.
+Every size shares one memory pool with the full graphs (engine/cuda_graphs.py), captured largest first.
+Nothing a capture allocates outlives it (what crosses from one piece to the next is freed in the piece that
+reads it), so the pool holds the largest pass's working memory once, and the graphs, never replayed
+together, take turns in it.
+
+The full graphs' mixed kind replays most steps with prefill in one launch; the pieces take the steps whose
+attention wants the prompt tiles (long prompts, few requests), whose launches the graphs did not capture.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ def piecewise_sizes(max_tokens: int) -> list[int]:
 
 class PiecewiseGraphs:
     def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], sizes: list[int], device: torch.device,
-                 dtype: torch.dtype, stage_input: tuple[int, torch.dtype] | None = None) -> None:
-        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives. Not for
-        expert parallelism, whose eager passes pad to every DP rank's token count."""
+                 dtype: torch.dtype, stage_input: tuple[int, torch.dtype] | None = None, pool=None) -> None:
+        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives; ``pool``:
+        the memory pool to capture into (the full graphs', never replayed at the same time). Not for expert
+        parallelism, whose eager passes pad to every DP rank's token count."""
         self.model = model
         self.sizes = sorted(sizes)
         max_tokens = self.sizes[-1]
@@ -66,7 +71,7 @@ class PiecewiseGraphs:
         self.pieces: dict[int, list[torch.cuda.CUDAGraph]] = {}
         self.attentions: dict[int, list[tuple[Attention, torch.Tensor]]] = {}  # per cut: the layer and its KV cache
         self.num_replays = 0  # passes run through the pieces
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device)  # capture needs a stream other than the default one
         for size in reversed(self.sizes):  # largest first: the smaller sizes fit in the pool it leaves
             self._capture(size, kv_caches)

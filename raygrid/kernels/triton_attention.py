@@ -189,24 +189,39 @@ def _prefill_tile(
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale, num_seqs,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FP16_COMPUTE: tl.constexpr,
 ):
-    """One program per (pack of query heads, query tile, sequence): causal attention of the tile's queries,
-    which are the last tokens of the sequence, over its cached keys. The tile's BLOCK_M rows are
-    BLOCK_M / PACK tokens of PACK query heads that share a kv head (row r: head r % PACK, token r // PACK),
-    so each key and value tile read serves them all. Tiles are numbered from the last, so the programs
-    with the most keys start first and the short ones fill in behind them."""
+    """One program per (pack of query heads, query tile): causal attention of the tile's queries, which are
+    the last tokens of their sequence, over its cached keys. The tile's BLOCK_M rows are BLOCK_M / PACK
+    tokens of PACK query heads that share a kv head (row r: head r % PACK, token r // PACK), so each key and
+    value tile read serves them all.
+
+    Query tiles are numbered across the batch: sequence b owns the tiles from query_start[b] // TOKENS + b
+    on, at least as many as its queries fill, so the grid is num_tokens // TOKENS + num_seqs whatever the
+    lengths. A graph captured for a token count and a number of sequences therefore fits every step within
+    them: padding sequences (no queries) and spare tiles return at once. A program finds its sequence by a
+    binary search over query_start. Tiles are numbered from the last, so the programs with the most keys
+    (the last tiles of the sequences at the end) start first."""
     TOKENS: tl.constexpr = BLOCK_M // PACK
     first_head = tl.program_id(0) * PACK
-    tile = tl.num_programs(1) - 1 - tl.program_id(1)
-    b = tl.program_id(2)
+    t = tl.num_programs(1) - 1 - tl.program_id(1)
+    lo = 0  # the last sequence whose first tile is at or before t: first(lo) <= t < first(hi)
+    hi = num_seqs
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if tl.load(query_start_ptr + mid) // TOKENS + mid <= t:
+            lo = mid
+        else:
+            hi = mid
+    b = lo
     q_start = tl.load(query_start_ptr + b)
+    tile = t - (q_start // TOKENS + b)
     q_len = tl.load(query_start_ptr + b + 1) - q_start
-    if tile * TOKENS >= q_len:
+    if (tile < 0) | (tile * TOKENS >= q_len):  # before the first sequence's tiles (query_start[0] > 0), or past b's
         return
     seq_len = tl.load(seq_lens_ptr + b)
     context = seq_len - q_len
@@ -345,12 +360,15 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     return out
 
 
-def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, max_query_len: int, scale, out=None,
+def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=None,
                             block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                             num_stages: int | None = None, pack: int | None = None):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
     query heads of one kv head share a program (at most the group size, and a divisor of it). A launch
-    parameter left None comes from ``prefill_launch`` for this batch."""
+    parameter left None comes from ``prefill_launch`` for this batch.
+
+    The launch depends on the shapes alone, so a CUDA graph may capture it: rows past ``query_start_loc[-1]``
+    belong to no sequence (their output is left as it was), and sequences with no queries are skipped."""
     num_tokens, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     num_kv_heads = k_cache.shape[2]
@@ -364,9 +382,9 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     group = num_heads // num_kv_heads
     pack = math.gcd(pack, group)
     out = torch.empty_like(query) if out is None else out
-    grid = (num_heads // pack, triton.cdiv(max_query_len, block_m // pack), num_seqs)
+    grid = (num_heads // pack, num_tokens // (block_m // pack) + num_seqs)
     _prefill_kernel[grid](
-        query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale,
+        query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale, num_seqs,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),

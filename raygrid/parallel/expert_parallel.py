@@ -91,12 +91,13 @@ def valid_rows(counts: tuple[int, ...], padded: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PassPlan:
-    """How one forward pass runs: the decode CUDA graph size it replays, or else the token count of the piecewise
-    graphs it replays (both None: eagerly) and, for an eager pass under expert parallelism, the DP ranks' tokens
-    its MoE layers pad to."""
+    """How one forward pass runs: the decode CUDA graph size it replays, or else the token count of the mixed
+    graph or of the piecewise graphs it replays (all None: eagerly) and, for an eager pass under expert
+    parallelism, the DP ranks' tokens its MoE layers pad to."""
     graph_size: int | None
     dp_tokens: DPTokens | None = None
     piecewise_size: int | None = None
+    mixed_size: int | None = None
 
     def context(self):
         return dp_tokens(self.dp_tokens.counts, self.dp_tokens.valid) if self.dp_tokens is not None else nullcontext()
@@ -115,16 +116,20 @@ class PassPlanner:
         self.valid = torch.zeros(self.dp_size * max_graph_batch, dtype=torch.bool, device=device) \
             if self.expert_parallel and uses_graphs else None
 
-    def plan(self, graphs, num_tokens: int, decode_rows: int, piecewise=None) -> PassPlan:
-        """``graphs``: the runner's DecodeGraphs (None: none captured); ``decode_rows``: the pass's rows if it is
+    def plan(self, graphs, num_tokens: int, decode_rows: int, piecewise=None, num_reqs: int = 0) -> PassPlan:
+        """``graphs``: the runner's FullGraphs (None: none captured); ``decode_rows``: the pass's rows if it is
         decode only, else -1; ``piecewise``: the runner's PiecewiseGraphs (None: none captured; never under expert
-        parallelism, whose eager passes pad to every DP rank's token count)."""
+        parallelism, whose eager passes pad to every DP rank's token count); ``num_reqs``: the pass's requests
+        (for a mixed graph)."""
         replayable = graphs is not None and decode_rows >= 0
         if not self.expert_parallel:
             size = graphs.padded_size(decode_rows) if replayable else None
-            if size is None and piecewise is not None:
-                return PassPlan(None, piecewise_size=piecewise.padded_size(num_tokens))
-            return PassPlan(size)
+            if size is not None:
+                return PassPlan(size)
+            mixed = graphs.mixed_size(num_tokens, num_reqs) if graphs is not None and decode_rows < 0 else None
+            if mixed is not None:
+                return PassPlan(None, mixed_size=mixed)
+            return PassPlan(None, piecewise_size=piecewise.padded_size(num_tokens) if piecewise is not None else None)
         step = exchange_dp_step(num_tokens, decode_rows if replayable else -1)
         size = graphs.padded_size(max(step.decode_rows)) if step.all_decode else None
         if size is None:
