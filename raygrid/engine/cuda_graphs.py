@@ -66,7 +66,9 @@ class FullGraphs:
         self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.long, device=device)
         self.seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
         self.block_tables = torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device)
-        self.query_start_loc = torch.arange(max_batch + 1, dtype=torch.int32, device=device)
+        # No sequence has queries until a step copies its own in: a capture of T tokens over max_batch sequences
+        # must not address rows past T (the decode kernel does not read these).
+        self.query_start_loc = torch.zeros(max_batch + 1, dtype=torch.int32, device=device)
         self.intermediate = None
         if stage_input is not None:
             hidden_size, dtype = stage_input
