@@ -138,7 +138,7 @@ def test_graphs_of_steps_with_prefill_equal_the_plain_engine(model_dirs, tokeniz
                 (mixed_sizes, mixed_replays), (piecewise_sizes, piecewise_replays) = used
                 assert mixed_sizes == piecewise_sizes == [16, 32, 64]
                 assert mixed_replays >= 10, used  # 19 on an H200
-                assert piecewise_replays >= 2, used  # the first prompt's chunks
+                assert piecewise_replays >= 1, used  # the first prompt's first chunk (64 tokens of one request)
             else:
                 assert used == (None, None)
         finally:
