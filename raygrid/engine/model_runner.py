@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from raygrid.config import EngineConfig
-from raygrid.engine.cuda_graphs import FullGraphs
+from raygrid.engine.cuda_graphs import FullGraphs, capture_sizes
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import SampleLogprobs, SchedulerOutput
 from raygrid.engine.pending_output import PendingRunnerOutput
@@ -138,16 +138,22 @@ class ModelRunner:
         """The full graphs (decode, and without expert parallelism mixed) and the piecewise graphs of steps with
         prefill, all in one memory pool; ``largest_only``: each kind's largest size alone, which sizes the pool."""
         stage_input = None if self.pp.is_first else (self.model.config.hidden_size, self.dtype)
-        decode_sizes = [self.max_graph_batch] if largest_only else None
-        sizes = [] if self.expert_parallel else piecewise_sizes(self.config.scheduler.max_num_batched_tokens)
-        sizes = sizes[-1:] if largest_only else sizes
-        # Mixed graphs capture the Triton prefill kernel (the torch reference reads the metadata's Python lists).
-        mixed = sizes if ops.use_triton(torch.empty(0, device=self.device)) else []
-        graphs = FullGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, decode_sizes,
+        decode, mixed, pieces = self._graph_sizes()
+        if largest_only:
+            decode, mixed, pieces = decode[-1:], mixed[-1:], pieces[-1:]
+        graphs = FullGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, decode,
                             stage_input, context=self.passes.graph_context, mixed_sizes=mixed)
-        if not sizes:
+        if not pieces:
             return graphs, None
-        return graphs, PiecewiseGraphs(self.model, kv_caches, sizes, self.device, self.dtype, stage_input, pool=graphs.pool)
+        return graphs, PiecewiseGraphs(self.model, kv_caches, pieces, self.device, self.dtype, stage_input, pool=graphs.pool)
+
+    def _graph_sizes(self) -> tuple[list[int], list[int], list[int]]:
+        """The sizes captured: decode batch sizes, mixed graphs' and piecewise graphs' token counts (no mixed or
+        piecewise graphs under expert parallelism; mixed ones capture the Triton prefill kernel, since the torch
+        reference reads the metadata's Python lists)."""
+        pieces = [] if self.expert_parallel else piecewise_sizes(self.config.scheduler.max_num_batched_tokens)
+        mixed = pieces if ops.use_triton(torch.empty(0, device=self.device)) else []
+        return capture_sizes(self.max_graph_batch), mixed, pieces
 
     @property
     def max_graph_batch(self) -> int:
@@ -440,14 +446,19 @@ class ModelRunner:
 
     @torch.inference_mode()
     def profile_cuda_graphs(self) -> int:
-        """Device memory the CUDA graphs will hold. Each kind's sizes share one memory pool, which the largest
-        size sizes, so capture those on a throwaway KV cache and measure (0 without graphs)."""
+        """Device memory the CUDA graphs will hold (0 without graphs). All sizes share one memory pool, which the
+        largest sizes size, so capture those on a throwaway KV cache and measure. Beyond the pool each graph holds
+        memory of its own (its instantiated nodes), about as much for every size of a kind: what the captured ones
+        hold outside the pool counts once more for each size left out."""
         if not self.uses_cuda_graphs:
             return 0
         caches = self.allocate_kv_cache(2)  # captures store nothing (slot -1) and attend over nothing (length 0)
-        free_before = free_device_memory()
+        free_before, reserved_before = free_device_memory(), torch.cuda.memory_reserved()
         graphs = self._capture_graphs(caches, largest_only=True)
         taken = free_before - free_device_memory()
+        outside_pool = max(taken - (torch.cuda.memory_reserved() - reserved_before), 0)
+        kinds = [len(sizes) for sizes in self._graph_sizes() if sizes]
+        taken += outside_pool * (sum(kinds) - len(kinds)) // len(kinds)
         del graphs, caches
         torch.cuda.empty_cache()
         return taken
