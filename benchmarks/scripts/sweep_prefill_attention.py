@@ -46,8 +46,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--quick", action="store_true", help="the default configuration only")
+    parser.add_argument("--config", action="append", default=[], metavar="JSON",
+                        help="a launch to time, as changes to the default (repeatable), e.g. '{\"pipeline\": true}'")
+    parser.add_argument("--cases", default=None, help="sequences x length pairs, e.g. 1x8192,1x32768")
     args = parser.parse_args()
-    if args.quick:
+    cases = CASES if args.cases is None else [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
+    if args.config:
+        configs = [{**PREFILL_CONFIG, **json.loads(c)} for c in args.config]
+    elif args.quick:
         configs = [dict(PREFILL_CONFIG)]
     else:
         # (block_m, block_n, warps, stages); each with one query head a program and with two sharing their kv head.
@@ -58,7 +64,7 @@ def main() -> None:
                    for (m, n, w, s), pack in itertools.product(launches, (1, 2))] + [
                    dict(block_m=64, block_n=64, num_warps=4, num_stages=2, pack=1)]
     results = []
-    for num_seqs, length in CASES:
+    for num_seqs, length in cases:
         (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, length)
         scale = HEAD_DIM**-0.5
         flops = num_seqs * 4 * length * length * HEAD_DIM * HEADS / 2

@@ -2,7 +2,7 @@
 
 A step launches hundreds of small kernels; replaying a captured graph launches them all at once. The graphs
 read their inputs from static buffers: a step copies its inputs in and replays the graph of the smallest
-size that fits. Two kinds share the buffers and one memory pool (they are never replayed together):
+size that fits. Two kinds share the buffers and one memory pool (``GraphBuffers``, with the piecewise graphs):
 
 - **Decode** graphs, one per padded batch size: one token per request. Padding rows get slot -1 and
   sequence length 0, which the kernels skip.
@@ -49,71 +49,120 @@ def capture_sizes(max_batch: int) -> list[int]:
     return sizes
 
 
-class FullGraphs:
-    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], max_batch: int, max_blocks: int, device: torch.device,
-                 sizes: list[int] | None = None, stage_input: tuple[int, torch.dtype] | None = None,
-                 context: Callable[[int], ContextManager] | None = None, mixed_sizes: list[int] = ()) -> None:
-        """``sizes``: the decode batch sizes (default: ``capture_sizes``); ``mixed_sizes``: the token counts of
-        the mixed graphs, each over ``max_batch`` sequences. ``stage_input``: (hidden size, dtype) of the hidden
-        states a later pipeline stage receives. ``context``: what each decode size's warm-up and capture run
-        under (expert parallelism: the DP ranks' token counts)."""
-        self.sizes = sizes or capture_sizes(max_batch)
-        self.mixed_sizes = sorted(mixed_sizes)
-        self.max_batch = max_batch
-        max_tokens = max([max_batch, *self.mixed_sizes])
+class GraphBuffers:
+    """What every CUDA graph of a runner shares, since none is replayed while another runs: the static tensors
+    a graph reads its inputs from and leaves its result in, and the memory pool the captures draw on.
+
+    A capture copies the model's result into ``outputs`` inside the graph, so nothing a capture allocates
+    outlives it and the pool holds the largest pass's working memory once, whatever the number of sizes
+    (profiling captures the largest sizes alone, ModelRunner.profile_cuda_graphs)."""
+
+    def __init__(self, max_tokens: int, max_seqs: int, max_blocks: int, device: torch.device,
+                 stage_input: tuple[int, torch.dtype] | None = None) -> None:
+        """``stage_input``: (hidden size, dtype) of the hidden states and residual a later pipeline stage receives."""
+        self.max_tokens = max_tokens
         self.input_ids = torch.zeros(max_tokens, dtype=torch.long, device=device)
         self.positions = torch.zeros(max_tokens, dtype=torch.long, device=device)
         self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.long, device=device)
-        self.seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
-        self.block_tables = torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device)
-        # No sequence has queries until a step copies its own in: a capture of T tokens over max_batch sequences
+        self.seq_lens = torch.zeros(max_seqs, dtype=torch.int32, device=device)
+        self.block_tables = torch.zeros(max_seqs, max_blocks, dtype=torch.int32, device=device)
+        # No sequence has queries until a step copies its own in: a capture of T tokens over max_seqs sequences
         # must not address rows past T (the decode kernel does not read these).
-        self.query_start_loc = torch.zeros(max_batch + 1, dtype=torch.int32, device=device)
+        self.query_start_loc = torch.zeros(max_seqs + 1, dtype=torch.int32, device=device)
         self.intermediate = None
         if stage_input is not None:
             hidden_size, dtype = stage_input
             self.intermediate = tuple(torch.zeros(max_tokens, hidden_size, dtype=dtype, device=device) for _ in range(2))
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
-        self.mixed_graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.mixed_outputs: dict[int, torch.Tensor] = {}
-        self.num_mixed_replays = 0
-        # The attention launch each mixed graph captured (a step replays it only if it would launch the same).
-        self._mixed_launch = {size: ops.prefill_launch(size, max_batch) for size in self.mixed_sizes}
+        self.outputs: tuple[torch.Tensor, ...] | None = None  # allocated by the first warm-up, outside any capture
         self.pool = torch.cuda.graph_pool_handle()
-        # Largest first (the mixed ones hold the most), so the smaller ones reuse the memory the pool has.
-        for size in reversed(self.mixed_sizes):
-            meta = self._metadata(size, max_batch, max_query_len=size)
-            self.mixed_graphs[size], self.mixed_outputs[size] = self._capture(model, kv_caches, size, meta, nullcontext())
-        for size in reversed(self.sizes):
-            meta = self._metadata(size, size, max_query_len=1)
-            self.graphs[size], self.outputs[size] = self._capture(model, kv_caches, size, meta, context(size) if context else nullcontext())
-        torch.cuda.synchronize()
-        logger.info("captured CUDA graphs: decode batch sizes %s, mixed token counts %s", self.sizes, self.mixed_sizes)
 
-    def _capture(self, model, kv_caches, num_tokens: int, meta: AttentionMetadata, context: ContextManager):
+    def model_args(self, num_tokens: int, kv_caches, meta: AttentionMetadata | None) -> tuple:
         stage_input = None if self.intermediate is None else tuple(t[:num_tokens] for t in self.intermediate)
-        args = (self.input_ids[:num_tokens], self.positions[:num_tokens], kv_caches, meta, stage_input)
-        with context:
-            for _ in range(2):  # compile and warm up (and, under TP, set up the communicators) outside the capture
-                model(*args)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                out = model(*args)
-        return graph, out
+        return self.input_ids[:num_tokens], self.positions[:num_tokens], kv_caches, meta, stage_input
 
-    def _metadata(self, num_tokens: int, num_seqs: int, max_query_len: int) -> AttentionMetadata:
+    def metadata(self, num_tokens: int, num_seqs: int, max_query_len: int) -> AttentionMetadata:
         return AttentionMetadata(
             slot_mapping=self.slot_mapping[:num_tokens],
             block_tables=self.block_tables[:num_seqs],
             seq_lens=[],
             query_start_loc=[],
             max_query_len=max_query_len,
-            max_seq_len=0,
             seq_lens_tensor=self.seq_lens[:num_seqs],
             query_start_loc_tensor=self.query_start_loc[: num_seqs + 1],
         )
+
+    def copy_in(self, padded: int, input_ids, positions, meta: AttentionMetadata, intermediate, num_seqs: int = 0,
+                queries: bool = False) -> int:
+        """Copy a step's inputs in for a graph of ``padded`` tokens; with ``num_seqs``, its attention metadata too,
+        for a graph over that many sequences (the rest padding: length 0), with ``queries`` their query rows (which
+        decode graphs do not read). Returns the step's tokens."""
+        n = input_ids.shape[0]
+        self.input_ids[:n].copy_(input_ids)
+        self.positions[:n].copy_(positions)  # padding rows keep earlier positions: valid rows of the rotary tables
+        self.slot_mapping[:n].copy_(meta.slot_mapping)
+        self.slot_mapping[n:padded].fill_(-1)
+        if self.intermediate is not None:
+            for static, given in zip(self.intermediate, intermediate):
+                static[:n].copy_(given)
+        if num_seqs:
+            b = meta.seq_lens_tensor.shape[0]
+            self.seq_lens[:b].copy_(meta.seq_lens_tensor)
+            self.seq_lens[b:num_seqs].zero_()
+            self.block_tables[:b, : meta.block_tables.shape[1]].copy_(meta.block_tables)
+        if queries:
+            self.query_start_loc[: b + 1].copy_(meta.query_start_loc_tensor)
+            self.query_start_loc[b + 1 : num_seqs + 1].fill_(n)
+        return n
+
+    def keep(self, result) -> None:
+        """Copy a pass's result (hidden states; and the residual before the last pipeline stage) to ``outputs``."""
+        result = result if isinstance(result, tuple) else (result,)
+        if self.outputs is None:
+            self.outputs = tuple(torch.empty(self.max_tokens, *t.shape[1:], dtype=t.dtype, device=t.device) for t in result)
+        for static, t in zip(self.outputs, result):
+            static[: t.shape[0]].copy_(t)
+
+    def result(self, n: int):
+        """The last replay's result, for the step's ``n`` rows (valid until the next replay)."""
+        rows = tuple(t[:n] for t in self.outputs)
+        return rows if len(rows) > 1 else rows[0]
+
+
+class FullGraphs:
+    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], buffers: GraphBuffers, max_batch: int,
+                 sizes: list[int] | None = None, context: Callable[[int], ContextManager] | None = None,
+                 mixed_sizes: list[int] = ()) -> None:
+        """``sizes``: the decode batch sizes (default: ``capture_sizes``); ``mixed_sizes``: the token counts of
+        the mixed graphs, each over ``max_batch`` sequences. ``context``: what each decode size's warm-up and
+        capture run under (expert parallelism: the DP ranks' token counts)."""
+        self.buffers = buffers
+        self.sizes = sizes or capture_sizes(max_batch)
+        self.mixed_sizes = sorted(mixed_sizes)
+        self.max_batch = max_batch
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.mixed_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.num_mixed_replays = 0
+        # The attention launch each mixed graph captured (a step replays it only if it would launch the same).
+        self._mixed_launch = {size: ops.prefill_launch(size, max_batch) for size in self.mixed_sizes}
+        for size in reversed(self.mixed_sizes):  # largest first: the smaller ones fit in the pool it leaves
+            meta = buffers.metadata(size, max_batch, max_query_len=size)
+            self.mixed_graphs[size] = self._capture(model, kv_caches, size, meta, nullcontext())
+        for size in reversed(self.sizes):
+            meta = buffers.metadata(size, size, max_query_len=1)
+            self.graphs[size] = self._capture(model, kv_caches, size, meta, context(size) if context else nullcontext())
+        torch.cuda.synchronize()
+        logger.info("captured CUDA graphs: decode batch sizes %s, mixed token counts %s", self.sizes, self.mixed_sizes)
+
+    def _capture(self, model, kv_caches, num_tokens: int, meta: AttentionMetadata, context: ContextManager) -> torch.cuda.CUDAGraph:
+        args = self.buffers.model_args(num_tokens, kv_caches, meta)
+        with context:
+            for _ in range(2):  # compile and warm up (and, under TP, set up the communicators) outside the capture
+                self.buffers.keep(model(*args))
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.buffers.pool):
+                self.buffers.keep(model(*args))
+        return graph
 
     def padded_size(self, num_reqs: int) -> int | None:
         """The decode graph for ``num_reqs`` rows."""
@@ -128,40 +177,17 @@ class FullGraphs:
             return None
         return size
 
-    def _copy_in(self, input_ids, positions, slot_mapping, intermediate, padded: int) -> int:
-        n = input_ids.shape[0]
-        self.input_ids[:n].copy_(input_ids)
-        self.positions[:n].copy_(positions)  # padding rows keep earlier positions: valid rows of the rotary tables
-        self.slot_mapping[:n].copy_(slot_mapping)
-        self.slot_mapping[n:padded].fill_(-1)
-        if self.intermediate is not None:
-            for static, given in zip(self.intermediate, intermediate):
-                static[:n].copy_(given)
-        return n
-
-    @staticmethod
-    def _rows(out, n: int):
-        return tuple(t[:n] for t in out) if isinstance(out, tuple) else out[:n]
-
-    def run(self, size: int, num_reqs: int, input_ids, positions, slot_mapping, block_tables, seq_lens, intermediate=None):
-        """Replay the decode graph of ``size`` (>= num_reqs) on this step's decode inputs (and, after the first
-        pipeline stage, the previous stage's hidden states); returns what the model returns, for num_reqs rows."""
-        self._copy_in(input_ids, positions, slot_mapping, intermediate, size)
-        self.seq_lens[:num_reqs].copy_(seq_lens)
-        self.seq_lens[num_reqs:size].zero_()
-        self.block_tables[:num_reqs, : block_tables.shape[1]].copy_(block_tables)
+    def run(self, size: int, input_ids, positions, meta: AttentionMetadata, intermediate=None):
+        """Replay the decode graph of ``size`` (>= the step's rows, one token each) on this step's inputs (and,
+        after the first pipeline stage, the previous stage's hidden states); returns what the model returns, for
+        the step's rows."""
+        n = self.buffers.copy_in(size, input_ids, positions, meta, intermediate, num_seqs=size)
         self.graphs[size].replay()
-        return self._rows(self.outputs[size], num_reqs)
+        return self.buffers.result(n)
 
     def run_mixed(self, size: int, input_ids, positions, meta: AttentionMetadata, intermediate=None):
         """Replay the mixed graph of ``size`` (>= the step's tokens) on this step's inputs and attention metadata."""
-        n = self._copy_in(input_ids, positions, meta.slot_mapping, intermediate, size)
-        b = meta.seq_lens_tensor.shape[0]
-        self.seq_lens[:b].copy_(meta.seq_lens_tensor)
-        self.seq_lens[b:].zero_()
-        self.query_start_loc[: b + 1].copy_(meta.query_start_loc_tensor)
-        self.query_start_loc[b + 1 :].fill_(n)
-        self.block_tables[:b, : meta.block_tables.shape[1]].copy_(meta.block_tables)
+        n = self.buffers.copy_in(size, input_ids, positions, meta, intermediate, num_seqs=self.max_batch, queries=True)
         self.num_mixed_replays += 1
         self.mixed_graphs[size].replay()
-        return self._rows(self.mixed_outputs[size], n)
+        return self.buffers.result(n)

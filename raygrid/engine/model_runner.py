@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from raygrid.config import EngineConfig
-from raygrid.engine.cuda_graphs import FullGraphs, capture_sizes
+from raygrid.engine.cuda_graphs import FullGraphs, GraphBuffers, capture_sizes
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.outputs import SampleLogprobs, SchedulerOutput
 from raygrid.engine.pending_output import PendingRunnerOutput
@@ -87,10 +87,9 @@ class ModelRunner:
         self.rebalancer = Rebalancer.for_model(model, config.parallel.eplb_config) if config.parallel.enable_eplb else None
         self._eplb_report = None
 
-    def _forward(self, plan: PassPlan, num_reqs: int, input_ids, positions, meta, intermediate, kv_caches=None):
+    def _forward(self, plan: PassPlan, input_ids, positions, meta, intermediate, kv_caches=None):
         if plan.graph_size is not None:
-            return self.graphs.run(plan.graph_size, num_reqs, input_ids, positions, meta.slot_mapping, meta.block_tables,
-                                   meta.seq_lens_tensor, intermediate)
+            return self.graphs.run(plan.graph_size, input_ids, positions, meta, intermediate)
         if plan.mixed_size is not None:
             return self.graphs.run_mixed(plan.mixed_size, input_ids, positions, meta, intermediate)
         if plan.piecewise_size is not None:
@@ -115,9 +114,9 @@ class ModelRunner:
             blocks = torch.zeros(0, 1, dtype=torch.int32, device=self.device)
             intermediate = None if self.pp.is_first else tuple(torch.zeros(0, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
                                                                for _ in range(2))
-            meta = AttentionMetadata(slot_mapping=empty, block_tables=blocks, seq_lens=[], query_start_loc=[], max_query_len=1, max_seq_len=0,
-                                     seq_lens_tensor=blocks[:, 0], query_start_loc_tensor=blocks[:, 0])
-            self._forward(plan, 0, empty, empty, meta, intermediate)
+            meta = AttentionMetadata(slot_mapping=empty, block_tables=blocks, seq_lens=[], query_start_loc=[0], max_query_len=1,
+                                     seq_lens_tensor=blocks[:, 0], query_start_loc_tensor=torch.zeros(1, dtype=torch.int32, device=self.device))
+            self._forward(plan, empty, empty, meta, intermediate)
         else:
             ids = torch.zeros(1, dtype=torch.long, device=self.device)
             meta = single_sequence_metadata(1, self.block_size, self.device, first_block=0)
@@ -125,7 +124,7 @@ class ModelRunner:
             if not self.pp.is_first:
                 shape = (1, self.model.config.hidden_size)
                 intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
-            hidden = self._forward(plan, 1, ids, ids.clone(), meta, intermediate)
+            hidden = self._forward(plan, ids, ids.clone(), meta, intermediate)
             if not self.pp.is_last:
                 self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
         self._after_forward()
@@ -141,11 +140,11 @@ class ModelRunner:
         decode, mixed, pieces = self._graph_sizes()
         if largest_only:
             decode, mixed, pieces = decode[-1:], mixed[-1:], pieces[-1:]
-        graphs = FullGraphs(self.model, kv_caches, self.max_graph_batch, self.max_blocks_per_req, self.device, decode,
-                            stage_input, context=self.passes.graph_context, mixed_sizes=mixed)
-        if not pieces:
-            return graphs, None
-        return graphs, PiecewiseGraphs(self.model, kv_caches, pieces, self.device, self.dtype, stage_input, pool=graphs.pool)
+        max_tokens = max([self.max_graph_batch, *mixed, *pieces])
+        buffers = GraphBuffers(max_tokens, self.max_graph_batch, self.max_blocks_per_req, self.device, stage_input)
+        graphs = FullGraphs(self.model, kv_caches, buffers, self.max_graph_batch, decode, context=self.passes.graph_context,
+                            mixed_sizes=mixed)
+        return graphs, PiecewiseGraphs(self.model, kv_caches, buffers, pieces, self.dtype) if pieces else None
 
     def _graph_sizes(self) -> tuple[list[int], list[int], list[int]]:
         """The sizes captured: decode batch sizes, mixed graphs' and piecewise graphs' token counts (no mixed or
@@ -274,7 +273,6 @@ class ModelRunner:
             seq_lens=seq_lens.tolist(),
             query_start_loc=query_start_loc.tolist(),
             max_query_len=int(num_sched.max()),
-            max_seq_len=int(seq_lens.max()),
             seq_lens_tensor=put("seq_lens", seq_lens),
             query_start_loc_tensor=put("query_start_loc", query_start_loc),
         )
@@ -315,7 +313,7 @@ class ModelRunner:
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
         plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs)
-        hidden = self._forward(plan, num_reqs, input_ids, positions, meta, intermediate)
+        hidden = self._forward(plan, input_ids, positions, meta, intermediate)
         self._after_forward()
         req_ids = list(self.batch.req_ids)
         if not self.pp.is_last:
@@ -413,7 +411,7 @@ class ModelRunner:
         if not self.pp.is_first:
             zeros = torch.zeros(num_tokens, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
             intermediate = (zeros, zeros.clone())
-        out = self._forward(self.passes.plan(None, num_tokens, -1), 1, ids, positions, meta, intermediate, kv_caches=caches)
+        out = self._forward(self.passes.plan(None, num_tokens, -1), ids, positions, meta, intermediate, kv_caches=caches)
         del caches
         if self.pp.is_last:
             rows = self.config.scheduler.max_num_seqs
@@ -484,7 +482,6 @@ def single_sequence_metadata(num_tokens: int, block_size: int, device: torch.dev
         seq_lens=[num_tokens],
         query_start_loc=[0, num_tokens],
         max_query_len=num_tokens,
-        max_seq_len=num_tokens,
         seq_lens_tensor=torch.tensor([num_tokens], dtype=torch.int32, device=device),
         query_start_loc_tensor=torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
     )

@@ -17,10 +17,10 @@ the pass's result to a static buffer too. Every layer shares the query and outpu
 attention runs after the piece that fills them and before the piece that reads the output, all on one stream.
 Padding rows run through the pieces (their operations work row by row) but never through attention.
 
-Every size shares one memory pool with the full graphs (engine/cuda_graphs.py), captured largest first.
-Nothing a capture allocates outlives it (what crosses from one piece to the next is freed in the piece that
-reads it), so the pool holds the largest pass's working memory once, and the graphs, never replayed
-together, take turns in it.
+Every size shares the static inputs, the outputs and one memory pool with the full graphs (``GraphBuffers``,
+engine/cuda_graphs.py), captured largest first. Nothing a capture allocates outlives it (what crosses from one
+piece to the next is freed in the piece that reads it), so the pool holds the largest pass's working memory
+once, and the graphs, never replayed together, take turns in it.
 
 The full graphs' mixed kind replays most steps with prefill in one launch; the pieces take the steps whose
 attention wants the prompt tiles (long prompts, few requests), whose launches the graphs did not capture.
@@ -32,6 +32,7 @@ import logging
 
 import torch
 
+from raygrid.engine.cuda_graphs import GraphBuffers
 from raygrid.models.layers.attention import Attention, AttentionMetadata, attention_cut
 
 logger = logging.getLogger(__name__)
@@ -49,29 +50,21 @@ def piecewise_sizes(max_tokens: int) -> list[int]:
 
 
 class PiecewiseGraphs:
-    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], sizes: list[int], device: torch.device,
-                 dtype: torch.dtype, stage_input: tuple[int, torch.dtype] | None = None, pool=None) -> None:
-        """``stage_input``: (hidden size, dtype) of the hidden states a later pipeline stage receives; ``pool``:
-        the memory pool to capture into (the full graphs', never replayed at the same time). Not for expert
-        parallelism, whose eager passes pad to every DP rank's token count."""
+    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], buffers: GraphBuffers, sizes: list[int],
+                 dtype: torch.dtype) -> None:
+        """``buffers``: the static inputs, outputs and memory pool shared with the full graphs (never replayed at
+        the same time). Not for expert parallelism, whose eager passes pad to every DP rank's token count."""
         self.model = model
+        self.buffers = buffers
         self.sizes = sorted(sizes)
         max_tokens = self.sizes[-1]
-        self.input_ids = torch.zeros(max_tokens, dtype=torch.long, device=device)
-        self.positions = torch.zeros(max_tokens, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.long, device=device)
-        self.intermediate = None
-        if stage_input is not None:
-            hidden_size, hidden_dtype = stage_input
-            self.intermediate = tuple(torch.zeros(max_tokens, hidden_size, dtype=hidden_dtype, device=device) for _ in range(2))
+        device = buffers.input_ids.device
         first = next(m for m in model.modules() if isinstance(m, Attention))
         self.query = torch.zeros(max_tokens, first.num_heads, first.head_dim, dtype=dtype, device=device)
         self.attention_out = torch.zeros_like(self.query)
-        self.outputs: tuple[torch.Tensor, ...] | None = None  # the pass's result: hidden states (and residual before the last stage)
         self.pieces: dict[int, list[torch.cuda.CUDAGraph]] = {}
         self.attentions: dict[int, list[tuple[Attention, torch.Tensor]]] = {}  # per cut: the layer and its KV cache
         self.num_replays = 0  # passes run through the pieces
-        self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device)  # capture needs a stream other than the default one
         for size in reversed(self.sizes):  # largest first: the smaller sizes fit in the pool it leaves
             self._capture(size, kv_caches)
@@ -81,34 +74,26 @@ class PiecewiseGraphs:
     def _stage(self, attention: Attention, q, k, v, kv_cache) -> torch.Tensor:
         """What a cut records in the piece before it: keys and values to the cache, queries to their buffer."""
         n = q.shape[0]
-        attention.store(k, v, kv_cache, self.slot_mapping[:n])
+        attention.store(k, v, kv_cache, self.buffers.slot_mapping[:n])
         self.query[:n].copy_(q)
         return self.attention_out[:n].view(n, -1)
 
-    def _keep(self, result) -> None:
-        """Copy the pass's result to the static outputs (allocated by the first warm-up, for the largest size)."""
-        result = result if isinstance(result, tuple) else (result,)
-        if self.outputs is None:
-            self.outputs = tuple(torch.empty(self.sizes[-1], *t.shape[1:], dtype=t.dtype, device=t.device) for t in result)
-        for static, t in zip(self.outputs, result):
-            static[: t.shape[0]].copy_(t)
-
     @torch.inference_mode()
     def _capture(self, size: int, kv_caches: list[torch.Tensor]) -> None:
-        stage_input = None if self.intermediate is None else tuple(t[:size] for t in self.intermediate)
-        args = (self.input_ids[:size], self.positions[:size], kv_caches, None, stage_input)
+        args = self.buffers.model_args(size, kv_caches, None)
+        keep = self.buffers.keep
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
             with attention_cut(self._stage):  # warm-up on the capture stream: Triton compiles, cuBLAS sets up, outside any capture
                 for _ in range(2):
-                    self._keep(self.model(*args))
+                    keep(self.model(*args))
             self.stream.synchronize()
             pieces: list[torch.cuda.CUDAGraph] = []
             attentions: list[tuple[Attention, torch.Tensor]] = []
 
             def begin() -> None:
                 pieces.append(torch.cuda.CUDAGraph())
-                pieces[-1].capture_begin(pool=self.pool)
+                pieces[-1].capture_begin(pool=self.buffers.pool)
 
             def cut(attention: Attention, q, k, v, kv_cache) -> torch.Tensor:
                 out = self._stage(attention, q, k, v, kv_cache)
@@ -119,7 +104,7 @@ class PiecewiseGraphs:
 
             begin()
             with attention_cut(cut):
-                self._keep(self.model(*args))
+                keep(self.model(*args))
             pieces[-1].capture_end()
         torch.cuda.current_stream().wait_stream(self.stream)
         self.pieces[size], self.attentions[size] = pieces, attentions
@@ -130,20 +115,12 @@ class PiecewiseGraphs:
     def run(self, size: int, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, intermediate=None):
         """The pass at ``size`` (>= the step's tokens) with attention over ``meta``; returns what the model
         returns, for the step's rows."""
-        n = input_ids.shape[0]
+        n = self.buffers.copy_in(size, input_ids, positions, meta, intermediate)
         self.num_replays += 1
-        self.input_ids[:n].copy_(input_ids)
-        self.positions[:n].copy_(positions)  # padding rows keep earlier positions: valid rows of the rotary tables
-        self.slot_mapping[:n].copy_(meta.slot_mapping)
-        self.slot_mapping[n:size].fill_(-1)
-        if self.intermediate is not None:
-            for static, given in zip(self.intermediate, intermediate):
-                static[:n].copy_(given)
         query, out = self.query[:n], self.attention_out[:n]
         pieces = self.pieces[size]
         for piece, (attention, kv_cache) in zip(pieces, self.attentions[size]):
             piece.replay()
             attention.attend(query, kv_cache, meta, out=out)
         pieces[-1].replay()
-        result = tuple(t[:n] for t in self.outputs)
-        return result if len(result) > 1 else result[0]
+        return self.buffers.result(n)

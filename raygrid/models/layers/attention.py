@@ -21,7 +21,6 @@ class AttentionMetadata:
     seq_lens: list[int]  # [B] tokens in each request's context after this step
     query_start_loc: list[int]  # [B + 1] packed query rows of each request
     max_query_len: int
-    max_seq_len: int
     # The same on the device, for the kernels (and CUDA graphs, which cannot read Python lists).
     seq_lens_tensor: torch.Tensor | None = None  # [B] int32
     query_start_loc_tensor: torch.Tensor | None = None  # [B + 1] int32
