@@ -1,8 +1,8 @@
 """CUDA graphs of whole forward passes: decode steps, and steps with prefill whose requests bring few queries each.
 
 A step launches hundreds of small kernels; replaying a captured graph launches them all at once. The graphs
-read their inputs from static buffers: a step copies its inputs in and replays the graph of the smallest
-size that fits. Two kinds share the buffers and one memory pool (``GraphBuffers``, with the piecewise graphs):
+read their inputs from static buffers, the tensors a step's inputs are staged in, and the step replays the graph
+of the smallest size that fits. Two kinds share the buffers and one memory pool (``GraphBuffers``, with the piecewise graphs):
 
 - **Decode** graphs, one per padded batch size: one token per request. Padding rows get slot -1 and
   sequence length 0, which the kernels skip.
@@ -53,26 +53,36 @@ class GraphBuffers:
     """What every CUDA graph of a runner shares, since none is replayed while another runs: the static tensors
     a graph reads its inputs from and leaves its result in, and the memory pool the captures draw on.
 
+    The inputs are the runner's staged device tensors (engine/staging.py), which a step fills anyway, so a replay
+    copies nothing in: it only marks the padding (rows past the step's tokens get slot -1; sequences past the
+    step's have length 0 and no queries). A later pipeline stage's hidden states arrive in tensors of their own
+    and are copied to ``intermediate``.
+
     A capture copies the model's result into ``outputs`` inside the graph, so nothing a capture allocates
     outlives it and the pool holds the largest pass's working memory once, whatever the number of sizes
     (profiling captures the largest sizes alone, ModelRunner.profile_cuda_graphs)."""
 
-    def __init__(self, max_tokens: int, max_seqs: int, max_blocks: int, device: torch.device,
+    def __init__(self, staged: dict[str, torch.Tensor], max_tokens: int, max_seqs: int,
                  stage_input: tuple[int, torch.dtype] | None = None) -> None:
-        """``stage_input``: (hidden size, dtype) of the hidden states and residual a later pipeline stage receives."""
+        """``staged``: the runner's device tensors by name (input_ids, positions, slot_mapping, seq_lens,
+        block_tables, query_start_loc), at least ``max_tokens`` rows and ``max_seqs`` sequences long.
+        ``stage_input``: (hidden size, dtype) of the hidden states and residual a later pipeline stage receives."""
         self.max_tokens = max_tokens
-        self.input_ids = torch.zeros(max_tokens, dtype=torch.long, device=device)
-        self.positions = torch.zeros(max_tokens, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.long, device=device)
-        self.seq_lens = torch.zeros(max_seqs, dtype=torch.int32, device=device)
-        self.block_tables = torch.zeros(max_seqs, max_blocks, dtype=torch.int32, device=device)
-        # No sequence has queries until a step copies its own in: a capture of T tokens over max_seqs sequences
-        # must not address rows past T (the decode kernel does not read these).
-        self.query_start_loc = torch.zeros(max_seqs + 1, dtype=torch.int32, device=device)
+        self.input_ids = staged["input_ids"][:max_tokens]
+        self.positions = staged["positions"][:max_tokens]
+        self.slot_mapping = staged["slot_mapping"][:max_tokens]
+        self.seq_lens = staged["seq_lens"][:max_seqs]
+        self.block_tables = staged["block_tables"][:max_seqs]
+        self.query_start_loc = staged["query_start_loc"][: max_seqs + 1]
+        # No sequence has queries and none is long until a step says so: a capture of T tokens over max_seqs
+        # sequences must not address rows past T (the decode kernel does not read these).
+        self.seq_lens.zero_()
+        self.query_start_loc.zero_()
+        self.slot_mapping.fill_(-1)
         self.intermediate = None
         if stage_input is not None:
             hidden_size, dtype = stage_input
-            self.intermediate = tuple(torch.zeros(max_tokens, hidden_size, dtype=dtype, device=device) for _ in range(2))
+            self.intermediate = tuple(torch.zeros(max_tokens, hidden_size, dtype=dtype, device=self.input_ids.device) for _ in range(2))
         self.outputs: tuple[torch.Tensor, ...] | None = None  # allocated by the first warm-up, outside any capture
         self.pool = torch.cuda.graph_pool_handle()
 
@@ -91,26 +101,22 @@ class GraphBuffers:
             query_start_loc_tensor=self.query_start_loc[: num_seqs + 1],
         )
 
-    def copy_in(self, padded: int, input_ids, positions, meta: AttentionMetadata, intermediate, num_seqs: int = 0,
+    def prepare(self, padded: int, input_ids, meta: AttentionMetadata, intermediate, num_seqs: int = 0,
                 queries: bool = False) -> int:
-        """Copy a step's inputs in for a graph of ``padded`` tokens; with ``num_seqs``, its attention metadata too,
-        for a graph over that many sequences (the rest padding: length 0), with ``queries`` their query rows (which
-        decode graphs do not read). Returns the step's tokens."""
+        """Ready the buffers for a graph of ``padded`` tokens, the step's inputs being staged in them already: its
+        padding rows; with ``num_seqs``, a graph over that many sequences, its padding sequences; with ``queries``,
+        their query rows too (decode graphs do not read them). Returns the step's tokens."""
         n = input_ids.shape[0]
-        self.input_ids[:n].copy_(input_ids)
-        self.positions[:n].copy_(positions)  # padding rows keep earlier positions: valid rows of the rotary tables
-        self.slot_mapping[:n].copy_(meta.slot_mapping)
+        if n and input_ids.data_ptr() != self.input_ids.data_ptr():
+            raise ValueError("a CUDA graph replays the staged inputs (StagingBuffers.put), not other tensors")
         self.slot_mapping[n:padded].fill_(-1)
         if self.intermediate is not None:
             for static, given in zip(self.intermediate, intermediate):
                 static[:n].copy_(given)
+        b = meta.seq_lens_tensor.shape[0]
         if num_seqs:
-            b = meta.seq_lens_tensor.shape[0]
-            self.seq_lens[:b].copy_(meta.seq_lens_tensor)
             self.seq_lens[b:num_seqs].zero_()
-            self.block_tables[:b, : meta.block_tables.shape[1]].copy_(meta.block_tables)
         if queries:
-            self.query_start_loc[: b + 1].copy_(meta.query_start_loc_tensor)
             self.query_start_loc[b + 1 : num_seqs + 1].fill_(n)
         return n
 
@@ -181,13 +187,13 @@ class FullGraphs:
         """Replay the decode graph of ``size`` (>= the step's rows, one token each) on this step's inputs (and,
         after the first pipeline stage, the previous stage's hidden states); returns what the model returns, for
         the step's rows."""
-        n = self.buffers.copy_in(size, input_ids, positions, meta, intermediate, num_seqs=size)
+        n = self.buffers.prepare(size, input_ids, meta, intermediate, num_seqs=size)
         self.graphs[size].replay()
         return self.buffers.result(n)
 
     def run_mixed(self, size: int, input_ids, positions, meta: AttentionMetadata, intermediate=None):
         """Replay the mixed graph of ``size`` (>= the step's tokens) on this step's inputs and attention metadata."""
-        n = self.buffers.copy_in(size, input_ids, positions, meta, intermediate, num_seqs=self.max_batch, queries=True)
+        n = self.buffers.prepare(size, input_ids, meta, intermediate, num_seqs=self.max_batch, queries=True)
         self.num_mixed_replays += 1
         self.mixed_graphs[size].replay()
         return self.buffers.result(n)

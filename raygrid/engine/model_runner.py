@@ -55,8 +55,8 @@ class ModelRunner:
         self._copy_stream: torch.cuda.Stream | None = None  # grammar masks go to the device on it
         self.prev_sampled: torch.Tensor | None = None
         self.prev_sampled_index: dict[str, int] = {}
-        max_tokens = config.scheduler.max_num_batched_tokens
         max_reqs = config.scheduler.max_num_seqs
+        max_tokens = max(config.scheduler.max_num_batched_tokens, max_reqs)  # a decode graph's rows too
         self.staging = StagingBuffers(device, {
             "input_ids": ((max_tokens,), torch.int64),
             "positions": ((max_tokens,), torch.int64),
@@ -114,8 +114,8 @@ class ModelRunner:
             blocks = torch.zeros(0, 1, dtype=torch.int32, device=self.device)
             intermediate = None if self.pp.is_first else tuple(torch.zeros(0, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
                                                                for _ in range(2))
-            meta = AttentionMetadata(slot_mapping=empty, block_tables=blocks, seq_lens=[], query_start_loc=[0], max_query_len=1,
-                                     seq_lens_tensor=blocks[:, 0], query_start_loc_tensor=torch.zeros(1, dtype=torch.int32, device=self.device))
+            meta = AttentionMetadata(slot_mapping=empty, block_tables=blocks, seq_lens=[], query_start_loc=[], max_query_len=1,
+                                     seq_lens_tensor=blocks[:, 0], query_start_loc_tensor=blocks[:, 0])
             self._forward(plan, empty, empty, meta, intermediate)
         else:
             ids = torch.zeros(1, dtype=torch.long, device=self.device)
@@ -141,7 +141,7 @@ class ModelRunner:
         if largest_only:
             decode, mixed, pieces = decode[-1:], mixed[-1:], pieces[-1:]
         max_tokens = max([self.max_graph_batch, *mixed, *pieces])
-        buffers = GraphBuffers(max_tokens, self.max_graph_batch, self.max_blocks_per_req, self.device, stage_input)
+        buffers = GraphBuffers(self.staging.device, max_tokens, self.max_graph_batch, stage_input)
         graphs = FullGraphs(self.model, kv_caches, buffers, self.max_graph_batch, decode, context=self.passes.graph_context,
                             mixed_sizes=mixed)
         return graphs, PiecewiseGraphs(self.model, kv_caches, buffers, pieces, self.dtype) if pieces else None

@@ -12,9 +12,10 @@ Capturing a size: while the model runs on the static inputs, each ``Attention.fo
 cut (``attention_cut``). It records, into the piece being captured, the layer's keys and values written to the cache (at the static
 slots: padding rows have slot -1, which the store skips) and its queries copied to a static buffer; then it
 ends that piece, starts the next, and returns the attention output buffer for the rest of the layer to read.
-Replaying: copy the inputs in, then piece 0, layer 0's attention, piece 1, ... and the last piece, which copies
-the pass's result to a static buffer too. Every layer shares the query and output buffers: one layer's
-attention runs after the piece that fills them and before the piece that reads the output, all on one stream.
+Replaying (the step's inputs are staged in the static buffers already): piece 0, layer 0's attention, piece 1,
+... and the last piece, which copies the pass's result to a static buffer too. Every layer shares the query and
+output buffers: one layer's attention runs after the piece that fills them and before the piece that reads the
+output, all on one stream.
 Padding rows run through the pieces (their operations work row by row) but never through attention.
 
 Every size shares the static inputs, the outputs and one memory pool with the full graphs (``GraphBuffers``,
@@ -115,7 +116,7 @@ class PiecewiseGraphs:
     def run(self, size: int, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, intermediate=None):
         """The pass at ``size`` (>= the step's tokens) with attention over ``meta``; returns what the model
         returns, for the step's rows."""
-        n = self.buffers.copy_in(size, input_ids, positions, meta, intermediate)
+        n = self.buffers.prepare(size, input_ids, meta, intermediate)
         self.num_replays += 1
         query, out = self.query[:n], self.attention_out[:n]
         pieces = self.pieces[size]

@@ -9,7 +9,11 @@ import torch
 class StagingBuffers:
     """Host-to-device transfer of each step's inputs through pinned buffers and their device twins,
     allocated once. Two sets of host buffers alternate by step: with async scheduling a step fills
-    its inputs while the previous step's copies may still be queued. On CPU the arrays are used in place."""
+    its inputs while the previous step's copies may still be queued. On CPU the arrays are used in place.
+
+    The device twins never move, so CUDA graphs read a step's inputs from them directly (engine/cuda_graphs.py).
+    They start as zeros: a graph's padding rows read whatever an earlier step left there, always a valid token
+    id and position."""
 
     def __init__(self, device: torch.device, specs: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
         self.on_gpu = device.type == "cuda"
@@ -21,7 +25,7 @@ class StagingBuffers:
             for name, (shape, dtype) in specs.items():
                 for host in self.hosts:
                     host[name] = torch.empty(shape, dtype=dtype, pin_memory=True)
-                self.device[name] = torch.empty(shape, dtype=dtype, device=device)
+                self.device[name] = torch.zeros(shape, dtype=dtype, device=device)
 
     def next_step(self) -> None:
         self.current ^= 1
