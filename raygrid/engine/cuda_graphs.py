@@ -29,6 +29,7 @@ There are no mixed graphs there (eager passes pad to every DP rank's token count
 
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import nullcontext
 from typing import Callable, ContextManager
@@ -47,6 +48,14 @@ def capture_sizes(max_batch: int) -> list[int]:
     if sizes[-1] != max_batch:
         sizes.append(max_batch)
     return sizes
+
+
+@functools.cache
+def capture_stream(device_index: int) -> torch.cuda.Stream:
+    """The side stream every capture on this device runs on, one per process. cuBLAS keeps a workspace for each
+    stream it has run on until the process ends, so a fresh stream per capture would leave one behind with every
+    engine started."""
+    return torch.cuda.Stream(device_index)
 
 
 class GraphBuffers:
@@ -166,7 +175,7 @@ class FullGraphs:
                 self.buffers.keep(model(*args))
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.buffers.pool):
+            with torch.cuda.graph(graph, pool=self.buffers.pool, stream=capture_stream(self.buffers.input_ids.device.index)):
                 self.buffers.keep(model(*args))
         return graph
 

@@ -33,7 +33,7 @@ import logging
 
 import torch
 
-from raygrid.engine.cuda_graphs import GraphBuffers
+from raygrid.engine.cuda_graphs import GraphBuffers, capture_stream
 from raygrid.models.layers.attention import Attention, AttentionMetadata, attention_cut
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class PiecewiseGraphs:
         self.pieces: dict[int, list[torch.cuda.CUDAGraph]] = {}
         self.attentions: dict[int, list[tuple[Attention, torch.Tensor]]] = {}  # per cut: the layer and its KV cache
         self.num_replays = 0  # passes run through the pieces
-        self.stream = torch.cuda.Stream(device)  # capture needs a stream other than the default one
+        self.stream = capture_stream(device.index)  # capture needs a stream other than the default one
         for size in reversed(self.sizes):  # largest first: the smaller sizes fit in the pool it leaves
             self._capture(size, kv_caches)
         torch.cuda.synchronize()
