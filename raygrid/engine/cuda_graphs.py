@@ -93,7 +93,7 @@ class GraphBuffers:
             hidden_size, dtype = stage_input
             self.intermediate = tuple(torch.zeros(max_tokens, hidden_size, dtype=dtype, device=self.input_ids.device) for _ in range(2))
         self.outputs: tuple[torch.Tensor, ...] | None = None  # allocated by the first warm-up, outside any capture
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = torch.cuda.graph_pool_handle() if self.input_ids.is_cuda else None
 
     def model_args(self, num_tokens: int, kv_caches, meta: AttentionMetadata | None) -> tuple:
         stage_input = None if self.intermediate is None else tuple(t[:num_tokens] for t in self.intermediate)
