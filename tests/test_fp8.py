@@ -76,6 +76,8 @@ def prompt_logprobs_and_tokens(model: str, prompts, **kwargs):
         worker = llm.engine.executor.worker
         layer = worker.model.layers[0]  # the dtypes of its weights and of the KV cache, and the cache's blocks:
         dtypes = {layer.self_attn.qkv_proj.weight.dtype, layer.mlp.down_proj.weight.dtype}
+        # FP8 layers take their inputs quantized by the norm (and SiLU-and-mul) before them, float ones plain.
+        assert layer.self_attn.takes_fp8_input == layer.mlp.takes_fp8_input == (torch.float8_e4m3fn in dtypes)
         dtypes.add(worker.runner.kv_caches[0].dtype)
         logprobs = [[entry[tok].logprob for entry, tok in zip(o.prompt_logprobs[1:], p[1:])] for o, p in zip(outs, prompts)]
         return torch.tensor(sum(logprobs, [])), [o.outputs[0].token_ids for o in outs], dtypes, worker.runner.kv_caches[0].shape[1]

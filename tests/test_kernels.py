@@ -551,3 +551,54 @@ def test_scale_fp8_product_matches_torch():
             expected = y.float() * x_scale * w_scale + (0 if b is None else b.float())
             got = scale_fp8_product(y.clone(), x_scale, w_scale, b)
             torch.testing.assert_close(got.float(), expected, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_and_silu_and_mul_hand_fp8_layers_their_input_quantized(dtype):
+    """RMSNorm (with and without the residual add) and SiLU-and-mul ending in the per-token FP8 quantization of the
+    layer they feed: bit for bit what per_token_quant_fp8 makes of their output in the model's dtype (which itself
+    matches quantize_per_token bit for bit, test above); the residual stream as without it. SiLU-and-mul rows longer
+    than ONE_PASS_MAX take the unfused path. Through ops, on any device: an Fp8Activation that linear takes."""
+    from raygrid.kernels import ops
+    from raygrid.kernels.triton_quant import ONE_PASS_MAX, per_token_quant_fp8
+    from raygrid.models.layers.fp8 import FP8, MIN_SCALE, fp8_linear_ref, quantize_per_channel, quantize_per_token
+
+    def same(got, expected):
+        assert got[0].dtype == FP8 and got[1].shape == expected[1].shape
+        if ON_GPU and dtype == torch.float32:
+            # float32 models: the compiler may contract the fused kernel's sums into FMAs differently, moving the
+            # last bits of a value and so of a scale, or one value across a float8 rounding boundary (1/8 apart).
+            torch.testing.assert_close(got[1], expected[1], rtol=1e-5, atol=0)
+            want = expected[0].float() * expected[1]
+            step = want.abs() / 8 + expected[1] / 512  # one float8 step at each value (2**-9 among the subnormals)
+            assert ((got[0].float() * got[1] - want).abs() <= step * 1.001).all()
+            return
+        assert torch.equal(got[1], expected[1])
+        assert torch.equal(got[0].view(torch.uint8), expected[0].view(torch.uint8))
+
+    torch.manual_seed(0)
+    hidden, inters = (4096, [14336, ONE_PASS_MAX + 8]) if ON_GPU else (64, [48, ONE_PASS_MAX + 8])
+    x = torch.randn(13, hidden, dtype=dtype, device=DEVICE) * 3
+    x[-1] = 0  # a zero row keeps the smallest scale
+    w = torch.randn(hidden, dtype=dtype, device=DEVICE)
+    r = torch.randn_like(x)
+    same(rms_norm(x, w, 1e-6, fp8_min_scale=MIN_SCALE), per_token_quant_fp8(rms_norm(x, w, 1e-6), MIN_SCALE))
+    normed, res = rms_norm(x, w, 1e-6, r, fp8_min_scale=MIN_SCALE)
+    plain, plain_res = rms_norm(x, w, 1e-6, r)
+    same(normed, per_token_quant_fp8(plain, MIN_SCALE))
+    assert torch.equal(res, plain_res)
+    for n in inters:
+        gate_up = torch.randn(5, 2 * n, dtype=dtype, device=DEVICE) * 4
+        same(silu_and_mul(gate_up, fp8_min_scale=MIN_SCALE), per_token_quant_fp8(silu_and_mul(gate_up), MIN_SCALE))
+
+    weight, scale = quantize_per_channel(torch.randn(96, hidden, device=DEVICE) / 32)
+    act, act_res = ops.rms_norm(x, w, 1e-6, r, fp8=True)
+    plain, plain_res = ops.rms_norm(x, w, 1e-6, r)
+    assert isinstance(act, ops.Fp8Activation) and act.dtype == dtype and torch.equal(act_res, plain_res)
+    same(act, quantize_per_token(plain))
+    if not (ON_GPU and dtype == torch.float32):
+        assert torch.equal(ops.linear(act, weight, None, scale), ops.linear(plain, weight, None, scale))
+    torch.testing.assert_close(ops.linear(act, weight, None, scale).float(), fp8_linear_ref(plain, weight, scale).float(),
+                               atol=2e-2, rtol=2e-2)
+    with pytest.raises(ValueError, match="needs FP8 weights"):
+        ops.linear(act, weight.float())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,10 +29,24 @@ def use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and _TRITON_ALLOWED
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+class Fp8Activation(NamedTuple):
+    """An FP8 layer's input ``[T, K]`` already quantized per token (``models/layers/fp8.quantize_per_token``) by the
+    kernel that produced it: ``rms_norm`` or ``silu_and_mul`` with ``fp8=True``."""
+
+    values: torch.Tensor  # float8 e4m3 [T, K]
+    scale: torch.Tensor  # float32 [T, 1]
+    dtype: torch.dtype  # the model's, which the product comes back in
+
+
+def linear(x: torch.Tensor | Fp8Activation, weight: torch.Tensor, bias: torch.Tensor | None = None,
            weight_scale: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ weight.T + bias``. FP8 weights (with per-channel ``weight_scale``) go through ``torch._scaled_mm`` on a
-    GPU, their reference elsewhere; small decode batches through the skinny Triton kernel; the rest through cuBLAS."""
+    GPU, their reference elsewhere, and take ``x`` quantized already (``Fp8Activation``) or quantize it here; small
+    decode batches through the skinny Triton kernel; the rest through cuBLAS."""
+    if isinstance(x, Fp8Activation):
+        if weight_scale is None:
+            raise ValueError("linear: an Fp8Activation input needs FP8 weights (weight_scale)")
+        return _fp8_linear_quantized(x, weight, weight_scale, bias)
     if weight_scale is not None:
         return _fp8_linear(x, weight, weight_scale, bias)
     if (use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and weight.numel() <= _SKINNY_MAX_WEIGHT
@@ -46,12 +61,20 @@ def _fp8_linear(x, weight, weight_scale, bias):
     from raygrid.kernels.triton_quant import per_token_quant_fp8
     from raygrid.models.layers.fp8 import MIN_SCALE, fp8_linear_ref
 
-    if not x.is_cuda or not _TRITON_ALLOWED:
+    if not use_triton(x):
         return fp8_linear_ref(x, weight, weight_scale, bias)
     x2 = x.reshape(-1, x.shape[-1])
-    x_q, x_scale = per_token_quant_fp8(x2, MIN_SCALE)
-    product = fp8_product_tensorwise if x2.shape[0] <= FP8_TENSORWISE_MAX_M else fp8_product_rowwise
-    return product(x_q, x_scale, weight, weight_scale, bias, x.dtype).reshape(*x.shape[:-1], weight.shape[0])
+    y = _fp8_linear_quantized(Fp8Activation(*per_token_quant_fp8(x2, MIN_SCALE), x.dtype), weight, weight_scale, bias)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _fp8_linear_quantized(x: Fp8Activation, weight, weight_scale, bias):
+    from raygrid.models.layers.fp8 import fp8_product_ref
+
+    if not use_triton(x.values):
+        return fp8_product_ref(x.values, x.scale, weight, weight_scale, bias, x.dtype)
+    product = fp8_product_tensorwise if x.values.shape[0] <= FP8_TENSORWISE_MAX_M else fp8_product_rowwise
+    return product(x.values, x.scale, weight, weight_scale, bias, x.dtype)
 
 
 # Rows up to which FP8 layers multiply with unit scales (cuBLASLt) and scale the product after, instead of
@@ -80,23 +103,47 @@ def _unit_scale(device: torch.device) -> torch.Tensor:
     return torch.ones((), dtype=torch.float32, device=device)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, fp8: bool = False):
+    """``norm(x)``, or ``(norm(x + residual), x + residual)``; with ``fp8`` the norm comes as an ``Fp8Activation``
+    for the FP8 layer it feeds (one kernel on a GPU: the norm is not written in the model's dtype first)."""
     if use_triton(x):
         from raygrid.kernels.triton_ops import rms_norm as triton_rms_norm
 
-        return triton_rms_norm(x, weight, eps, residual)
-    if residual is not None:
-        x = x + residual
-        return rms_norm_ref(x, weight, eps), x
-    return rms_norm_ref(x, weight, eps)
+        result = triton_rms_norm(x, weight, eps, residual, fp8_min_scale=_fp8_min_scale() if fp8 else None)
+        normed, rest = (result, ()) if residual is None else (result[0], result[1:])
+        if fp8:
+            normed = Fp8Activation(*normed, x.dtype)
+    else:
+        if residual is not None:
+            x = x + residual
+        normed, rest = rms_norm_ref(x, weight, eps), (() if residual is None else (x,))
+        if fp8:
+            normed = _quantize_ref(normed)
+    return normed if residual is None else (normed, *rest)
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+def silu_and_mul(x: torch.Tensor, fp8: bool = False) -> torch.Tensor | Fp8Activation:
+    """SiLU(gate) * up of ``[T, 2n]``; with ``fp8``, as an ``Fp8Activation`` for the FP8 layer it feeds."""
     if use_triton(x):
         from raygrid.kernels.triton_ops import silu_and_mul as triton_silu_and_mul
 
+        if fp8:
+            return Fp8Activation(*triton_silu_and_mul(x, fp8_min_scale=_fp8_min_scale()), x.dtype)
         return triton_silu_and_mul(x)
-    return silu_and_mul_ref(x)
+    y = silu_and_mul_ref(x)
+    return _quantize_ref(y) if fp8 else y
+
+
+def _fp8_min_scale() -> float:
+    from raygrid.models.layers.fp8 import MIN_SCALE
+
+    return MIN_SCALE
+
+
+def _quantize_ref(x: torch.Tensor) -> Fp8Activation:
+    from raygrid.models.layers.fp8 import quantize_per_token
+
+    return Fp8Activation(*quantize_per_token(x), x.dtype)
 
 
 def fused_moe(hidden, w13, w2, topk_weights, topk_ids, experts_elsewhere: bool = False) -> torch.Tensor:

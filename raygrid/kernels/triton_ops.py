@@ -1,5 +1,7 @@
 """Triton kernels of the elementwise hot paths: RMSNorm with fused residual add, rotary embedding,
-Qwen3's q/k norms fused with rotary, SiLU-and-mul. Their definitions are the references in ``elementwise_ref.py``."""
+Qwen3's q/k norms fused with rotary, SiLU-and-mul. Their definitions are the references in ``elementwise_ref.py``.
+RMSNorm and SiLU-and-mul can also end in the per-token FP8 quantization of the layer they feed
+(``triton_quant.quantize_row``): ``fp8=True`` returns the float8 values and their scales."""
 
 from __future__ import annotations
 
@@ -7,10 +9,15 @@ import torch
 import triton
 import triton.language as tl
 
+from raygrid.kernels.triton_quant import ONE_PASS_MAX, ROUND_BEFORE_FP8_CAST, per_token_quant_fp8, quantize_row
+
+FP8_MAX = tl.constexpr(448.0)  # float8 e4m3's largest; a constexpr, as a global a kernel reads must be
+
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, stride_x0, stride_x1, stride_r, stride_o, n_cols, rows_per_group, eps,
-                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, scale_ptr, stride_x0, stride_x1, stride_r, stride_o, n_cols,
+                     rows_per_group, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, FP8_OUT: tl.constexpr,
+                     MIN_SCALE: tl.constexpr, ROUND_FIRST: tl.constexpr):
     row = tl.program_id(0)
     # Rows are (group, index) pairs so that per-head norms can read q/k straight out of the qkv output.
     x_offset = (row // rows_per_group) * stride_x0 + (row % rows_per_group) * stride_x1
@@ -24,26 +31,38 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, stride_x0, str
     var = tl.sum(x32 * x32, axis=0) / n_cols
     y = (x32 * tl.rsqrt(var + eps)).to(x_ptr.dtype.element_ty)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    tl.store(out_ptr + row * stride_o + cols, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
+    y = (w * y).to(x_ptr.dtype.element_ty)  # the model's dtype, as the reference rounds it
+    if FP8_OUT:
+        quantize_row(y.to(tl.float32), out_ptr + row * stride_o + cols, mask, scale_ptr + row, FP8_MAX, MIN_SCALE, ROUND_FIRST)
+    else:
+        tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+             fp8_min_scale: float | None = None):
     """``x`` is ``[T, d]`` or ``[T, heads, d]`` (rows may be strided); returns like the reference:
-    ``norm(x)`` or ``(norm(x + residual), x + residual)``."""
+    ``norm(x)`` or ``(norm(x + residual), x + residual)``. With ``fp8_min_scale`` (``[T, d]`` only) the norm comes
+    quantized per token: ``(float8 values, float32 scales [T, 1])`` in its place."""
     n = x.shape[-1]
     if x.dim() == 3:
         rows, per_group, s0, s1 = x.shape[0] * x.shape[1], x.shape[1], x.stride(0), x.stride(1)
     else:
         rows, per_group, s0, s1 = x.shape[0], 1, x.stride(0), 0
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    res_out = torch.empty_like(out) if residual is not None else out
+    fp8 = fp8_min_scale is not None
+    if fp8 and x.dim() != 2:
+        raise ValueError("rms_norm: an FP8 output needs [T, d] rows")
+    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn if fp8 else x.dtype, device=x.device)
+    scale = torch.empty(rows, 1, dtype=torch.float32, device=x.device) if fp8 else out
+    res_out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else out
     res_in = residual.contiguous() if residual is not None else out
     if rows:
         _rms_norm_kernel[(rows,)](
-            x, res_in, weight, out, res_out, s0, s1, n, n, n, per_group, eps,
-            HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n),
+            x, res_in, weight, out, res_out, scale, s0, s1, n, n, n, per_group, eps,
+            HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n), FP8_OUT=fp8,
+            MIN_SCALE=fp8_min_scale if fp8 else 0.0, ROUND_FIRST=ROUND_BEFORE_FP8_CAST,
         )
-    return out if residual is None else (out, res_out)
+    normed = (out, scale) if fp8 else out
+    return normed if residual is None else (normed, res_out)
 
 
 @triton.jit
@@ -148,10 +167,35 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, n, BLOCK: tl.conste
     tl.store(out_ptr + t * stride_o + cols, (silu * up).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """``[T, 2n]`` (gate then up) -> ``[T, n]``."""
+@triton.jit
+def _silu_and_mul_fp8_kernel(x_ptr, q_ptr, scale_ptr, stride_x, stride_q, n, BLOCK: tl.constexpr,
+                             MIN_SCALE: tl.constexpr, ROUND_FIRST: tl.constexpr):
+    """A whole row a program: SiLU-and-mul in the model's dtype, then its per-token FP8 quantization."""
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    gate = tl.load(x_ptr + t * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + t * stride_x + n + cols, mask=mask, other=0.0)
+    y = ((gate / (1.0 + tl.exp(-gate))).to(up.dtype) * up).to(up.dtype)
+    quantize_row(y.to(tl.float32), q_ptr + t * stride_q + cols, mask, scale_ptr + t, FP8_MAX, MIN_SCALE, ROUND_FIRST)
+
+
+def silu_and_mul(x: torch.Tensor, fp8_min_scale: float | None = None):
+    """``[T, 2n]`` (gate then up) -> ``[T, n]``; with ``fp8_min_scale``, quantized per token:
+    ``(float8 values [T, n], float32 scales [T, 1])``."""
     num_tokens, two_n = x.shape
     n = two_n // 2
+    if fp8_min_scale is not None and n > ONE_PASS_MAX:  # a row too long for one program's registers
+        return per_token_quant_fp8(silu_and_mul(x), fp8_min_scale)
+    if fp8_min_scale is not None:
+        q = torch.empty((num_tokens, n), dtype=torch.float8_e4m3fn, device=x.device)
+        scale = torch.empty((num_tokens, 1), dtype=torch.float32, device=x.device)
+        block = triton.next_power_of_2(n)
+        if num_tokens:
+            _silu_and_mul_fp8_kernel[(num_tokens,)](x, q, scale, x.stride(0), q.stride(0), n, BLOCK=block,
+                                                    MIN_SCALE=fp8_min_scale, ROUND_FIRST=ROUND_BEFORE_FP8_CAST,
+                                                    num_warps=min(16, max(4, block // 1024)))
+        return q, scale
     out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
     block = min(1024, triton.next_power_of_2(n))
     if num_tokens:

@@ -5,6 +5,9 @@
   copies of the activations). It reads a row once (twice above ``ONE_PASS_MAX`` elements) and writes a byte an
   element. The scale is the largest value times 1/448 and values are divided by it rounding to nearest, as the
   reference computes, so the two agree bit for bit.
+- ``quantize_row``: the same quantization of one row held in registers, which RMSNorm and SiLU-and-mul
+  (``triton_ops``) call to hand an FP8 layer its input already quantized, instead of writing it in the model's
+  dtype for this kernel to read again.
 - ``scale_fp8_product``: the scaling after a product with unit scales (the small batches' path in ``ops.linear``).
 - ``round_to_e4m3``: float32 to the nearest float8 value, for the float8 casts here and in the FP8 KV cache's
   store (``triton_attention``) under the interpreter (``ROUND_BEFORE_FP8_CAST``).
@@ -43,6 +46,18 @@ def round_to_e4m3(v):
 
 
 @triton.jit
+def quantize_row(x, q_ptrs, mask, scale_ptr, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, ROUND_FIRST: tl.constexpr):
+    """Store one token's values ``x`` (float32, already rounded to the model's dtype) as float8 at ``q_ptrs`` and
+    its scale at ``scale_ptr``, as ``quantize_per_token``. Shared by the kernels that end in an FP8 layer's input."""
+    scale = tl.maximum(tl.max(tl.where(mask, tl.abs(x), 0.0), axis=0) * (1.0 / FP8_MAX), MIN_SCALE)
+    q = tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX)
+    if ROUND_FIRST:
+        q = round_to_e4m3(q)
+    tl.store(q_ptrs, q.to(q_ptrs.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr, scale)
+
+
+@triton.jit
 def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP8_MAX: tl.constexpr,
                             MIN_SCALE: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr,
                             ROUND_FIRST: tl.constexpr):
@@ -52,11 +67,7 @@ def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP
     if ONE_PASS:
         ks = tl.arange(0, BLOCK_K)
         x = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
-        scale = tl.maximum(tl.max(tl.abs(x), axis=0) * (1.0 / FP8_MAX), MIN_SCALE)
-        q = tl.clamp(tl.math.div_rn(x, scale), -FP8_MAX, FP8_MAX)
-        if ROUND_FIRST:
-            q = round_to_e4m3(q)
-        tl.store(q_row + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
+        quantize_row(x, q_row + ks, ks < K, scale_ptr + row, FP8_MAX, MIN_SCALE, ROUND_FIRST)
     else:
         amax = tl.zeros([BLOCK_K], dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
@@ -70,7 +81,7 @@ def _per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, FP
             if ROUND_FIRST:
                 q = round_to_e4m3(q)
             tl.store(q_row + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
-    tl.store(scale_ptr + row, scale)
+        tl.store(scale_ptr + row, scale)
 
 
 def per_token_quant_fp8(x: torch.Tensor, min_scale: float) -> tuple[torch.Tensor, torch.Tensor]:

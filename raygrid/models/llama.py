@@ -63,6 +63,11 @@ class DecoderAttention(nn.Module):
         self.rotary = RotaryEmbedding(hf_config, self.head_dim, hf_config.max_position_embeddings)
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5)
 
+    @property
+    def takes_fp8_input(self) -> bool:
+        """FP8 weights: the norm before hands its output over quantized (``ops.Fp8Activation``)."""
+        return self.qkv_proj.weight_scale is not None
+
     def forward(self, positions, hidden, kv_cache, meta: AttentionMetadata) -> torch.Tensor:
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
@@ -86,8 +91,13 @@ class DecoderMLP(nn.Module):
         self.gate_up_proj = MergedColumnParallelLinear(hf_config.hidden_size, [inter, inter], bias)
         self.down_proj = RowParallelLinear(inter, hf_config.hidden_size, bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+    @property
+    def takes_fp8_input(self) -> bool:
+        """FP8 weights: the norm before hands its output over quantized, and so does SiLU-and-mul to down_proj."""
+        return self.gate_up_proj.weight_scale is not None
+
+    def forward(self, x: torch.Tensor | ops.Fp8Activation) -> torch.Tensor:
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x), fp8=self.down_proj.weight_scale is not None))
 
 
 class DecoderLayer(nn.Module):
@@ -101,11 +111,11 @@ class DecoderLayer(nn.Module):
     def forward(self, positions, hidden, residual, kv_cache, meta):
         if residual is None:
             residual = hidden
-            hidden = self.input_layernorm(hidden)
+            hidden = self.input_layernorm(hidden, fp8=self.self_attn.takes_fp8_input)
         else:
-            hidden, residual = self.input_layernorm(hidden, residual)
+            hidden, residual = self.input_layernorm(hidden, residual, fp8=self.self_attn.takes_fp8_input)
         hidden = self.self_attn(positions, hidden, kv_cache, meta)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        hidden, residual = self.post_attention_layernorm(hidden, residual, fp8=self.mlp.takes_fp8_input)
         return self.mlp(hidden), residual
 
 

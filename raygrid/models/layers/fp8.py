@@ -38,10 +38,17 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def fp8_linear_ref(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ (weight * weight_scale).T + bias`` with ``x`` quantized per token to float8 first, in float32."""
     x_q, x_scale = quantize_per_token(x.reshape(-1, x.shape[-1]))
+    y = fp8_product_ref(x_q, x_scale, weight, weight_scale, bias, x.dtype)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def fp8_product_ref(x_q: torch.Tensor, x_scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                    bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """The FP8 layer's product of an input quantized already (``x_q [M, K]`` float8, ``x_scale [M, 1]``), in ``dtype``."""
     y = (x_q.float() * x_scale) @ (weight.float() * weight_scale[:, None]).T
     if bias is not None:
         y = y + bias.float()
-    return y.to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])
+    return y.to(dtype)
 
 
 # ---------------------------------------------------------------------------- the model's layers

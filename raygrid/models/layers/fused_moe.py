@@ -104,6 +104,8 @@ class FusedExperts(nn.Module):
 
 
 class SparseMoeBlock(nn.Module):
+    takes_fp8_input = False  # the experts stay in the model's dtype under quantization="fp8"
+
     def __init__(self, hf_config) -> None:
         super().__init__()
         if getattr(hf_config, "hidden_act", "silu") != "silu":

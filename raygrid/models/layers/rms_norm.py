@@ -14,7 +14,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, fp8: bool = False):
         """Without ``residual``: the normalized ``x``. With it: ``(norm(x + residual), x + residual)``,
-        the second being the new residual stream."""
-        return ops.rms_norm(x, self.weight, self.eps, residual)
+        the second being the new residual stream. ``fp8``: the norm quantized for the FP8 layer it feeds
+        (``ops.Fp8Activation``)."""
+        return ops.rms_norm(x, self.weight, self.eps, residual, fp8=fp8)
