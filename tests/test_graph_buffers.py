@@ -4,6 +4,8 @@ staged and only padding past them (slot -1, length 0, no queries), and must refu
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from raygrid.models.layers.attention import AttentionMetadata
 MAX_TOKENS, MAX_SEQS, MAX_BLOCKS = 16, 4, 3
 
 
-def staged_step(staged: dict[str, torch.Tensor], query_lens: list[int]) -> tuple[torch.Tensor, AttentionMetadata]:
+def staged_step(staged: dict[str, torch.Tensor], query_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
     """A step's inputs written where the runner stages them (the first rows of each tensor)."""
     n, b = sum(query_lens), len(query_lens)
     starts = torch.tensor([0] + query_lens).cumsum(0).int()
@@ -26,7 +28,7 @@ def staged_step(staged: dict[str, torch.Tensor], query_lens: list[int]) -> tuple
     meta = AttentionMetadata(slot_mapping=staged["slot_mapping"][:n], block_tables=staged["block_tables"][:b],
                              seq_lens=[], query_start_loc=[], max_query_len=max(query_lens),
                              seq_lens_tensor=staged["seq_lens"][:b], query_start_loc_tensor=staged["query_start_loc"][: b + 1])
-    return staged["input_ids"][:n], meta
+    return staged["input_ids"][:n], staged["positions"][:n], meta
 
 
 def make_buffers() -> tuple[dict[str, torch.Tensor], GraphBuffers]:
@@ -41,10 +43,8 @@ def make_buffers() -> tuple[dict[str, torch.Tensor], GraphBuffers]:
 def test_a_replay_keeps_the_staged_rows_and_marks_only_the_padding():
     staged, buffers = make_buffers()
     # A mixed step of 3 sequences and 7 tokens, after a larger step left its values in more rows.
-    input_ids, meta = staged_step(staged, [4, 3, 2, 1])
-    buffers.prepare(12, input_ids, meta, None, num_seqs=MAX_SEQS, queries=True)
-    input_ids, meta = staged_step(staged, [5, 1, 1])
-    assert buffers.prepare(8, input_ids, meta, None, num_seqs=MAX_SEQS, queries=True) == 7
+    buffers.prepare(12, *staged_step(staged, [4, 3, 2, 1]), None, num_seqs=MAX_SEQS, queries=True)
+    assert buffers.prepare(8, *staged_step(staged, [5, 1, 1]), None, num_seqs=MAX_SEQS, queries=True) == 7
     assert buffers.input_ids[:7].tolist() == list(range(100, 107))
     assert buffers.slot_mapping[:8].tolist() == list(range(40, 47)) + [-1]
     assert buffers.seq_lens.tolist() == [10, 6, 6, 0]
@@ -54,17 +54,20 @@ def test_a_replay_keeps_the_staged_rows_and_marks_only_the_padding():
     assert captured.seq_lens_tensor.data_ptr() == staged["seq_lens"].data_ptr()
     assert captured.block_tables.tolist()[:3] == [[7] * MAX_BLOCKS] * 3
     # A decode graph of 4 rows for 2 sequences: their lengths kept, the other two rows padding.
-    input_ids, meta = staged_step(staged, [1, 1])
-    assert buffers.prepare(4, input_ids, meta, None, num_seqs=4) == 2
+    assert buffers.prepare(4, *staged_step(staged, [1, 1]), None, num_seqs=4) == 2
     assert buffers.slot_mapping[:4].tolist() == [40, 41, -1, -1]
     assert buffers.seq_lens.tolist() == [6, 6, 0, 0]
 
 
 def test_a_replay_refuses_inputs_not_staged_in_its_buffers():
+    """Token ids, positions or slots from anywhere but the staged tensors would be read stale by the graph."""
     staged, buffers = make_buffers()
-    _, meta = staged_step(staged, [2])
-    with pytest.raises(ValueError, match="staged inputs"):
-        buffers.prepare(4, torch.arange(2), meta, None, num_seqs=1)
+    input_ids, positions, meta = staged_step(staged, [2])
+    elsewhere = dataclasses.replace(meta, slot_mapping=meta.slot_mapping.clone())
+    for args in ((torch.arange(2), positions, meta), (input_ids, torch.arange(2), meta), (input_ids, positions, elsewhere)):
+        with pytest.raises(ValueError, match="staged inputs"):
+            buffers.prepare(4, *args, None, num_seqs=1)
+    assert buffers.prepare(4, input_ids, positions, meta, None, num_seqs=1) == 2
 
 
 def test_the_result_is_copied_to_static_outputs_for_the_steps_rows():

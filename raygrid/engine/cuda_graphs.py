@@ -110,13 +110,14 @@ class GraphBuffers:
             query_start_loc_tensor=self.query_start_loc[: num_seqs + 1],
         )
 
-    def prepare(self, padded: int, input_ids, meta: AttentionMetadata, intermediate, num_seqs: int = 0,
+    def prepare(self, padded: int, input_ids, positions, meta: AttentionMetadata, intermediate, num_seqs: int = 0,
                 queries: bool = False) -> int:
         """Ready the buffers for a graph of ``padded`` tokens, the step's inputs being staged in them already: its
         padding rows; with ``num_seqs``, a graph over that many sequences, its padding sequences; with ``queries``,
         their query rows too (decode graphs do not read them). Returns the step's tokens."""
         n = input_ids.shape[0]
-        if n and input_ids.data_ptr() != self.input_ids.data_ptr():
+        staged = (input_ids, self.input_ids), (positions, self.positions), (meta.slot_mapping, self.slot_mapping)
+        if n and any(given.data_ptr() != static.data_ptr() for given, static in staged):
             raise ValueError("a CUDA graph replays the staged inputs (StagingBuffers.put), not other tensors")
         self.slot_mapping[n:padded].fill_(-1)
         if self.intermediate is not None:
@@ -196,13 +197,13 @@ class FullGraphs:
         """Replay the decode graph of ``size`` (>= the step's rows, one token each) on this step's inputs (and,
         after the first pipeline stage, the previous stage's hidden states); returns what the model returns, for
         the step's rows."""
-        n = self.buffers.prepare(size, input_ids, meta, intermediate, num_seqs=size)
+        n = self.buffers.prepare(size, input_ids, positions, meta, intermediate, num_seqs=size)
         self.graphs[size].replay()
         return self.buffers.result(n)
 
     def run_mixed(self, size: int, input_ids, positions, meta: AttentionMetadata, intermediate=None):
         """Replay the mixed graph of ``size`` (>= the step's tokens) on this step's inputs and attention metadata."""
-        n = self.buffers.prepare(size, input_ids, meta, intermediate, num_seqs=self.max_batch, queries=True)
+        n = self.buffers.prepare(size, input_ids, positions, meta, intermediate, num_seqs=self.max_batch, queries=True)
         self.num_mixed_replays += 1
         self.mixed_graphs[size].replay()
         return self.buffers.result(n)

@@ -116,7 +116,7 @@ class PiecewiseGraphs:
     def run(self, size: int, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, intermediate=None):
         """The pass at ``size`` (>= the step's tokens) with attention over ``meta``; returns what the model
         returns, for the step's rows."""
-        n = self.buffers.prepare(size, input_ids, meta, intermediate)
+        n = self.buffers.prepare(size, input_ids, positions, meta, intermediate)
         self.num_replays += 1
         query, out = self.query[:n], self.attention_out[:n]
         pieces = self.pieces[size]
