@@ -15,8 +15,8 @@ import time
 
 import torch
 import triton
-from triton.testing import do_bench_cudagraph
 
+from raygrid.bench.kernel_timing import cuda_graph_ms
 from raygrid.bench.memory_floor import H200_BANDWIDTH, experts_touched
 from raygrid.bench.throughput import device_name, git_commit
 from raygrid.kernels.moe_ref import align_by_expert_ref, fused_moe_ref, route_ref
@@ -28,7 +28,7 @@ CANDIDATES = [Tiles(m, n, k, group_m=8 if m >= 64 else 1, num_warps=w, num_stage
 
 
 def bench(fn) -> float:
-    return do_bench_cudagraph(fn, rep=20) * 1e3  # us
+    return cuda_graph_ms(fn, rep=20) * 1e3  # us
 
 
 def main() -> None:

@@ -13,8 +13,8 @@ import itertools
 import json
 
 import torch
-from triton.testing import do_bench_cudagraph
 
+from raygrid.bench.kernel_timing import cuda_graph_ms
 from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_attention import paged_attention_decode
 
@@ -44,7 +44,7 @@ def main() -> None:
             row = dict(heads=heads, kv_heads=kv_heads, seqs=seqs, context=context, kv_dtype=kv_dtype, block_n=block_n,
                        warps=warps, stages=stages, label=args.label)
             try:
-                us = do_bench_cudagraph(lambda: paged_attention_decode(
+                us = cuda_graph_ms(lambda: paged_attention_decode(
                     query, cache, tables, lens, HEAD_DIM**-0.5, block_n=block_n, num_warps=warps, num_stages=stages), rep=30) * 1e3
             except Exception as error:  # noqa: BLE001 - a launch that does not fit is recorded, not fatal
                 rows.append({**row, "error": f"{type(error).__name__}: {str(error)[:120]}"})

@@ -20,8 +20,8 @@ import argparse
 import json
 
 import torch
-from triton.testing import do_bench_cudagraph
 
+from raygrid.bench.kernel_timing import cuda_graph_ms
 from raygrid.bench.throughput import provenance
 from raygrid.kernels import ops
 from raygrid.kernels.triton_quant import per_token_quant_fp8, scale_fp8_product
@@ -32,7 +32,7 @@ SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "dow
 
 def graph_us(fn) -> float:
     """Microseconds a call of ``fn`` takes replayed inside a CUDA graph (launch overhead not counted)."""
-    return do_bench_cudagraph(fn, rep=20) * 1e3
+    return cuda_graph_ms(fn, rep=20) * 1e3
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ import json
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench_cudagraph
 
+from raygrid.bench.kernel_timing import cuda_graph_ms
 from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_linear import skinny_config, skinny_linear
 
@@ -38,15 +38,15 @@ def main() -> None:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         expected = F.linear(x, w)
         bytes_read = n * k * 2
-        cublas = do_bench_cudagraph(lambda: F.linear(x, w), rep=20)
-        default = do_bench_cudagraph(lambda: skinny_linear(x, w), rep=20)
+        cublas = cuda_graph_ms(lambda: F.linear(x, w), rep=20)
+        default = cuda_graph_ms(lambda: skinny_linear(x, w), rep=20)
         row = {"shape": name, "n": n, "k": k, "m": m, "cublas_us": round(cublas * 1e3, 2),
                "cublas_tb_per_s": round(bytes_read / cublas / 1e9, 2), "default": skinny_config(n, k),
                "default_us": round(default * 1e3, 2), "default_tb_per_s": round(bytes_read / default / 1e9, 2),
                "max_abs_error": (skinny_linear(x, w).float() - expected.float()).abs().max().item(), "launches": []}
         for block_n, block_k, warps, stages in launches:
             try:
-                us = do_bench_cudagraph(lambda: skinny_linear(x, w, block_n=block_n, block_k=block_k, num_warps=warps,
+                us = cuda_graph_ms(lambda: skinny_linear(x, w, block_n=block_n, block_k=block_k, num_warps=warps,
                                                               num_stages=stages), rep=20) * 1e3
             except Exception as error:  # noqa: BLE001 - a launch that does not fit is recorded
                 row["launches"].append({"block_n": block_n, "block_k": block_k, "warps": warps, "stages": stages,
