@@ -236,7 +236,9 @@ def check_sigterm_drains(proc, base: str, client: openai.OpenAI, prompts) -> Non
             try:
                 httpx.get(f"{base}/health", timeout=1)
                 time.sleep(0.05)
-            except httpx.ConnectError:
+            except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+                # Refused, or reset unanswered: a connection already queued when the server closed its listening
+                # socket is reset, not served (seen once in CI, 2026-12-02).
                 refused.append(True)
 
     def one(prompt):
