@@ -1,0 +1,180 @@
+"""Every Triton kernel through the GPU compiler's front end (Python to Triton IR, for an H100/H200's sm_90), in CI,
+where there is no GPU.
+
+The kernel tests run on the CPU under Triton's interpreter, and it accepts what the GPU compiler refuses: a kernel
+reading a plain module global (a float constant, 2026-12-02), or a jit helper returning different dtypes on its two
+branches (2026-12-01). Each of those was found only on the GPU, at the cost of a device command. Here each kernel's
+wrapper runs once on small inputs under the interpreter while its launches are recorded: argument dtypes, constexpr
+values, launch options. A process without the interpreter then builds each recorded launch's Triton IR as the GPU
+compiler would, and every kernel in ``raygrid.kernels`` must have been built at least once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
+
+KERNEL_MODULES = ["triton_allreduce", "triton_attention", "triton_linear", "triton_moe", "triton_ops", "triton_quant",
+                  "triton_sampling"]
+
+
+def describe(value):
+    if isinstance(value, torch.Tensor):
+        return {"tensor": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return {"value": value}
+    if isinstance(value, torch.dtype):
+        return {"value": str(value)}
+    raise TypeError(f"a kernel argument of type {type(value).__name__}")
+
+
+def record_launches(monkeypatch) -> list[dict]:
+    """Run each kernel's wrapper once on small CPU inputs under the interpreter, recording every launch."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launches = []
+    run = InterpretedFunction.run
+
+    def recording_run(self, *args, grid, warmup, **kwargs):
+        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+        named = dict(zip(self.arg_names, args)) | kwargs
+        launches.append({"module": self.fn.__module__, "kernel": self.fn.__name__, "options": options,
+                         "args": {name: describe(value) for name, value in named.items()}})
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs, **options)
+
+    monkeypatch.setattr(InterpretedFunction, "run", recording_run)
+    exercise_every_kernel()
+    return launches
+
+
+def exercise_every_kernel() -> None:
+    from raygrid.kernels import triton_allreduce, triton_attention, triton_linear, triton_moe, triton_ops, triton_quant
+    from raygrid.kernels import triton_sampling
+    from raygrid.kernels.moe_ref import route_ref
+
+    torch.manual_seed(0)
+    fp8 = torch.float8_e4m3fn
+    heads, kv_heads, dim, page = 4, 2, 16, 4
+    lens = torch.tensor([5, 9], dtype=torch.int32)
+    tables = torch.tensor([[1, 2, 0], [3, 4, 5]], dtype=torch.int32)
+    for cache_dtype in (torch.float32, fp8):  # the model's dtype, and an FP8 KV cache (read as float16 for bf16)
+        cache = torch.randn(2, 6, page, kv_heads, dim).to(cache_dtype)
+        for dtype in (torch.float32, torch.bfloat16):
+            key = torch.randn(3, kv_heads, dim, dtype=dtype)
+            triton_attention.store_kv(key, key, cache, torch.tensor([4, -1, 9]))
+            query = torch.randn(2, heads, dim, dtype=dtype)
+            triton_attention.paged_attention_decode(query, cache, tables, lens, 0.25, block_n=16, num_splits=2,
+                                                    min_split_tokens=4)
+            starts = torch.tensor([0, 2, 5], dtype=torch.int32)
+            triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), cache, tables, lens, starts,
+                                                     0.25, block_m=16, block_n=16, pack=2)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(3, 64, dtype=dtype)
+        w = torch.randn(64, dtype=dtype)
+        triton_ops.rms_norm(x, w, 1e-6, x.clone())
+        triton_ops.rms_norm(x, w, 1e-6, x.clone(), fp8_min_scale=1e-12)
+        triton_ops.rms_norm(x.view(3, 4, 16), w[:16], 1e-6)
+        triton_ops.silu_and_mul(x)
+        triton_ops.silu_and_mul(x, fp8_min_scale=1e-12)
+        q, k = torch.randn(3, heads, dim, dtype=dtype), torch.randn(3, kv_heads, dim, dtype=dtype)
+        positions, cos, sin = torch.tensor([0, 5, 9]), torch.rand(16, dim), torch.rand(16, dim)
+        triton_ops.rotary_inplace(positions, q, k, cos, sin)
+        triton_ops.qk_norm_rotary(positions, q, k, w[:dim], w[:dim], 1e-6, cos, sin)
+        triton_quant.per_token_quant_fp8(x, 1e-12)
+        triton_quant.per_token_quant_fp8(torch.randn(1, triton_quant.ONE_PASS_MAX + 8, dtype=dtype), 1e-12)
+        triton_quant.scale_fp8_product(x.clone(), torch.rand(3, 1), torch.rand(64), w)
+        triton_linear.skinny_linear(x, torch.randn(24, 64, dtype=dtype), block_n=16, block_k=32)
+        experts, hidden, inter = 4, 32, 16
+        logits = torch.randn(6, experts, dtype=dtype)
+        triton_moe.fused_moe(torch.randn(6, hidden, dtype=dtype), torch.randn(experts, 2 * inter, hidden, dtype=dtype),
+                             torch.randn(experts, hidden, inter, dtype=dtype), *route_ref(logits, 2, True))
+        vocab_logits = torch.randn(3, 300, dtype=dtype)
+        seeds = torch.tensor([1, 2, 3])
+        triton_sampling.gumbel_argmax(vocab_logits, torch.tensor([0.0, 0.7, 1.0]), seeds, block=64, chunk=128)
+        triton_sampling.philox_uniform(seeds, 300, block=64)
+        triton_sampling.apply_token_bitmask(vocab_logits, torch.zeros(1, 10, dtype=torch.int32), torch.tensor([1]),
+                                            torch.tensor([0]))
+        buffers = torch.zeros(2, dtype=torch.int64)  # peers' buffer addresses: never read, the grid is empty
+        for two_shot in (False, True):
+            triton_allreduce.launch_all_reduce(two_shot, x.flatten(), x.flatten().clone(), buffers, 1024, 4096, 0, 2, 3,
+                                               compile_only=True)
+
+
+# Built in a fresh process: under the interpreter, the kernels' jit helpers are interpreted functions, which the
+# compiler's front end cannot call.
+BUILD = textwrap.dedent('''
+    import importlib, json, sys
+    import torch
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8e4nv", "int32": "i32",
+             "int64": "i64", "uint8": "u8", "int8": "i8", "bool": "i1"}
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    failures, built = [], set()
+    for launch in json.load(sys.stdin):
+        kernel = getattr(importlib.import_module(launch["module"]), launch["kernel"])
+        signature, constexprs = {}, {}
+        for param in kernel.params:
+            arg = launch["args"].get(param.name, {"value": param.default})
+            if param.is_constexpr or arg.get("value", 0) is None or isinstance(arg.get("value"), str):
+                signature[param.name], constexprs[param.name] = "constexpr", arg.get("value")
+            elif "tensor" in arg:
+                signature[param.name] = "*" + TYPES[arg["tensor"]]
+            elif isinstance(arg["value"], bool):
+                signature[param.name] = "i1"
+            elif isinstance(arg["value"], int):
+                signature[param.name] = "i32" if -2**31 <= arg["value"] < 2**31 else "i64"
+            else:
+                signature[param.name] = "fp32"
+        options = backend.parse_options(launch["options"])
+        context = ir.context()
+        ir.load_dialects(context)
+        backend.load_dialects(context)
+        try:
+            ASTSource(kernel, signature, constexprs).make_ir(target, options, backend.get_codegen_implementation(options),
+                                                            backend.get_module_map(), context)
+            built.add(launch["module"] + "." + launch["kernel"])
+        except Exception as error:
+            failures.append(f"{launch['kernel']} {signature} {constexprs}: {type(error).__name__}: {error}")
+    json.dump({"failures": failures, "built": sorted(built)}, sys.stdout)
+''')
+
+
+def build_for_the_gpu(launches: list[dict]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", BUILD], input=json.dumps(launches), capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def every_kernel() -> set[str]:
+    import importlib
+
+    from triton.runtime.interpreter import InterpretedFunction
+
+    names = set()
+    for module in KERNEL_MODULES:
+        mod = importlib.import_module(f"raygrid.kernels.{module}")
+        names |= {f"{mod.__name__}.{name}" for name, value in vars(mod).items()
+                  if isinstance(value, InterpretedFunction) and name.endswith("_kernel") and value.fn.__module__ == mod.__name__}
+    return names
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="records launches under the interpreter (the CPU suite)")
+def test_every_kernel_builds_for_the_gpu(monkeypatch):
+    launches = record_launches(monkeypatch)
+    result = build_for_the_gpu(launches)
+    assert not result["failures"], "\n".join(result["failures"])
+    assert every_kernel() - set(result["built"]) == set(), "kernels no launch here reached: add a call to exercise_every_kernel"
