@@ -516,7 +516,7 @@ def test_per_token_fp8_quant_matches_its_reference():
     zero row, -0, values that round to float8's subnormals, and a row of every tie between two float8 numbers with
     its float32 neighbours (scaled by 1: its largest value is 448), where round-to-nearest-even decides."""
     from raygrid.kernels.triton_quant import ONE_PASS_MAX, per_token_quant_fp8
-    from raygrid.models.layers.fp8 import FP8, MIN_SCALE, quantize_per_token
+    from raygrid.kernels.elementwise_ref import FP8, MIN_SCALE, quantize_per_token
 
     grid = torch.arange(127, dtype=torch.uint8).view(FP8).float()  # every finite float8 >= 0, ascending
     ties = (grid[1:] + grid[:-1]) / 2
@@ -561,7 +561,8 @@ def test_rms_norm_and_silu_and_mul_hand_fp8_layers_their_input_quantized(dtype):
     than ONE_PASS_MAX take the unfused path. Through ops, on any device: an Fp8Activation that linear takes."""
     from raygrid.kernels import ops
     from raygrid.kernels.triton_quant import ONE_PASS_MAX, per_token_quant_fp8
-    from raygrid.models.layers.fp8 import FP8, MIN_SCALE, fp8_linear_ref, quantize_per_channel, quantize_per_token
+    from raygrid.kernels.elementwise_ref import FP8, MIN_SCALE, quantize_per_token
+    from raygrid.models.layers.fp8 import fp8_linear_ref, quantize_per_channel
 
     def same(got, expected):
         assert got[0].dtype == FP8 and got[1].shape == expected[1].shape

@@ -24,8 +24,9 @@ import torch
 from raygrid.bench.kernel_timing import cuda_graph_ms
 from raygrid.bench.throughput import provenance
 from raygrid.kernels import ops
+from raygrid.kernels.elementwise_ref import MIN_SCALE, quantize_per_token
 from raygrid.kernels.triton_quant import per_token_quant_fp8, scale_fp8_product
-from raygrid.models.layers.fp8 import MIN_SCALE, fp8_linear_ref, quantize_per_channel, quantize_per_token
+from raygrid.models.layers.fp8 import fp8_linear_ref, quantize_per_channel
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}  # (N, K)
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from raygrid.kernels.elementwise_ref import apply_rotary_ref, rms_norm_ref, silu_and_mul_ref
+from raygrid.kernels.elementwise_ref import MIN_SCALE, apply_rotary_ref, quantize_per_token, rms_norm_ref, silu_and_mul_ref
 from raygrid.kernels.moe_ref import fused_moe_ref
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref
 from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_argmax_ref, seeded_uniform
@@ -30,7 +30,7 @@ def use_triton(t: torch.Tensor) -> bool:
 
 
 class Fp8Activation(NamedTuple):
-    """An FP8 layer's input ``[T, K]`` already quantized per token (``models/layers/fp8.quantize_per_token``) by the
+    """An FP8 layer's input ``[T, K]`` already quantized per token (``elementwise_ref.quantize_per_token``) by the
     kernel that produced it: ``rms_norm`` or ``silu_and_mul`` with ``fp8=True``."""
 
     values: torch.Tensor  # float8 e4m3 [T, K]
@@ -59,7 +59,7 @@ def linear(x: torch.Tensor | Fp8Activation, weight: torch.Tensor, bias: torch.Te
 
 def _fp8_linear(x, weight, weight_scale, bias):
     from raygrid.kernels.triton_quant import per_token_quant_fp8
-    from raygrid.models.layers.fp8 import MIN_SCALE, fp8_linear_ref
+    from raygrid.models.layers.fp8 import fp8_linear_ref
 
     if not use_triton(x):
         return fp8_linear_ref(x, weight, weight_scale, bias)
@@ -109,17 +109,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     if use_triton(x):
         from raygrid.kernels.triton_ops import rms_norm as triton_rms_norm
 
-        result = triton_rms_norm(x, weight, eps, residual, fp8_min_scale=_fp8_min_scale() if fp8 else None)
-        normed, rest = (result, ()) if residual is None else (result[0], result[1:])
+        result = triton_rms_norm(x, weight, eps, residual, fp8_min_scale=MIN_SCALE if fp8 else None)
+        normed = result if residual is None else result[0]
         if fp8:
             normed = Fp8Activation(*normed, x.dtype)
-    else:
-        if residual is not None:
-            x = x + residual
-        normed, rest = rms_norm_ref(x, weight, eps), (() if residual is None else (x,))
-        if fp8:
-            normed = _quantize_ref(normed)
-    return normed if residual is None else (normed, *rest)
+        return normed if residual is None else (normed, result[1])
+    if residual is not None:
+        x = x + residual
+    normed = rms_norm_ref(x, weight, eps)
+    if fp8:
+        normed = Fp8Activation(*quantize_per_token(normed), x.dtype)
+    return normed if residual is None else (normed, x)
 
 
 def silu_and_mul(x: torch.Tensor, fp8: bool = False) -> torch.Tensor | Fp8Activation:
@@ -128,22 +128,10 @@ def silu_and_mul(x: torch.Tensor, fp8: bool = False) -> torch.Tensor | Fp8Activa
         from raygrid.kernels.triton_ops import silu_and_mul as triton_silu_and_mul
 
         if fp8:
-            return Fp8Activation(*triton_silu_and_mul(x, fp8_min_scale=_fp8_min_scale()), x.dtype)
+            return Fp8Activation(*triton_silu_and_mul(x, fp8_min_scale=MIN_SCALE), x.dtype)
         return triton_silu_and_mul(x)
     y = silu_and_mul_ref(x)
-    return _quantize_ref(y) if fp8 else y
-
-
-def _fp8_min_scale() -> float:
-    from raygrid.models.layers.fp8 import MIN_SCALE
-
-    return MIN_SCALE
-
-
-def _quantize_ref(x: torch.Tensor) -> Fp8Activation:
-    from raygrid.models.layers.fp8 import quantize_per_token
-
-    return Fp8Activation(*quantize_per_token(x), x.dtype)
+    return Fp8Activation(*quantize_per_token(y), x.dtype) if fp8 else y
 
 
 def fused_moe(hidden, w13, w2, topk_weights, topk_ids, experts_elsewhere: bool = False) -> torch.Tensor:

@@ -9,9 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from raygrid.kernels.triton_quant import ONE_PASS_MAX, ROUND_BEFORE_FP8_CAST, per_token_quant_fp8, quantize_row
-
-FP8_MAX = tl.constexpr(448.0)  # float8 e4m3's largest; a constexpr, as a global a kernel reads must be
+from raygrid.kernels.triton_quant import FP8_MAX, ONE_PASS_MAX, ROUND_BEFORE_FP8_CAST, per_token_quant_fp8, quantize_row
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """Triton kernels of the FP8 paths, with the reference each matches:
 
 - ``per_token_quant_fp8``: each token (row) of an FP8 layer's input scaled by its own largest value into float8
-  e4m3, with its float32 scale (``models/layers/fp8.quantize_per_token``, about nine torch kernels and float32
+  e4m3, with its float32 scale (``elementwise_ref.quantize_per_token``, about nine torch kernels and float32
   copies of the activations). It reads a row once (twice above ``ONE_PASS_MAX`` elements) and writes a byte an
   element. The scale is the largest value times 1/448 and values are divided by it rounding to nearest, as the
   reference computes, so the two agree bit for bit.
@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+FP8_MAX = tl.constexpr(448.0)  # float8 e4m3's largest, for kernels to read (a global a kernel reads must be a constexpr)
 ONE_PASS_MAX = 16384  # rows up to this many elements stay in registers between the max and the scaling
 # Triton's interpreter casts float32 to float8 wrongly where rounding carries into the exponent (125.6 becomes 64);
 # under it, kernels round with round_to_e4m3 first, and the cast is then exact. On a GPU the hardware cast rounds to

@@ -6,7 +6,8 @@ Weights come either from a bf16/fp32 checkpoint, quantized once after loading, o
 compressed-tensors layout that vLLM reads (``quantization_config`` with ``quant_method: compressed-tensors``,
 float weights of 8 bits, a scale per channel or per tensor, dynamic per-token activations).
 
-``fp8_linear_ref`` defines what an FP8 layer computes; ``kernels/ops.linear`` runs it (``torch._scaled_mm`` on a GPU).
+``fp8_linear_ref`` defines what an FP8 layer computes (its activations quantized by
+``kernels/elementwise_ref.quantize_per_token``); ``kernels/ops.linear`` runs it (``torch._scaled_mm`` on a GPU).
 """
 
 from __future__ import annotations
@@ -16,23 +17,14 @@ import math
 import torch
 from torch import nn
 
-from raygrid.kernels.elementwise_ref import FP8, FP8_MAX, to_fp8_ref
+from raygrid.kernels.elementwise_ref import FP8, FP8_MAX, MIN_SCALE, quantize_per_token, to_fp8_ref
 from raygrid.parallel.layers import ColumnParallelLinear, RowParallelLinear
-
-MIN_SCALE = 1e-12  # an all-zero row or token keeps a finite scale
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``weight [N, K]`` -> (float8 weight, float32 scale ``[N]``) with ``weight ~ fp8 * scale[:, None]``."""
     scale = (weight.abs().amax(dim=1).float() / FP8_MAX).clamp(min=MIN_SCALE)
     return to_fp8_ref(weight.float() / scale[:, None]), scale
-
-
-def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Activations ``[M, K]`` -> (float8, float32 scale ``[M, 1]``): each token scaled by its own largest value.
-    The scale is the largest value times 1/448 (what torch computes on a GPU for ``/ 448``, on every device)."""
-    scale = (x.abs().amax(dim=1, keepdim=True).float() * (1.0 / FP8_MAX)).clamp(min=MIN_SCALE)
-    return to_fp8_ref(x.float() / scale), scale
 
 
 def fp8_linear_ref(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
