@@ -30,8 +30,6 @@ def describe(value):
         return {"tensor": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, (bool, int, float, str)) or value is None:
         return {"value": value}
-    if isinstance(value, torch.dtype):
-        return {"value": str(value)}
     raise TypeError(f"a kernel argument of type {type(value).__name__}")
 
 
