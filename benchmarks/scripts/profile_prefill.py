@@ -4,6 +4,10 @@ first timed, then under torch's profiler. Writes the step's wall time, its GPU t
 compute-bound estimate of the step (matmul FLOPs at the chip's dense bf16 rate).
 
     python benchmarks/scripts/profile_prefill.py OUT.json [--model random-qwen3-0.6b] [--num-reqs 16] [--prompt-len 512]
+        [--max-num-batched-tokens N]   # a step's token budget; default: all the prompts in one step
+
+With ``--num-reqs 1 --prompt-len 32768 --max-num-batched-tokens 8192`` it profiles a long prompt's prefill as
+``raygrid bench latency`` runs it (the engine's default budget: four chunks of 8,192).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None,
+                        help="a step's token budget (default: the whole batch, at least 8,192)")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="dense bf16 of the chip (H200: about 790)")
     args = parser.parse_args()
 
@@ -49,7 +55,8 @@ def main() -> None:
     from raygrid.models.loader import load_hf_config
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    llm = LLM(model=args.model, dtype=args.dtype, max_num_batched_tokens=max(8192, args.num_reqs * args.prompt_len))
+    budget = args.max_num_batched_tokens or max(8192, args.num_reqs * args.prompt_len)
+    llm = LLM(model=args.model, dtype=args.dtype, max_num_batched_tokens=budget)
     core = llm.engine
     rng = np.random.default_rng(0)
     params = SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True, detokenize=False)
@@ -84,7 +91,8 @@ def main() -> None:
     wall_ms = float(np.median(walls)) * 1e3
     gpu_ms = sum(k["us_per_step"] for k in kernels) / 1e3
     result = {
-        "model": args.model, "num_reqs": args.num_reqs, "prompt_len": args.prompt_len, "tokens_per_step": tokens,
+        "model": args.model, "num_reqs": args.num_reqs, "prompt_len": args.prompt_len, "tokens": tokens,
+        "max_num_batched_tokens": budget,
         "wall_ms_median": wall_ms, "wall_ms_each": [w * 1e3 for w in walls], "gpu_busy_ms": gpu_ms,
         "matmul_tflop": flops / 1e12, "compute_bound_ms": bound_ms, "wall_over_bound": wall_ms / bound_ms,
         "achieved_tflops": flops / (wall_ms / 1e3) / 1e12, "top_kernels": kernels[:30],

@@ -3,7 +3,7 @@ on the 8B-shaped Llama (32 heads, 8 kv heads) and on Qwen3-0.6B (16, 8), head_di
 order. Timed inside CUDA graphs (``do_bench_cudagraph``), so launch overhead is left out; TB/s counts the cache
 bytes read. A few launches per case: the default (block_n 64, 4 warps, 2 stages) and its neighbours.
 
-    python benchmarks/scripts/sweep_decode_kv_dtype.py --output-json OUT.json
+    python benchmarks/scripts/sweep_decode_kv_dtype.py --output-json OUT.json [--kv-dtypes fp8] [--launches 128x4x3,...]
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from raygrid.kernels.triton_attention import paged_attention_decode
 
 HEAD_DIM, PAGE = 128, 16
 CASES = [(32, 8, 256, 530), (32, 8, 128, 1200), (32, 8, 32, 1536), (16, 8, 256, 530), (16, 8, 1, 32768)]
-# block_n, warps, stages. After the FP8 cases the next CUDA call has failed with an illegal memory access in some
-# runs of this script; fp8_decode_fault.py found no fault in the kernel itself (benchmarks/README.md).
+# block_n, warps, stages. Before bc23b47 the next CUDA call after the FP8 cases failed with an illegal memory access
+# in some runs of this script: cuda_graph_ms did not wait for the inputs the default stream was still writing.
 LAUNCHES = [(64, 4, 2), (32, 4, 2), (128, 4, 2), (64, 4, 3)]
 
 
@@ -30,7 +30,9 @@ def main() -> None:
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--label", default="", help="a name for this run of the kernel (A/B runs)")
     parser.add_argument("--kv-dtypes", nargs="+", default=["bfloat16", "fp8"], choices=["bfloat16", "fp8"])
+    parser.add_argument("--launches", default=None, help="block_n x warps x stages, comma-separated, e.g. 128x4x3,128x8x2")
     args = parser.parse_args()
+    launches = LAUNCHES if args.launches is None else [tuple(int(x) for x in s.split("x")) for s in args.launches.split(",")]
     rows = []
     for (heads, kv_heads, seqs, context), kv_dtype in itertools.product(CASES, args.kv_dtypes):
         blocks = seqs * -(-context // PAGE)
@@ -40,7 +42,7 @@ def main() -> None:
         query = torch.randn(seqs, heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
         lens = torch.full((seqs,), context, dtype=torch.int32, device="cuda")
         kv_bytes = seqs * context * kv_heads * HEAD_DIM * 2 * cache.element_size()
-        for block_n, warps, stages in LAUNCHES:
+        for block_n, warps, stages in launches:
             row = dict(heads=heads, kv_heads=kv_heads, seqs=seqs, context=context, kv_dtype=kv_dtype, block_n=block_n,
                        warps=warps, stages=stages, label=args.label)
             try:

@@ -4,7 +4,11 @@ at Qwen3-0.6B's heads (16 query heads, 8 kv heads, head_dim 128, bf16, 16-token 
 causal FLOPs at half: 4 x N^2 x head_dim x heads / 2 per sequence. Every configuration's output is
 checked against PyTorch's.
 
-    python benchmarks/scripts/sweep_prefill_attention.py --output-json sweep.json
+A case ``SxN@P`` is a chunk of a longer prompt, as the engine runs one (8,192 tokens a step by default): N queries
+of each of S sequences after P cached tokens. Its FLOPs are 4 x N x (P + N / 2) x head_dim x heads, and its
+reference is the last N rows of SDPA over all P + N tokens; SDPA is timed only on whole prompts.
+
+    python benchmarks/scripts/sweep_prefill_attention.py --output-json sweep.json [--cases 1x8192,1x8192@24576]
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_attention import PREFILL_CONFIG, paged_attention_prefill
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
-CASES = [(1, 4096), (1, 8192), (1, 16384), (1, 32768), (8, 8192)]  # (sequences, prompt length)
+# (sequences, queries, cached prefix): whole prompts, then the last three chunks of a 32k prompt.
+CASES = [(1, 4096, 0), (1, 8192, 0), (1, 16384, 0), (1, 32768, 0), (8, 8192, 0), (1, 8192, 8192), (1, 8192, 16384),
+         (1, 8192, 24576)]
 
 
-def make_case(num_seqs: int, length: int):
-    """Packed queries and a paged cache holding the same keys and values in scattered pages, and the
-    contiguous [seqs, heads, N, d] tensors PyTorch's kernel reads."""
+def make_case(num_seqs: int, length: int, prefix: int = 0):
+    """Packed queries (the last ``length - prefix`` tokens of each sequence) and a paged cache holding the
+    same keys and values in scattered pages, and the contiguous [seqs, heads, N, d] tensors PyTorch's kernel
+    reads."""
     q = torch.randn(num_seqs, HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     k = torch.randn(num_seqs, KV_HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     v = torch.randn(num_seqs, KV_HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
@@ -36,10 +43,18 @@ def make_case(num_seqs: int, length: int):
     for s in range(num_seqs):
         cache[0, tables[s].long()] = k[s].transpose(0, 1).reshape(pages, PAGE, KV_HEADS, HEAD_DIM)
         cache[1, tables[s].long()] = v[s].transpose(0, 1).reshape(pages, PAGE, KV_HEADS, HEAD_DIM)
-    packed = q.transpose(1, 2).reshape(num_seqs * length, HEADS, HEAD_DIM).contiguous()
+    queries = length - prefix
+    packed = q[:, :, prefix:].transpose(1, 2).reshape(num_seqs * queries, HEADS, HEAD_DIM).contiguous()
     lens = torch.full((num_seqs,), length, dtype=torch.int32, device="cuda")
-    starts = torch.arange(0, (num_seqs + 1) * length, length, dtype=torch.int32, device="cuda")
+    starts = torch.arange(0, (num_seqs + 1) * queries, queries, dtype=torch.int32, device="cuda")
     return (q, k, v), (packed, cache, tables, lens, starts)
+
+
+def parse_case(text: str) -> tuple[int, int, int]:
+    """'SxN' or 'SxN@P' as (sequences, queries, cached prefix)."""
+    shape, _, prefix = text.partition("@")
+    num_seqs, length = (int(x) for x in shape.split("x"))
+    return num_seqs, length, int(prefix or 0)
 
 
 def main() -> None:
@@ -50,7 +65,7 @@ def main() -> None:
                         help="a launch to time, as changes to the default (repeatable), e.g. '{\"pipeline\": true}'")
     parser.add_argument("--cases", default=None, help="sequences x length pairs, e.g. 1x8192,1x32768")
     args = parser.parse_args()
-    cases = CASES if args.cases is None else [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
+    cases = CASES if args.cases is None else [parse_case(c) for c in args.cases.split(",")]
     if args.config:
         configs = [{**PREFILL_CONFIG, **json.loads(c)} for c in args.config]
     elif args.quick:
@@ -64,21 +79,22 @@ def main() -> None:
                    for (m, n, w, s), pack in itertools.product(launches, (1, 2))] + [
                    dict(block_m=64, block_n=64, num_warps=4, num_stages=2, pack=1)]
     results = []
-    for num_seqs, length in cases:
-        (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, length)
+    for num_seqs, length, prefix in cases:
+        (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, prefix + length, prefix)
         scale = HEAD_DIM**-0.5
-        flops = num_seqs * 4 * length * length * HEAD_DIM * HEADS / 2
+        flops = num_seqs * 4 * length * (prefix + length / 2) * HEAD_DIM * HEADS
 
         def sdpa():
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
 
-        expected = sdpa().transpose(1, 2).reshape(num_seqs * length, HEADS, HEAD_DIM)
-        ms = do_bench(sdpa, warmup=5, rep=40)
-        results.append({"seqs": num_seqs, "len": length, "kernel": "torch sdpa", "ms": round(ms, 3),
-                        "tflop_per_s": round(flops / ms / 1e9, 1)})
-        print(f"{num_seqs} x {length}: torch sdpa {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
+        expected = sdpa()[:, :, prefix:].transpose(1, 2).reshape(num_seqs * length, HEADS, HEAD_DIM)
+        if not prefix:
+            ms = do_bench(sdpa, warmup=5, rep=40)
+            results.append({"seqs": num_seqs, "len": length, "kernel": "torch sdpa", "ms": round(ms, 3),
+                            "tflop_per_s": round(flops / ms / 1e9, 1)})
+            print(f"{num_seqs} x {length}: torch sdpa {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
         for config in configs:
-            row = {"seqs": num_seqs, "len": length, "kernel": "raygrid", **config}
+            row = {"seqs": num_seqs, "len": length, "prefix": prefix, "kernel": "raygrid", **config}
 
             def ours():
                 return paged_attention_prefill(packed, cache, tables, lens, starts, scale, **config)
@@ -90,10 +106,10 @@ def main() -> None:
                 results.append({**row, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 continue
             results.append({**row, "ms": round(ms, 3), "tflop_per_s": round(flops / ms / 1e9, 1), "max_abs_error": error})
-        mine = [r for r in results if r["seqs"] == num_seqs and r["len"] == length and "ms" in r and r["kernel"] == "raygrid"]
-        if mine:
-            best = min(mine, key=lambda r: r["ms"])
-            print(f"  best {best}", flush=True)
+        mine = [r for r in results if r.get("prefix") == prefix and r["seqs"] == num_seqs and r["len"] == length
+                and "ms" in r]
+        for r in sorted(mine, key=lambda r: r["ms"])[:3]:
+            print(f"  {num_seqs} x {length} @ {prefix}: {r}", flush=True)
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump({**provenance(), "triton": __import__("triton").__version__, "torch": torch.__version__,
