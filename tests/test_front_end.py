@@ -139,6 +139,7 @@ def test_cli_bench_latency_times_each_prompt_length(tmp_path, qwen3_dir, backend
         ttft, tpot, e2e = row["ttft_ms"]["median"], row["tpot_ms"]["median"], row["e2e_s"]["median"] * 1e3
         assert 0 < ttft < e2e and tpot > 0
         assert ttft + 5 * tpot == pytest.approx(e2e, rel=0.3)  # medians of the same runs
+        assert len(row["ttft_ms"]["each"]) == 2 and min(row["ttft_ms"]["each"]) <= ttft <= max(row["ttft_ms"]["each"])
         assert row["decode_floor_ms"] > 0 and row["prefill_tflop_per_s"] > 0
     assert "TTFT" in result.stdout and "TPOT" in result.stdout
 

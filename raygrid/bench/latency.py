@@ -104,8 +104,10 @@ def summarize(runs: list[tuple[float, float]], output_len: int) -> dict:
     e2e = np.array([e for _, e in runs])
     tpot = (e2e - ttft) / (output_len - 1)
     return {
-        "ttft_ms": {"median": float(np.median(ttft) * 1e3), "p90": float(np.percentile(ttft, 90) * 1e3)},
-        "tpot_ms": {"median": float(np.median(tpot) * 1e3), "p90": float(np.percentile(tpot, 90) * 1e3)},
+        "ttft_ms": {"median": float(np.median(ttft) * 1e3), "p90": float(np.percentile(ttft, 90) * 1e3),
+                    "each": [round(float(t) * 1e3, 2) for t in ttft]},
+        "tpot_ms": {"median": float(np.median(tpot) * 1e3), "p90": float(np.percentile(tpot, 90) * 1e3),
+                    "each": [round(float(t) * 1e3, 4) for t in tpot]},
         "e2e_s": {"median": float(np.median(e2e)), "p90": float(np.percentile(e2e, 90))},
     }
 

@@ -5,6 +5,7 @@ and for the small batch of long sequences that the end of a run leaves."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -73,7 +74,8 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
         "wall_over_floor": wall_per_step * 1e3 / floor["floor_ms"],
         "top_kernels": kernels[:25],
     }
-    name = f"{out_dir}/profile_decode_{num_reqs}x{prompt_len}"
+    os.makedirs(out_dir, exist_ok=True)
+    name = os.path.join(out_dir, f"profile_decode_{num_reqs}x{prompt_len}")
     with open(f"{name}.json", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
     with open(f"{name}.txt", "w", encoding="utf-8") as f:
