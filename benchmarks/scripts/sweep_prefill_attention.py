@@ -30,7 +30,7 @@ CASES = [(1, 4096, 0), (1, 8192, 0), (1, 16384, 0), (1, 32768, 0), (8, 8192, 0),
          (1, 8192, 24576)]
 
 
-def make_case(num_seqs: int, length: int, prefix: int = 0):
+def make_case(num_seqs: int, length: int, prefix: int = 0, page_order: str = "random"):
     """Packed queries (the last ``length - prefix`` tokens of each sequence) and a paged cache holding the
     same keys and values in scattered pages, and the contiguous [seqs, heads, N, d] tensors PyTorch's kernel
     reads."""
@@ -38,7 +38,8 @@ def make_case(num_seqs: int, length: int, prefix: int = 0):
     k = torch.randn(num_seqs, KV_HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     v = torch.randn(num_seqs, KV_HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     pages = length // PAGE
-    tables = (1 + torch.randperm(num_seqs * pages, device="cuda")).view(num_seqs, pages).int()
+    order = torch.randperm(num_seqs * pages, device="cuda") if page_order == "random" else torch.arange(num_seqs * pages, device="cuda")
+    tables = (1 + order).view(num_seqs, pages).int()
     cache = torch.empty(2, num_seqs * pages + 1, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     for s in range(num_seqs):
         cache[0, tables[s].long()] = k[s].transpose(0, 1).reshape(pages, PAGE, KV_HEADS, HEAD_DIM)
@@ -64,6 +65,8 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[], metavar="JSON",
                         help="a launch to time, as changes to the default (repeatable), e.g. '{\"pipeline\": true}'")
     parser.add_argument("--cases", default=None, help="sequences x length pairs, e.g. 1x8192,1x32768")
+    parser.add_argument("--page-order", default="random", choices=["random", "ascending"],
+                        help="the sequences' pages in the cache: scattered, or in order as a fresh engine hands them out")
     args = parser.parse_args()
     cases = CASES if args.cases is None else [parse_case(c) for c in args.cases.split(",")]
     if args.config:
@@ -80,7 +83,7 @@ def main() -> None:
                    dict(block_m=64, block_n=64, num_warps=4, num_stages=2, pack=1)]
     results = []
     for num_seqs, length, prefix in cases:
-        (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, prefix + length, prefix)
+        (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, prefix + length, prefix, args.page_order)
         scale = HEAD_DIM**-0.5
         flops = num_seqs * 4 * length * (prefix + length / 2) * HEAD_DIM * HEADS
 
@@ -94,7 +97,7 @@ def main() -> None:
                             "tflop_per_s": round(flops / ms / 1e9, 1)})
             print(f"{num_seqs} x {length}: torch sdpa {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
         for config in configs:
-            row = {"seqs": num_seqs, "len": length, "prefix": prefix, "kernel": "raygrid", **config}
+            row = {"seqs": num_seqs, "len": length, "prefix": prefix, "pages": args.page_order, "kernel": "raygrid", **config}
 
             def ours():
                 return paged_attention_prefill(packed, cache, tables, lens, starts, scale, **config)
