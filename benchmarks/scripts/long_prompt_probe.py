@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("output")
     parser.add_argument("--model", default="random-qwen3-0.6b")
     parser.add_argument("--prompt-len", type=int, default=32768)
+    parser.add_argument("--settings", default="0,1,2,3", help="which settings to run, by index")
     args = parser.parse_args()
 
     import torch
@@ -32,6 +33,7 @@ def main() -> None:
     from raygrid.engine.arg_utils import EngineArgs
     from raygrid.engine.llm_engine import LLMEngine
     from raygrid.models.default_model import resolve_model_path
+    from raygrid.models.loader import load_hf_config
 
     path = resolve_model_path(args.model)
     fixed = np.random.default_rng(123).integers(0, 10000, args.prompt_len).tolist()
@@ -40,22 +42,32 @@ def main() -> None:
         ("engine, max_model_len = prompt + 128, budget 16384", "engine", dict(max_model_len=args.prompt_len + 128, max_num_batched_tokens=16384)),
         ("engine, default max_model_len, budget 8192", "engine", dict(max_num_batched_tokens=8192)),
         ("LLM, default max_model_len, budget 8192", "llm", dict(max_num_batched_tokens=8192)),
+        ("engine, max_model_len = prompt + 128, budget 8192, one output token", "engine1",
+         dict(max_model_len=args.prompt_len + 128, max_num_batched_tokens=8192)),
+        ("engine, max_model_len = prompt + 128, budget = prompt", "engine",
+         dict(max_model_len=args.prompt_len + 128, max_num_batched_tokens=args.prompt_len)),
     ]
     rows = []
-    for label, api, kwargs in settings:
-        if api == "engine":
+    for index in (int(i) for i in args.settings.split(",")):
+        label, api, kwargs = settings[index]
+        output_len = 1 if api == "engine1" else 2
+        if api.startswith("engine"):
             engine = LLMEngine.from_engine_args(EngineArgs(model=path, dtype="bfloat16", **kwargs))
             close = engine.shutdown
         else:
             llm = LLM(model=path, dtype="bfloat16", **kwargs)
             engine, close = llm.llm_engine if hasattr(llm, "llm_engine") else llm.engine, llm.shutdown
         prompts = _Prompts(0, 10000)
-        time_raygrid(engine, prompts.batch(1, args.prompt_len), 2)  # warm-up
-        ttfts = [time_raygrid(engine, prompts.batch(1, args.prompt_len), 2)[0][0] * 1e3 for _ in range(3)]
+        time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)  # warm-up
+        ttfts = [time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)[0][0] * 1e3 for _ in range(3)]
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            time_raygrid(engine, prompts.batch(1, args.prompt_len), 2)
+            time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)
             torch.cuda.synchronize()
         kernels = device_kernels(prof, 1)
+        calls = sorted((e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+                       if e.name == "_prefill_kernel" and e.device_type.name == "CUDA")
+        layers = load_hf_config(path).num_hidden_layers
+        per_step_ms = [round(sum(us for _, us in calls[i:i + layers]) / 1e3, 2) for i in range(0, len(calls), layers)]
         rid = engine.next_request_id()
         engine.add_request(rid, {"prompt_token_ids": fixed}, SamplingParams(temperature=0.0, max_tokens=2, logprobs=5))
         final = None
@@ -66,10 +78,11 @@ def main() -> None:
         completion = final.outputs[0]
         top = [{str(t): round(lp.logprob, 4) for t, lp in step.items()} for step in completion.logprobs]
         row = {"setting": label, "ttft_ms": [round(t, 1) for t in ttfts], "gpu_busy_ms": round(sum(k["us_per_step"] for k in kernels) / 1e3, 1),
-               "top_kernels": kernels[:8], "greedy_tokens": list(completion.token_ids), "top5_logprobs": top,
+               "top_kernels": kernels[:8], "prefill_kernel_ms_by_step": per_step_ms, "greedy_tokens": list(completion.token_ids), "top5_logprobs": top,
                "max_num_batched_tokens": engine.config.scheduler.max_num_batched_tokens if hasattr(engine, "config") else None}
         rows.append(row)
-        print(f"{label}: TTFT {row['ttft_ms']} ms, GPU busy {row['gpu_busy_ms']} ms, tokens {row['greedy_tokens']}, "
+        print(f"{label}: TTFT {row['ttft_ms']} ms, GPU busy {row['gpu_busy_ms']} ms, attention by step {per_step_ms} ms, "
+              f"tokens {row['greedy_tokens']}, "
               f"top5 {top[0]}", flush=True)
         for k in kernels[:5]:
             print(f"    {k['us_per_step'] / 1e3:8.2f} ms x{k['calls_per_step']:5.0f} {k['name'][:80]}", flush=True)
