@@ -148,6 +148,34 @@ def test_graphs_of_steps_with_prefill_equal_the_plain_engine(model_dirs, tokeniz
     assert_same_outputs(results[0], results[1])
 
 
+def test_chunks_of_a_prompt_run_with_their_own_inputs_while_the_gpu_lags(model_dirs, tokenizer):
+    """A long prompt's chunks before its last sample nothing, so under async scheduling the engine launches them
+    without waiting for the GPU. With the GPU held busy by a spin kernel queued first, the host runs many steps
+    ahead; each chunk must still run with its own staged tokens, positions and slots: the same tokens and
+    logprobs as the same engine with the GPU idle. (Before the staged inputs' host buffers waited for their
+    copies, the lagging run read later chunks' inputs.)"""
+    prompt = random_prompts(1, len(tokenizer), min_len=400, max_len=400, seed=37)[0]
+    llm = LLM(model=model_dirs["qwen3"], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32",
+              max_num_batched_tokens=32, enable_prefix_caching=False)
+    try:
+        assert llm.config.scheduler.async_scheduling
+        runs = []
+        for lag_cycles in (0, 2_000_000_000, 0, 2_000_000_000):
+            torch.cuda.synchronize()
+            if lag_cycles:
+                torch.cuda._sleep(lag_cycles)  # about a second of one busy kernel ahead of the prompt's 13 chunks
+            out = llm.generate([{"prompt_token_ids": prompt}], greedy(logprobs=5), use_tqdm=False)[0].outputs[0]
+            runs.append((out.token_ids, [{t: lp.logprob for t, lp in step.items()} for step in out.logprobs]))
+    finally:
+        llm.shutdown()
+    tokens, logprobs = runs[0]
+    for other_tokens, other_logprobs in runs[1:]:
+        assert other_tokens == tokens
+        for ours, theirs in zip(logprobs, other_logprobs):
+            assert ours.keys() == theirs.keys()
+            assert max(abs(ours[t] - theirs[t]) for t in ours) < 1e-4
+
+
 def test_kv_sizing_counts_sampling_and_graphs(model_dirs):
     """The profiled step includes sampling at max_num_seqs, and the CUDA graphs' memory measured at
     profiling time covers what the real capture then takes."""
