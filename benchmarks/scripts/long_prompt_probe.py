@@ -1,7 +1,8 @@
 """Why a 32k prompt's TTFT differs between `raygrid bench latency` (284 ms at 8,192 tokens a step) and
 profile_prefill.py (347 ms, same budget) or a 16,384-token budget (339 ms). For each setting: TTFT of fresh prompts,
 the device kernels of one prefill under torch's profiler, and the greedy top-5 logprobs of one fixed prompt, so
-the settings can be compared for both time and result.
+the settings can be compared for both time and result. (The answer, found with prefill_modes.py: a race in the
+staged inputs corrupted the fast runs; fixed at 409081d, benchmarks/README.md.)
 
     python benchmarks/scripts/long_prompt_probe.py OUT.json [--prompt-len 32768]
 """

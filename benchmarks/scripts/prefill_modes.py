@@ -6,6 +6,8 @@
 2. The engine: requests of one and of two output tokens alternating on one engine, each profiled: TTFT, the
    attention kernels' time by step, and the request's first block.
 
+Part 2 found the cause: a race in the staged inputs, fixed at 409081d (benchmarks/README.md).
+
     python benchmarks/scripts/prefill_modes.py OUT.json
 """
 
