@@ -29,7 +29,7 @@ def main() -> None:
 
     from raygrid import LLM, SamplingParams
     from raygrid.bench.latency import _Prompts, time_raygrid
-    from raygrid.bench.profile_decode import device_kernels
+    from raygrid.bench.profile_decode import device_kernels, kernel_ms_by_step
     from raygrid.bench.throughput import provenance
     from raygrid.engine.arg_utils import EngineArgs
     from raygrid.engine.llm_engine import LLMEngine
@@ -37,6 +37,7 @@ def main() -> None:
     from raygrid.models.loader import load_hf_config
 
     path = resolve_model_path(args.model)
+    layers = load_hf_config(path).num_hidden_layers
     fixed = np.random.default_rng(123).integers(0, 10000, args.prompt_len).tolist()
     settings = [
         ("engine, max_model_len = prompt + 128, budget 8192", "engine", dict(max_model_len=args.prompt_len + 128, max_num_batched_tokens=8192)),
@@ -57,7 +58,7 @@ def main() -> None:
             close = engine.shutdown
         else:
             llm = LLM(model=path, dtype="bfloat16", **kwargs)
-            engine, close = llm.llm_engine if hasattr(llm, "llm_engine") else llm.engine, llm.shutdown
+            engine, close = llm.llm_engine, llm.shutdown
         prompts = _Prompts(0, 10000)
         time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)  # warm-up
         ttfts = [time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)[0][0] * 1e3 for _ in range(3)]
@@ -65,10 +66,7 @@ def main() -> None:
             time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)
             torch.cuda.synchronize()
         kernels = device_kernels(prof, 1)
-        calls = sorted((e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
-                       if e.name == "_prefill_kernel" and e.device_type.name == "CUDA")
-        layers = load_hf_config(path).num_hidden_layers
-        per_step_ms = [round(sum(us for _, us in calls[i:i + layers]) / 1e3, 2) for i in range(0, len(calls), layers)]
+        per_step_ms = kernel_ms_by_step(prof, "_prefill_kernel", layers)
         rid = engine.next_request_id()
         engine.add_request(rid, {"prompt_token_ids": fixed}, SamplingParams(temperature=0.0, max_tokens=2, logprobs=5))
         final = None
@@ -80,7 +78,7 @@ def main() -> None:
         top = [{str(t): round(lp.logprob, 4) for t, lp in step.items()} for step in completion.logprobs]
         row = {"setting": label, "ttft_ms": [round(t, 1) for t in ttfts], "gpu_busy_ms": round(sum(k["us_per_step"] for k in kernels) / 1e3, 1),
                "top_kernels": kernels[:8], "prefill_kernel_ms_by_step": per_step_ms, "greedy_tokens": list(completion.token_ids), "top5_logprobs": top,
-               "max_num_batched_tokens": engine.config.scheduler.max_num_batched_tokens if hasattr(engine, "config") else None}
+               "max_num_batched_tokens": engine.config.scheduler.max_num_batched_tokens}
         rows.append(row)
         print(f"{label}: TTFT {row['ttft_ms']} ms, GPU busy {row['gpu_busy_ms']} ms, attention by step {per_step_ms} ms, "
               f"tokens {row['greedy_tokens']}, "

@@ -50,6 +50,7 @@ def engine_part(model: str, runs: int, prompt_len: int = 32768, budget: int = 81
     from torch.profiler import ProfilerActivity, profile
 
     from raygrid import SamplingParams
+    from raygrid.bench.profile_decode import kernel_ms_by_step
     from raygrid.engine.arg_utils import EngineArgs
     from raygrid.engine.llm_engine import LLMEngine
     from raygrid.models.default_model import resolve_model_path
@@ -78,16 +79,13 @@ def engine_part(model: str, runs: int, prompt_len: int = 32768, budget: int = 81
             while engine.has_unfinished_requests():
                 outs = engine.step()
                 if first_block is None and scheduler is not None:
-                    for req_id, blocks in scheduler.kv.req_blocks.items():
-                        first_block = blocks[0].block_id
+                    first_block = scheduler.kv.block_ids(rid)[0]
                 for out in outs:
                     if ttft is None and out.outputs and out.outputs[0].token_ids:
                         ttft = time.perf_counter() - start
             sync()
             end = time.perf_counter() - start
-        calls = sorted((e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
-                       if e.name == "_prefill_kernel" and e.device_type.name == "CUDA")
-        by_step = [round(sum(us for _, us in calls[j:j + layers]) / 1e3, 2) for j in range(0, len(calls), layers)]
+        by_step = kernel_ms_by_step(prof, "_prefill_kernel", layers)
         row = {"run": i, "max_tokens": max_tokens, "ttft_ms": round(ttft * 1e3, 1), "end_ms": round(end * 1e3, 1),
                "first_block": first_block, "attention_ms_by_step": by_step, "attention_ms": round(sum(by_step), 1)}
         rows.append(row)

@@ -24,6 +24,14 @@ def device_kernels(prof, steps: int) -> list[dict]:
     return kernels
 
 
+def kernel_ms_by_step(prof, name: str, launches_per_step: int) -> list[float]:
+    """Milliseconds the device spent in kernel ``name`` in each step of a torch profile, its launches taken in the
+    order they ran, ``launches_per_step`` a step (a layer's kernel: the model's layers)."""
+    calls = sorted((e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+                   if e.name == name and e.device_type.name == "CUDA")
+    return [round(sum(us for _, us in calls[i:i + launches_per_step]) / 1e3, 2) for i in range(0, len(calls), launches_per_step)]
+
+
 def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512, steps: int = 10) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
