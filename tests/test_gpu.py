@@ -207,6 +207,43 @@ def test_engines_one_after_another_leave_no_device_memory_behind(model_dirs):
     assert held[1] <= held[0] + 2**20, f"device memory allocated after each engine: {held}"
 
 
+def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model_dirs, tokenizer):
+    """Triton compiles a variant of a kernel for each dtype, constexpr and (unless told not to) each integer that
+    is 1 or a multiple of 16. On an H200 one takes 0.4 to 2 s, which a user's requests would wait for if a step
+    launched a variant that the engine's start (memory profile, graph captures) had not. Requests here bring
+    prefill steps of one and of several sequences, past the graphs' sizes and within them, decode steps, mixed
+    steps, and sampling by temperature alone, with top-p, greedy and with logprobs."""
+    import importlib
+
+    from triton import knobs
+    from triton.runtime.jit import JITFunction
+
+    kernels = [obj for name in ("triton_attention", "triton_ops", "triton_linear", "triton_sampling")
+               for obj in vars(importlib.import_module(f"raygrid.kernels.{name}")).values() if isinstance(obj, JITFunction)]
+    for kernel in kernels:  # what earlier tests in this process compiled counts for nothing (the disk cache stays)
+        kernel.device_caches.clear()
+    # 48 running at most: the later requests' prompts join steps of the others' decodes (mixed steps), and every mixed
+    # graph (2,048 tokens at most over 48 sequences) takes the short query tiles, as with the default 256, so the
+    # prompts' launch is captured in none of them.
+    llm = LLM(model=model_dirs["qwen3"], max_model_len=2048, max_num_seqs=48, gpu_memory_utilization=0.3, dtype="bfloat16")
+    compiled = []
+    knobs.runtime.jit_cache_hook = lambda *, fn, key, **_: compiled.append(f"{fn.name} {key}")
+    try:
+        prompts = [[(7 * i + j) % (len(tokenizer) - 3) + 3 for j in range(n)] for i, n in enumerate((1900, 1200, 1000, 150, 40, 20))]
+        plain = SamplingParams(temperature=0.8, max_tokens=MAX_NEW, ignore_eos=True)
+        top_p = SamplingParams(temperature=0.8, top_p=0.9, logprobs=2, max_tokens=MAX_NEW, ignore_eos=True)
+        llm.generate({"prompt_token_ids": prompts[0]}, plain, use_tqdm=False)  # one sequence
+        # three in one step of 2,350 tokens, past the graphs' sizes (2,048 at most)
+        llm.generate([{"prompt_token_ids": p} for p in prompts[1:4]], [plain, greedy(), top_p], use_tqdm=False)
+        later = [SamplingParams(temperature=0.8, max_tokens=4 + i % 9, ignore_eos=True) for i in range(72)]
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts[3:]] * 24, later, use_tqdm=False)
+        assert [len(o.outputs[0].token_ids) for o in outputs] == [p.max_tokens for p in later]
+    finally:
+        knobs.runtime.jit_cache_hook = None
+        llm.shutdown()
+    assert not compiled, f"{len(compiled)} variants compiled while serving: {compiled}"
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_two_gpu_layouts_equal_one_gpu_for_every_sampling_parameter(model_dirs, tokenizer):
     """TP=2 with its GPU defaults (CUDA graphs holding the all-reduces, async scheduling, the compiled

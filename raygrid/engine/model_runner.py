@@ -3,6 +3,7 @@ back through pending_output.py), and the passes that size the KV cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from functools import partial
@@ -441,6 +442,12 @@ class ModelRunner:
             seeds=full(1, torch.int64), num_logprobs=[self.config.model.max_logprobs] * rows,
         )
         self.sampler(logits, meta)
+        # Temperature alone draws from the logits in the model's dtype, where the path above draws from float32
+        # ones: a Triton variant of its own, compiled here rather than while the first such request waits.
+        none = dict.fromkeys(["top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty",
+                              "output_token_counts", "prompt_token_mask", "adjust_rows", "adjust_tokens", "adjust_values",
+                              "allowed_rows", "allowed_mask"])
+        self.sampler(logits, dataclasses.replace(meta, **none, num_logprobs=[None] * rows))
 
     @torch.inference_mode()
     def profile_cuda_graphs(self) -> int:
@@ -473,12 +480,14 @@ class ModelRunner:
 
 def single_sequence_metadata(num_tokens: int, block_size: int, device: torch.device, first_block: int) -> AttentionMetadata:
     """Attention inputs of one sequence of ``num_tokens`` prompt tokens in consecutive blocks from ``first_block``
-    (block 0 is the null block, which nothing reads)."""
+    (block 0 is the null block, which nothing reads). The block table is int32, as a step's staged one: a Triton
+    kernel compiles a variant for each dtype it is given, and the memory profile's pass should compile the ones
+    that steps launch, not one that users' first prompts then wait for (benchmarks/README.md)."""
     blocks = -(-num_tokens // block_size)
     positions = torch.arange(num_tokens, device=device)
     return AttentionMetadata(
         slot_mapping=positions + first_block * block_size,
-        block_tables=torch.arange(first_block, first_block + blocks, device=device)[None, :],
+        block_tables=torch.arange(first_block, first_block + blocks, dtype=torch.int32, device=device)[None, :],
         seq_lens=[num_tokens],
         query_start_loc=[0, num_tokens],
         max_query_len=num_tokens,

@@ -187,7 +187,9 @@ def _prefill_tile(
     return m_new, l_i, acc
 
 
-@triton.jit
+# num_seqs and the block table's width vary from step to step. Left to Triton, a value of 1 or a multiple of 16
+# would each compile a variant of their own in the middle of serving (about 2 s on an H200), for no gain here.
+@triton.jit(do_not_specialize=["num_seqs", "stride_bt"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale, num_seqs,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
