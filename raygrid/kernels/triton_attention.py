@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import ROUND_BEFORE_FP8_CAST, round_to_e4m3
 
 
@@ -26,8 +27,9 @@ def _store_kv_kernel(
     stride_kt, stride_kh, stride_vt, stride_vh,
     stride_cb, stride_cs, stride_ch,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
-    FP8_CACHE: tl.constexpr, ROUND_FIRST: tl.constexpr,
+    FP8_CACHE: tl.constexpr, ROUND_FIRST: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl_wait(PDL)
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t)
     if slot < 0:  # padding token
@@ -57,7 +59,7 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slo
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_H=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PAGE=k_cache.shape[1],
-        FP8_CACHE=k_cache.dtype == torch.float8_e4m3fn, ROUND_FIRST=ROUND_BEFORE_FP8_CAST,
+        FP8_CACHE=k_cache.dtype == torch.float8_e4m3fn, ROUND_FIRST=ROUND_BEFORE_FP8_CAST, **pdl_launch(key.device),
     )
 
 
@@ -89,12 +91,13 @@ def _decode_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
     sequences use fewer slices) and writes its partial output and log-sum-exp for
     ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long."""
+    pdl_wait(PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -134,9 +137,10 @@ def _decode_kernel(
 @triton.jit
 def _combine_splits_kernel(
     partial_out_ptr, partial_lse_ptr, out_ptr, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, head): the splits' partial outputs weighted by their share of the softmax."""
+    pdl_wait(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     splits = tl.arange(0, BLOCK_S)
@@ -195,7 +199,7 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (pack of query heads, query tile): causal attention of the tile's queries, which are
     the last tokens of their sequence, over its cached keys. The tile's BLOCK_M rows are BLOCK_M / PACK
@@ -208,6 +212,7 @@ def _prefill_kernel(
     them: padding sequences (no queries) and spare tiles return at once. A program finds its sequence by a
     binary search over query_start. Tiles are numbered from the last, so the programs with the most keys
     (the last tiles of the sequences at the end) start first."""
+    pdl_wait(PDL)
     TOKENS: tl.constexpr = BLOCK_M // PACK
     first_head = tl.program_id(0) * PACK
     t = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -352,12 +357,13 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
         DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache),
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
     if splits > 1:
         _combine_splits_kernel[(num_seqs, num_heads)](
             partial_out, partial_lse, out, out.stride(0), out.stride(1),
             HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits),
+            **pdl_launch(query.device),
         )
     return out
 
@@ -391,6 +397,6 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
-        FP16_COMPUTE=_fp16_compute(query, k_cache), num_warps=num_warps, num_stages=num_stages,
+        FP16_COMPUTE=_fp16_compute(query, k_cache), num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
     return out

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from raygrid.kernels.pdl import pdl_launch, pdl_wait
+
 SKINNY_MAX_M = 16  # rows (tokens) up to which the kernel replaces cuBLAS; tl.dot needs 16 rows anyway
 
 
@@ -19,7 +21,9 @@ SKINNY_MAX_M = 16  # rows (tokens) up to which the kernel replaces cuBLAS; tl.do
 def _skinny_linear_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    pdl_wait(PDL)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.arange(0, BLOCK_M)
     row_ok = rows < M
@@ -61,6 +65,6 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     _skinny_linear_kernel[(triton.cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
         HAS_BIAS=bias is not None, EVEN_K=k % block_k == 0, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=num_warps or config["num_warps"], num_stages=num_stages or config["num_stages"],
+        num_warps=num_warps or config["num_warps"], num_stages=num_stages or config["num_stages"], **pdl_launch(x.device),
     )
     return y

@@ -9,13 +9,15 @@ import torch
 import triton
 import triton.language as tl
 
+from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import FP8_MAX, ONE_PASS_MAX, ROUND_BEFORE_FP8_CAST, per_token_quant_fp8, quantize_row
 
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, scale_ptr, stride_x0, stride_x1, stride_r, stride_o, n_cols,
                      rows_per_group, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, FP8_OUT: tl.constexpr,
-                     MIN_SCALE: tl.constexpr, ROUND_FIRST: tl.constexpr):
+                     MIN_SCALE: tl.constexpr, ROUND_FIRST: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     row = tl.program_id(0)
     # Rows are (group, index) pairs so that per-head norms can read q/k straight out of the qkv output.
     x_offset = (row // rows_per_group) * stride_x0 + (row % rows_per_group) * stride_x1
@@ -57,7 +59,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
         _rms_norm_kernel[(rows,)](
             x, res_in, weight, out, res_out, scale, s0, s1, n, n, n, per_group, eps,
             HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n), FP8_OUT=fp8,
-            MIN_SCALE=fp8_min_scale if fp8 else 0.0, ROUND_FIRST=ROUND_BEFORE_FP8_CAST,
+            MIN_SCALE=fp8_min_scale if fp8 else 0.0, ROUND_FIRST=ROUND_BEFORE_FP8_CAST, **pdl_launch(x.device),
         )
     normed = (out, scale) if fp8 else out
     return normed if residual is None else (normed, res_out)
@@ -87,7 +89,9 @@ def _token_angles(cos_ptr, sin_ptr, pos_ptr, t, stride_c, HALF: tl.constexpr, BL
 
 @triton.jit
 def _rotary_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, stride_qt, stride_qh, stride_kt, stride_kh, stride_c,
-                   NUM_Q: tl.constexpr, NUM_K: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                   NUM_Q: tl.constexpr, NUM_K: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                   PDL: tl.constexpr):
+    pdl_wait(PDL)
     t = tl.program_id(0)
     cos, sin, dims, dmask = _token_angles(cos_ptr, sin_ptr, pos_ptr, t, stride_c, HALF, BLOCK_HALF)
     _rotate_heads(q_ptr, t, stride_qt, stride_qh, NUM_Q, cos, sin, dims, dmask, HALF, BLOCK_H)
@@ -101,7 +105,7 @@ def rotary_inplace(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, co
         _rotary_kernel[(num_tokens,)](
             q, k, cos_cache, sin_cache, positions, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_cache.stride(0),
             NUM_Q=num_q, NUM_K=k.shape[1], HALF=head_dim // 2, BLOCK_H=triton.next_power_of_2(max(num_q, k.shape[1])),
-            BLOCK_HALF=triton.next_power_of_2(head_dim // 2),
+            BLOCK_HALF=triton.next_power_of_2(head_dim // 2), **pdl_launch(q.device),
         )
     return q, k
 
@@ -131,7 +135,8 @@ def _norm_rotate_heads(src_ptr, dst_ptr, w_ptr, t, stride_t, stride_h, num, cos,
 def _qk_norm_rotary_kernel(q_ptr, k_ptr, q_out_ptr, k_out_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr,
                            stride_qt, stride_qh, stride_kt, stride_kh, stride_c, eps,
                            NUM_Q: tl.constexpr, NUM_K: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-                           BLOCK_HALF: tl.constexpr):
+                           BLOCK_HALF: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     t = tl.program_id(0)
     cos, sin, dims, dmask = _token_angles(cos_ptr, sin_ptr, pos_ptr, t, stride_c, HALF, BLOCK_HALF)
     _norm_rotate_heads(q_ptr, q_out_ptr, qw_ptr, t, stride_qt, stride_qh, NUM_Q, cos, sin, eps, dims, dmask, HALF, BLOCK_H)
@@ -149,13 +154,14 @@ def qk_norm_rotary(positions, q, k, q_weight, k_weight, eps: float, cos_cache, s
             q, k, q_out, k_out, q_weight, k_weight, cos_cache, sin_cache, positions,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_cache.stride(0), eps,
             NUM_Q=num_q, NUM_K=k.shape[1], HALF=head_dim // 2, BLOCK_H=triton.next_power_of_2(max(num_q, k.shape[1])),
-            BLOCK_HALF=triton.next_power_of_2(head_dim // 2),
+            BLOCK_HALF=triton.next_power_of_2(head_dim // 2), **pdl_launch(q.device),
         )
     return q_out, k_out
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, n, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, n, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n
@@ -197,5 +203,6 @@ def silu_and_mul(x: torch.Tensor, fp8_min_scale: float | None = None):
     out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
     block = min(1024, triton.next_power_of_2(n))
     if num_tokens:
-        _silu_and_mul_kernel[(num_tokens, triton.cdiv(n, block))](x, out, x.stride(0), out.stride(0), n, BLOCK=block)
+        _silu_and_mul_kernel[(num_tokens, triton.cdiv(n, block))](x, out, x.stride(0), out.stride(0), n, BLOCK=block,
+                                                                   **pdl_launch(x.device))
     return out
