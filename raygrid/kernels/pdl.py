@@ -8,7 +8,8 @@ calls ``pdl_wait`` before it touches memory, then lets the kernel after it launc
 chain of them overlaps each kernel's launch with the end of the one before. A kernel without PDL (cuBLAS, torch)
 keeps the stream's ordinary order on both sides.
 
-``RAYGRID_PDL=0`` turns it off (benchmarks/README.md measures both).
+``RAYGRID_PDL=0`` turns it off (benchmarks/README.md measures both); it is off on GPUs before Hopper and with Triton
+before 3.3.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ import torch
 import triton
 import triton.language as tl
 
-ENABLED = os.environ.get("RAYGRID_PDL", "1") != "0"
+def _triton_has_pdl() -> bool:
+    """Triton 3.3 and later: the launch option and the two instructions (older ones run without PDL)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+        from triton.language.extra import cuda
+    except ImportError:
+        return False
+    return "launch_pdl" in CUDAOptions.__dataclass_fields__ and hasattr(cuda, "gdc_wait") and hasattr(cuda, "gdc_launch_dependents")
+
+
+ENABLED = os.environ.get("RAYGRID_PDL", "1") != "0" and _triton_has_pdl()
 
 
 @functools.cache
