@@ -212,7 +212,8 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model
     is 1 or a multiple of 16. On an H200 one takes 0.4 to 2 s, which a user's requests would wait for if a step
     launched a variant that the engine's start (memory profile, graph captures) had not. Requests here bring
     prefill steps of one and of several sequences, past the graphs' sizes and within them, decode steps, mixed
-    steps, and sampling by temperature alone, with top-p, greedy and with logprobs."""
+    steps, and sampling by temperature alone, with top-p, greedy and with logprobs, then with each other sampling
+    feature alone and with a grammar."""
     import importlib
 
     from triton import knobs
@@ -238,6 +239,13 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model
         later = [SamplingParams(temperature=0.8, max_tokens=4 + i % 9, ignore_eos=True) for i in range(72)]
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts[3:]] * 24, later, use_tqdm=False)
         assert [len(o.outputs[0].token_ids) for o in outputs] == [p.max_tokens for p in later]
+        # each other sampling feature alone, and a grammar (its bitmask kernel)
+        features = [SamplingParams(max_tokens=6, **f) for f in (
+            dict(temperature=0.8, top_k=20), dict(temperature=0.8, min_p=0.1), dict(temperature=0.8, repetition_penalty=1.2),
+            dict(temperature=0.8, frequency_penalty=0.5, presence_penalty=0.5), dict(temperature=0.8, seed=7),
+            dict(temperature=0.8, logit_bias={5: 2.0}), dict(temperature=0.0, structured_outputs={"regex": "[a-z]{1,12}"}))]
+        outputs = llm.generate([{"prompt_token_ids": prompts[4]}] * len(features), features, use_tqdm=False)
+        assert all(o.outputs[0].token_ids for o in outputs)
     finally:
         knobs.runtime.jit_cache_hook = None
         llm.shutdown()

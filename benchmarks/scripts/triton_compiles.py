@@ -1,5 +1,5 @@
 """Which Triton kernel variants an engine compiles, and when: at start, in the benchmark's warm-up, or during
-the run, where a user's requests wait for them. Run it with an empty TRITON_CACHE_DIR to see a fresh machine.
+the run, where a user's requests wait for them; then for requests with each sampling feature alone, and grammars. Run it with an empty TRITON_CACHE_DIR to see a fresh machine.
 
     TRITON_CACHE_DIR=$(mktemp -d) python3 benchmarks/scripts/triton_compiles.py OUT.json [--model M] [engine args]
 
@@ -20,6 +20,14 @@ from triton import knobs
 
 from raygrid.bench.throughput import make_workload, provenance
 
+# Requests of the "features" phase: each sampling feature alone (the engine's warm-up samples with all of them on,
+# and by temperature alone), and a grammar.
+FEATURES = [dict(temperature=0.0), dict(temperature=0.8, top_k=20), dict(temperature=0.8, top_p=0.9),
+            dict(temperature=0.8, min_p=0.1), dict(temperature=0.8, repetition_penalty=1.2),
+            dict(temperature=0.8, frequency_penalty=0.5, presence_penalty=0.5), dict(temperature=0.8, logprobs=5),
+            dict(temperature=0.8, seed=7), dict(temperature=0.8, logit_bias={5: 2.0}),
+            dict(temperature=0.0, structured_outputs={"regex": "[a-z]{1,12}"}),
+            dict(temperature=0.8, structured_outputs={"choice": ["yes", "no"]}, max_tokens=4)]
 EVENTS: list[dict] = []
 PHASE = {"name": "start", "t0": time.perf_counter()}
 
@@ -73,6 +81,11 @@ def main() -> None:
                                 for n in output_lens], use_tqdm=False)
         walls["run"] = time.perf_counter() - PHASE["t0"]
         generated = sum(len(o.outputs[0].token_ids) for o in outputs)
+        # Then one request for each sampling feature alone, and a grammar: W1 samples by temperature only.
+        PHASE.update(name="features", t0=time.perf_counter())
+        llm.generate([{"prompt_token_ids": p[:64]} for p in prompts[:len(FEATURES)]],
+                     [SamplingParams(**{"max_tokens": 8, **feature}) for feature in FEATURES], use_tqdm=False)
+        walls["features"] = time.perf_counter() - PHASE["t0"]
     finally:
         llm.shutdown()
     for event in EVENTS:
@@ -86,7 +99,7 @@ def main() -> None:
     with open(args.output_json, "w") as f:
         json.dump({**provenance(), "args": vars(args), "summary": summary, "events": EVENTS}, f, indent=1)
     print(json.dumps(summary, indent=1))
-    for event in by_phase["warmup"] + by_phase["run"]:
+    for event in by_phase["warmup"] + by_phase["run"] + by_phase["features"]:
         earlier = [e for e in EVENTS[:EVENTS.index(event)] if e["kernel"] == event["kernel"]]
         print(f"{event['phase']} +{event['at_s']:.2f} s, {event.get('compile_s', 0):.2f} s: {event['kernel']}\n  key {event['key']}")
         for e in earlier:

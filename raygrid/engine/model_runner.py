@@ -441,6 +441,10 @@ class ModelRunner:
             allowed_mask=torch.zeros(rows, self.vocab_size, device=dev),
             seeds=full(1, torch.int64), num_logprobs=[self.config.model.max_logprobs] * rows,
         )
+        # Structured outputs refuse tokens before sampling: a Triton kernel of its own, compiled here rather than while
+        # the first request with a grammar waits (every bit set: nothing refused).
+        all_rows = torch.arange(rows, device=dev)
+        apply_token_bitmask(logits, torch.full((rows, -(-self.vocab_size // 32)), -1, dtype=torch.int32, device=dev), all_rows, all_rows)
         self.sampler(logits, meta)
         # Temperature alone draws from the logits in the model's dtype, where the path above draws from float32
         # ones: a Triton variant of its own, compiled here rather than while the first such request waits.

@@ -104,7 +104,9 @@ def philox_uniform(seeds: torch.Tensor, vocab_size: int, block: int = 1024) -> t
     return out
 
 
-@triton.jit
+# The bitmask's width comes from the tokenizer, the logits' from the model: left to Triton, a width that is a multiple of
+# 16 would compile a variant of its own, and the engine's warm-up could not know which one requests will launch.
+@triton.jit(do_not_specialize=["stride_mask", "vocab_size", "num_words"])
 def _token_bitmask_kernel(logits_ptr, bitmask_ptr, rows_ptr, mask_rows_ptr, stride_logits, stride_mask, vocab_size, num_words,
                           WORDS: tl.constexpr):
     """One program: ``WORDS`` words (32 tokens each) of one row; refused tokens' logits become -inf."""
