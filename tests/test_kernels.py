@@ -53,6 +53,20 @@ def random_block_tables(seq_lens, block_size, num_blocks):
     return table.to(DEVICE)
 
 
+def prefill_case(cases, block_size, heads, kv_heads, head_dim, dtype):
+    """A batch of (cached context, new queries) sequences: a random cache, their block tables, lengths, query starts
+    and packed queries."""
+    seq_lens = [c + q for c, q in cases]
+    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
+    cache = make_cache(num_blocks, block_size, kv_heads, head_dim, dtype)
+    tables = random_block_tables(seq_lens, block_size, num_blocks)
+    starts = [0]
+    for _, q in cases:
+        starts.append(starts[-1] + q)
+    query = torch.randn(starts[-1], heads, head_dim, dtype=dtype, device=DEVICE)
+    return cache, tables, seq_lens, starts, query
+
+
 SHAPES = [
     # heads, kv_heads, head_dim, block_size
     (4, 2, 16, 4) if not ON_GPU else (16, 8, 128, 16),
@@ -115,14 +129,7 @@ def test_decode_padding_rows_are_zero(num_splits):
 def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, block_size, pack):
     # (context already cached, new query tokens): fresh prompts, chunks after a prefix, and decodes, mixed.
     cases = [(0, 9), (12, 5), (0, 1), (20, 1), (3, 30)] if not ON_GPU else [(0, 500), (1000, 300), (0, 1), (77, 1), (16, 129)]
-    seq_lens = [c + q for c, q in cases]
-    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
-    cache = make_cache(num_blocks, block_size, kv_heads, head_dim, dtype)
-    tables = random_block_tables(seq_lens, block_size, num_blocks)
-    starts = [0]
-    for _, q in cases:
-        starts.append(starts[-1] + q)
-    query = torch.randn(starts[-1], heads, head_dim, dtype=dtype, device=DEVICE)
+    cache, tables, seq_lens, starts, query = prefill_case(cases, block_size, heads, kv_heads, head_dim, dtype)
     scale = head_dim**-0.5
     expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
     got = paged_attention_prefill(
@@ -135,6 +142,44 @@ def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, 
         chosen = paged_attention_prefill(query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
                                          torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale)
         torch.testing.assert_close(chosen, expected, **tol(dtype))
+
+
+# float32 on the CPU; on a GPU bf16, the dtype the engine brings tiles in bulk for (float32 tiles are too large).
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if ON_GPU else [torch.float32])
+def test_prefill_attention_by_bulk_copies_of_whole_page_tiles(dtype):
+    """Pages of a multiple of block_n tokens: each key and value tile lies in one page, and the kernel brings it with
+    one bulk tensor copy (TMA) through descriptors over the cache's rows, unmasked; tiles of a whole page and of half
+    of one. The slots past a sequence's end in its last page hold anything, NaN here (a freed page's old keys, or
+    never written), and must not leak in; nor must keys of 400 times the others' size in a later page (the running
+    max must move for them)."""
+    from raygrid.kernels.triton_attention import _tma_fits
+
+    heads, kv_heads, head_dim = (4, 2, 16) if not ON_GPU else (16, 8, 128)
+    page = 32 if not ON_GPU else 128
+    cases = [(0, 9), (16, 21), (0, 1), (70, 3), (3, 30)] if not ON_GPU else [(0, 500), (1000, 300), (0, 1), (77, 1), (16, 129)]
+    cache, tables, seq_lens, starts, query = prefill_case(cases, page, heads, kv_heads, head_dim, dtype)
+    for row, n in enumerate(seq_lens):
+        cache[:, tables[row, (n - 1) // page], (n - 1) % page + 1 :] = float("nan")
+    # keys that raise the running max far, in a later page, before every query of the sequence
+    spike_row, spike_page = (3, 1) if not ON_GPU else (1, 3)
+    cache[0, tables[spike_row, spike_page], 8:12] *= 400
+    scale = head_dim**-0.5
+    expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
+    launches = [(16, 16, 2), (32, 32, 1)] if not ON_GPU else [(128, 64, 2), (128, 128, 2), (16, 64, 2)]  # (block_m, block_n, pack)
+    for block_m, block_n, pack in launches:
+        assert _tma_fits(cache[0], block_n)
+        got = paged_attention_prefill(
+            query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+            torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale, block_m=block_m, block_n=block_n, pack=pack,
+            num_warps=4 if block_n < 128 else 8, num_stages=2, tma=True,
+        )
+        torch.testing.assert_close(got, expected, **tol(dtype))
+    fp8 = cache.clamp(-448, 448).to(torch.float8_e4m3fn)  # an FP8 cache: its tiles come as float8, read as float16
+    expected = paged_attention_ref(query, fp8, tables, seq_lens, starts, scale)
+    got = paged_attention_prefill(query, fp8, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+                                  torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale, block_m=launches[0][0],
+                                  block_n=launches[0][1], num_warps=4, num_stages=2, tma=True)
+    torch.testing.assert_close(got, expected, **(tol(dtype) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)))
 
 
 def test_prefill_attention_on_a_padded_batch_as_a_cuda_graph_runs_it():

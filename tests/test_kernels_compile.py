@@ -26,6 +26,11 @@ KERNEL_MODULES = ["triton_allreduce", "triton_attention", "triton_linear", "trit
 
 
 def describe(value):
+    from triton.runtime.jit import mangle_type
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if isinstance(value, TensorDescriptor):  # a bulk-copy (TMA) descriptor: its type names dtype and block
+        return {"descriptor": mangle_type(value)}
     if isinstance(value, torch.Tensor):
         return {"tensor": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, (bool, int, float, str)) or value is None:
@@ -73,6 +78,9 @@ def exercise_every_kernel() -> None:
             starts = torch.tensor([0, 2, 5], dtype=torch.int32)
             triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), cache, tables, lens, starts,
                                                      0.25, block_m=16, block_n=16, pack=2)
+            whole_pages = torch.randn(2, 3, 16, kv_heads, dim).to(cache_dtype)  # tiles of one page: bulk copies
+            triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), whole_pages, tables[:, :1] % 3,
+                                                     lens, starts, 0.25, block_m=16, block_n=16, pack=2, tma=True)
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(3, 64, dtype=dtype)
         w = torch.randn(64, dtype=dtype)
@@ -129,6 +137,8 @@ BUILD = textwrap.dedent('''
                 signature[param.name], constexprs[param.name] = "constexpr", arg.get("value")
             elif "tensor" in arg:
                 signature[param.name] = "*" + TYPES[arg["tensor"]]
+            elif "descriptor" in arg:
+                signature[param.name] = arg["descriptor"]
             elif isinstance(arg["value"], bool):
                 signature[param.name] = "i1"
             elif isinstance(arg["value"], int):
@@ -173,8 +183,11 @@ def every_kernel() -> set[str]:
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="records launches under the interpreter (the CPU suite)")
 def test_every_kernel_builds_for_the_gpu(monkeypatch):
     launches = record_launches(monkeypatch)
-    # The kernels that wait for the one before them (kernels/pdl.py) do so only on a GPU: build that branch too.
-    launches += [dict(launch, args=dict(launch["args"], PDL={"value": True})) for launch in launches if "PDL" in launch["args"]]
+    # The kernels that wait for the one before them (kernels/pdl.py) do so only on a GPU, and only there ask for their
+    # weights before the wait: build those branches too.
+    gpu_only = dict(PDL={"value": True}, PREFETCH_LINES={"value": 8})
+    launches += [dict(launch, args=launch["args"] | {k: v for k, v in gpu_only.items() if k in launch["args"]})
+                 for launch in launches if "PDL" in launch["args"]]
     result = build_for_the_gpu(launches)
     assert not result["failures"], "\n".join(result["failures"])
     assert every_kernel() - set(result["built"]) == set(), "kernels no launch here reached: add a call to exercise_every_kernel"

@@ -1,6 +1,6 @@
 """Times the paged prefill attention kernel over launch configurations on the GPU, against PyTorch's fused
 attention (``scaled_dot_product_attention``, causal, on contiguous K/V: what transformers' sdpa path runs),
-at Qwen3-0.6B's heads (16 query heads, 8 kv heads, head_dim 128, bf16, 16-token pages). Throughput counts
+at Qwen3-0.6B's heads (16 query heads, 8 kv heads, head_dim 128, bf16, 16-token pages unless --page). Throughput counts
 causal FLOPs at half: 4 x N^2 x head_dim x heads / 2 per sequence. Every configuration's output is
 checked against PyTorch's.
 
@@ -65,9 +65,11 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[], metavar="JSON",
                         help="a launch to time, as changes to the default (repeatable), e.g. '{\"pipeline\": true}'")
     parser.add_argument("--cases", default=None, help="sequences x length pairs, e.g. 1x8192,1x32768")
+    parser.add_argument("--page", type=int, default=PAGE, help="tokens a cache page (the engine's block_size)")
     parser.add_argument("--page-order", default="random", choices=["random", "ascending"],
                         help="the sequences' pages in the cache: scattered, or in order as a fresh engine hands them out")
     args = parser.parse_args()
+    globals()["PAGE"] = args.page
     cases = CASES if args.cases is None else [parse_case(c) for c in args.cases.split(",")]
     if args.config:
         configs = [{**PREFILL_CONFIG, **json.loads(c)} for c in args.config]
@@ -97,7 +99,8 @@ def main() -> None:
                             "tflop_per_s": round(flops / ms / 1e9, 1)})
             print(f"{num_seqs} x {length}: torch sdpa {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
         for config in configs:
-            row = {"seqs": num_seqs, "len": length, "prefix": prefix, "pages": args.page_order, "kernel": "raygrid", **config}
+            row = {"seqs": num_seqs, "len": length, "prefix": prefix, "page": PAGE, "pages": args.page_order, "kernel": "raygrid",
+                   **config}
 
             def ours():
                 return paged_attention_prefill(packed, cache, tables, lens, starts, scale, **config)
