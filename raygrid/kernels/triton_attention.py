@@ -16,7 +16,11 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
+
+try:  # host-side descriptors of bulk (TMA) copies; older Tritons gather rows instead
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    TensorDescriptor = None
 
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import ROUND_BEFORE_FP8_CAST, round_to_e4m3
@@ -429,5 +433,5 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
 def _tma_fits(k_cache: torch.Tensor, block_n: int) -> bool:
     """Key tiles can come by bulk copy when each lies in one page and the cache's rows are dense in memory."""
     num_blocks, page, num_kv_heads, head_dim = k_cache.shape
-    return (page % block_n == 0 and head_dim == triton.next_power_of_2(head_dim)
+    return (TensorDescriptor is not None and page % block_n == 0 and head_dim == triton.next_power_of_2(head_dim)
             and k_cache.stride() == (page * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim, 1))
