@@ -24,26 +24,26 @@ from triton.testing import do_bench
 from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_attention import PREFILL_CONFIG, paged_attention_prefill
 
-HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
+HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16  # PAGE: the default of --page
 # (sequences, queries, cached prefix): whole prompts, then the last three chunks of a 32k prompt.
 CASES = [(1, 4096, 0), (1, 8192, 0), (1, 16384, 0), (1, 32768, 0), (8, 8192, 0), (1, 8192, 8192), (1, 8192, 16384),
          (1, 8192, 24576)]
 
 
-def make_case(num_seqs: int, length: int, prefix: int = 0, page_order: str = "random"):
+def make_case(num_seqs: int, length: int, prefix: int = 0, page_order: str = "random", page: int = PAGE):
     """Packed queries (the last ``length - prefix`` tokens of each sequence) and a paged cache holding the
     same keys and values in scattered pages, and the contiguous [seqs, heads, N, d] tensors PyTorch's kernel
     reads."""
     q = torch.randn(num_seqs, HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     k = torch.randn(num_seqs, KV_HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     v = torch.randn(num_seqs, KV_HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
-    pages = length // PAGE
+    pages = length // page
     order = torch.randperm(num_seqs * pages, device="cuda") if page_order == "random" else torch.arange(num_seqs * pages, device="cuda")
     tables = (1 + order).view(num_seqs, pages).int()
-    cache = torch.empty(2, num_seqs * pages + 1, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    cache = torch.empty(2, num_seqs * pages + 1, page, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     for s in range(num_seqs):
-        cache[0, tables[s].long()] = k[s].transpose(0, 1).reshape(pages, PAGE, KV_HEADS, HEAD_DIM)
-        cache[1, tables[s].long()] = v[s].transpose(0, 1).reshape(pages, PAGE, KV_HEADS, HEAD_DIM)
+        cache[0, tables[s].long()] = k[s].transpose(0, 1).reshape(pages, page, KV_HEADS, HEAD_DIM)
+        cache[1, tables[s].long()] = v[s].transpose(0, 1).reshape(pages, page, KV_HEADS, HEAD_DIM)
     queries = length - prefix
     packed = q[:, :, prefix:].transpose(1, 2).reshape(num_seqs * queries, HEADS, HEAD_DIM).contiguous()
     lens = torch.full((num_seqs,), length, dtype=torch.int32, device="cuda")
@@ -69,7 +69,6 @@ def main() -> None:
     parser.add_argument("--page-order", default="random", choices=["random", "ascending"],
                         help="the sequences' pages in the cache: scattered, or in order as a fresh engine hands them out")
     args = parser.parse_args()
-    globals()["PAGE"] = args.page
     cases = CASES if args.cases is None else [parse_case(c) for c in args.cases.split(",")]
     if args.config:
         configs = [{**PREFILL_CONFIG, **json.loads(c)} for c in args.config]
@@ -85,7 +84,7 @@ def main() -> None:
                    dict(block_m=64, block_n=64, num_warps=4, num_stages=2, pack=1)]
     results = []
     for num_seqs, length, prefix in cases:
-        (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, prefix + length, prefix, args.page_order)
+        (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, prefix + length, prefix, args.page_order, args.page)
         scale = HEAD_DIM**-0.5
         flops = num_seqs * 4 * length * (prefix + length / 2) * HEAD_DIM * HEADS
 
@@ -99,7 +98,7 @@ def main() -> None:
                             "tflop_per_s": round(flops / ms / 1e9, 1)})
             print(f"{num_seqs} x {length}: torch sdpa {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
         for config in configs:
-            row = {"seqs": num_seqs, "len": length, "prefix": prefix, "page": PAGE, "pages": args.page_order, "kernel": "raygrid",
+            row = {"seqs": num_seqs, "len": length, "prefix": prefix, "page": args.page, "pages": args.page_order, "kernel": "raygrid",
                    **config}
 
             def ours():

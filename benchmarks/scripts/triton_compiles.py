@@ -1,5 +1,6 @@
 """Which Triton kernel variants an engine compiles, and when: at start, in the benchmark's warm-up, or during
-the run, where a user's requests wait for them; then for requests with each sampling feature alone, and grammars. Run it with an empty TRITON_CACHE_DIR to see a fresh machine.
+the run, where a user's requests wait for them; then for requests with each sampling feature alone, and grammars.
+Run it with an empty TRITON_CACHE_DIR to see a fresh machine.
 
     TRITON_CACHE_DIR=$(mktemp -d) python3 benchmarks/scripts/triton_compiles.py OUT.json [--model M] [engine args]
 
