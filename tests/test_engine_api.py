@@ -40,6 +40,21 @@ def test_engine_args_make_every_cli_flag():
         EngineArgs(max_model_length=5)
 
 
+def test_kv_block_size_defaults_by_device(qwen3_dir):
+    """Unset, the KV block size resolves by device: 64 on a GPU (pages of whole prefill tiles), 16 on CPU; a
+    given size stays."""
+    import torch
+
+    from raygrid.config import CPU_BLOCK_SIZE, GPU_BLOCK_SIZE
+
+    def block_size(**kwargs):
+        return EngineArgs(model=qwen3_dir, **kwargs).create_engine_config().cache.block_size
+
+    assert (block_size(device="cpu"), block_size(device="cuda")) == (CPU_BLOCK_SIZE, GPU_BLOCK_SIZE) == (16, 64)
+    assert block_size(device="cuda", block_size=16) == 16 and block_size(device="cpu", block_size=32) == 32
+    assert block_size() == (GPU_BLOCK_SIZE if torch.cuda.is_available() else CPU_BLOCK_SIZE)  # device "auto"
+
+
 def test_llm_engine_loop_as_vllms_example(qwen3_dir, llm, tokenizer):
     """vLLM's llm_engine_example.py, with only the import changed: add requests, step until done, read the
     finished outputs; they equal LLM.generate's. abort_request ends a request with finish_reason 'abort'."""

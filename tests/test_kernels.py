@@ -180,6 +180,14 @@ def test_prefill_attention_by_bulk_copies_of_whole_page_tiles(dtype):
                                   torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale, block_m=launches[0][0],
                                   block_n=launches[0][1], num_warps=4, num_stages=2, tma=True)
     torch.testing.assert_close(got, expected, **(tol(dtype) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)))
+    # Heads narrower than a 16-wide tile (the test checkpoints' 8): the query tile is padded to 16 columns, which a
+    # bulk copy of 8 cannot fill, so such a cache gathers rows whatever ``tma`` says.
+    cache, tables, seq_lens, starts, query = prefill_case(cases, page, 4, 2, 8, dtype)
+    assert not _tma_fits(cache[0], 16)
+    got = paged_attention_prefill(query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+                                  torch.tensor(starts, dtype=torch.int32, device=DEVICE), 8**-0.5, block_m=16,
+                                  block_n=16, num_warps=4, num_stages=2, tma=True)
+    torch.testing.assert_close(got, paged_attention_ref(query, cache, tables, seq_lens, starts, 8**-0.5), **tol(dtype))
 
 
 def test_prefill_attention_on_a_padded_batch_as_a_cuda_graph_runs_it():

@@ -33,7 +33,7 @@ class EngineArgs:
     max_model_len: int | None = _arg(None, "longest prompt + output (default: the checkpoint's)")
     max_num_seqs: int = _arg(256, "requests in one step at most")
     max_num_batched_tokens: int | None = _arg(None, "tokens in one step at most (default 8192)")
-    block_size: int = _arg(16, "tokens per KV cache block")
+    block_size: int | None = _arg(None, "tokens per KV cache block (default: 64 on a GPU, 16 on CPU)")
     num_kv_blocks: int | None = _arg(None, "fix the KV pool's size (default: sized from memory)")
     enable_prefix_caching: bool = _arg(True, "reuse the KV blocks of earlier requests' shared prefixes")
     prefix_caching_hash_seed: str | None = _arg(None, "fix the root of the prefix-cache block hashes (replicas sharing it "

@@ -431,7 +431,8 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
 
 
 def _tma_fits(k_cache: torch.Tensor, block_n: int) -> bool:
-    """Key tiles can come by bulk copy when each lies in one page and the cache's rows are dense in memory."""
+    """Key tiles can come by bulk copy when each lies in one page, a head fills the kernel's tile width (a power of 2,
+    at least 16) and the cache's rows are dense in memory."""
     num_blocks, page, num_kv_heads, head_dim = k_cache.shape
-    return (TensorDescriptor is not None and page % block_n == 0 and head_dim == triton.next_power_of_2(head_dim)
+    return (TensorDescriptor is not None and page % block_n == 0 and head_dim == max(16, triton.next_power_of_2(head_dim))
             and k_cache.stride() == (page * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim, 1))
