@@ -527,7 +527,9 @@ def test_fused_moe_replays_in_a_cuda_graph_with_new_routing():
 
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_skinny_linear(with_bias):
-    """Small decode batches' linear layers against F.linear: 1 to 16 rows, K a multiple of the K tile or not."""
+    """Small decode batches' linear layers against F.linear: 1 to 16 rows, K a multiple of the K tile or not, K
+    whole in a program or sliced over several (split-K: the last program of a column block sums the slices, and
+    leaves its counter at 0 for the next launch, which the repeated launches check)."""
     from raygrid.kernels.triton_linear import skinny_linear
 
     dtype = torch.bfloat16 if ON_GPU else torch.float32
@@ -535,10 +537,10 @@ def test_skinny_linear(with_bias):
     for n, k in shapes:
         weight = torch.randn(n, k, dtype=dtype, device=DEVICE) / k**0.5
         bias = torch.randn(n, dtype=dtype, device=DEVICE) if with_bias else None
-        for m in (1, 3, 16):
+        for m, split_k in [(1, 1), (3, 1), (16, 1), (1, 3), (16, 2), (5, 3), (1, 3)]:
             x = torch.randn(m, k, dtype=dtype, device=DEVICE)
             expected = torch.nn.functional.linear(x.float(), weight.float(), None if bias is None else bias.float())
-            got = skinny_linear(x, weight, bias, block_n=16, block_k=64 if not ON_GPU else None)
+            got = skinny_linear(x, weight, bias, block_n=16, block_k=64 if not ON_GPU else None, split_k=split_k)
             torch.testing.assert_close(got.float(), expected, **tol(dtype))
     with pytest.raises(ValueError, match="at most 16 rows"):
         skinny_linear(torch.randn(17, 64, dtype=dtype, device=DEVICE), torch.randn(8, 64, dtype=dtype, device=DEVICE))

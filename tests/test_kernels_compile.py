@@ -96,7 +96,8 @@ def exercise_every_kernel() -> None:
         triton_quant.per_token_quant_fp8(x, 1e-12)
         triton_quant.per_token_quant_fp8(torch.randn(1, triton_quant.ONE_PASS_MAX + 8, dtype=dtype), 1e-12)
         triton_quant.scale_fp8_product(x.clone(), torch.rand(3, 1), torch.rand(64), w)
-        triton_linear.skinny_linear(x, torch.randn(24, 64, dtype=dtype), block_n=16, block_k=32)
+        for split_k in (1, 2):
+            triton_linear.skinny_linear(x, torch.randn(24, 64, dtype=dtype), block_n=16, block_k=32, split_k=split_k)
         experts, hidden, inter = 4, 32, 16
         logits = torch.randn(6, experts, dtype=dtype)
         triton_moe.fused_moe(torch.randn(6, hidden, dtype=dtype), torch.randn(experts, 2 * inter, hidden, dtype=dtype),
