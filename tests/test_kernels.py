@@ -163,30 +163,28 @@ def test_prefill_attention_by_bulk_copies_of_whole_page_tiles(dtype):
     # keys that raise the running max far, in a later page, before every query of the sequence
     spike_row, spike_page = (3, 1) if not ON_GPU else (1, 3)
     cache[0, tables[spike_row, spike_page], 8:12] *= 400
+    lens, query_starts = (torch.tensor(v, dtype=torch.int32, device=DEVICE) for v in (seq_lens, starts))
+
+    def bulk(query, cache, tables, scale, **launch):  # the kernel, told to bring tiles by bulk copy (same lengths each call)
+        return paged_attention_prefill(query, cache, tables, lens, query_starts, scale, num_stages=2, tma=True, **launch)
+
     scale = head_dim**-0.5
     expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
     launches = [(16, 16, 2), (32, 32, 1)] if not ON_GPU else [(128, 64, 2), (128, 128, 2), (16, 64, 2)]  # (block_m, block_n, pack)
     for block_m, block_n, pack in launches:
         assert _tma_fits(cache[0], block_n)
-        got = paged_attention_prefill(
-            query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
-            torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale, block_m=block_m, block_n=block_n, pack=pack,
-            num_warps=4 if block_n < 128 else 8, num_stages=2, tma=True,
-        )
+        got = bulk(query, cache, tables, scale, block_m=block_m, block_n=block_n, pack=pack,
+                   num_warps=4 if block_n < 128 else 8)
         torch.testing.assert_close(got, expected, **tol(dtype))
     fp8 = cache.clamp(-448, 448).to(torch.float8_e4m3fn)  # an FP8 cache: its tiles come as float8, read as float16
     expected = paged_attention_ref(query, fp8, tables, seq_lens, starts, scale)
-    got = paged_attention_prefill(query, fp8, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
-                                  torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale, block_m=launches[0][0],
-                                  block_n=launches[0][1], num_warps=4, num_stages=2, tma=True)
+    got = bulk(query, fp8, tables, scale, block_m=launches[0][0], block_n=launches[0][1], num_warps=4)
     torch.testing.assert_close(got, expected, **(tol(dtype) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)))
     # Heads narrower than a 16-wide tile (the test checkpoints' 8): the query tile is padded to 16 columns, which a
     # bulk copy of 8 cannot fill, so such a cache gathers rows whatever ``tma`` says.
     cache, tables, seq_lens, starts, query = prefill_case(cases, page, 4, 2, 8, dtype)
     assert not _tma_fits(cache[0], 16)
-    got = paged_attention_prefill(query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
-                                  torch.tensor(starts, dtype=torch.int32, device=DEVICE), 8**-0.5, block_m=16,
-                                  block_n=16, num_warps=4, num_stages=2, tma=True)
+    got = bulk(query, cache, tables, 8**-0.5, block_m=16, block_n=16, num_warps=4)
     torch.testing.assert_close(got, paged_attention_ref(query, cache, tables, seq_lens, starts, 8**-0.5), **tol(dtype))
 
 

@@ -54,6 +54,11 @@ def _store_kv_kernel(
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
 
+def _tile_width(head_dim: int) -> int:
+    """Columns of the kernels' head tiles (``BLOCK_D``): a power of 2, at least 16 (``tl.dot``'s least)."""
+    return max(16, triton.next_power_of_2(head_dim))
+
+
 def store_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Write key/value ``[T, kv_heads, head_dim]`` into the cache slots; a slot of -1 is skipped."""
     num_tokens, num_kv_heads, head_dim = key.shape
@@ -63,7 +68,7 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slo
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_H=triton.next_power_of_2(num_kv_heads),
-        BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PAGE=k_cache.shape[1],
+        BLOCK_D=_tile_width(head_dim), PAGE=k_cache.shape[1],
         FP8_CACHE=k_cache.dtype == torch.float8_e4m3fn, ROUND_FIRST=ROUND_BEFORE_FP8_CAST, **pdl_launch(key.device),
     )
 
@@ -362,7 +367,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     group = num_heads // num_kv_heads
     out = torch.empty_like(query) if out is None else out
     splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    block_d = _tile_width(head_dim)
     partial_out = partial_lse = out  # unused placeholders when not splitting
     if splits > 1:
         partial_out = torch.empty(num_seqs, num_heads, splits, block_d, dtype=torch.float32, device=query.device)
@@ -423,7 +428,7 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         query, keys, values, block_tables, seq_lens, query_start_loc, out, scale, num_seqs,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=_tile_width(head_dim),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
         FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=tma, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
@@ -431,8 +436,8 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
 
 
 def _tma_fits(k_cache: torch.Tensor, block_n: int) -> bool:
-    """Key tiles can come by bulk copy when each lies in one page, a head fills the kernel's tile width (a power of 2,
-    at least 16) and the cache's rows are dense in memory."""
+    """Key tiles can come by bulk copy when each lies in one page, a head fills the kernels' tile width exactly and the
+    cache's rows are dense in memory."""
     num_blocks, page, num_kv_heads, head_dim = k_cache.shape
-    return (TensorDescriptor is not None and page % block_n == 0 and head_dim == max(16, triton.next_power_of_2(head_dim))
+    return (TensorDescriptor is not None and page % block_n == 0 and head_dim == _tile_width(head_dim)
             and k_cache.stride() == (page * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim, 1))
