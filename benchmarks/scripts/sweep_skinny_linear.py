@@ -24,35 +24,12 @@ import time
 import torch
 import torch.nn.functional as F
 
+from raygrid.bench.kernel_timing import chain_us
 from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_linear import skinny_config, skinny_linear
 
 SHAPES = {"qkv": (4096, 1024), "o": (1024, 2048), "gate_up": (6144, 1024), "down": (1024, 3072)}  # Qwen3-0.6B (N, K)
 LAYERS = 28
-
-
-def chain_us(calls, replays: int = 20) -> float:
-    """Microseconds per call of ``calls`` (each a zero-argument function), captured in order in one CUDA graph."""
-    for call in calls:  # compile, allocate
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(3):
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / replays / len(calls))
-    del graph
-    return min(times)
 
 
 def launch_name(launch: dict) -> str:
