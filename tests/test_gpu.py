@@ -212,12 +212,14 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model
     is 1 or a multiple of 16. On an H200 one takes 0.4 to 2 s, which a user's requests would wait for if a step
     launched a variant that the engine's start (memory profile, graph captures) had not. Requests here bring
     prefill steps of one and of several sequences, past the graphs' sizes and within them, decode steps, mixed
-    steps, and sampling by temperature alone, with top-p, greedy and with logprobs, then with each other sampling
-    feature alone and with a grammar."""
+    steps, and sampling by temperature alone, with top-p, greedy and with logprobs, then every sampling feature of
+    the execution-mode tests (``params_per_prompt``), a grammar's among them."""
     import importlib
 
     from triton import knobs
     from triton.runtime.jit import JITFunction
+
+    from tests.test_execution_modes import params_per_prompt
 
     kernels = [obj for name in ("triton_attention", "triton_ops", "triton_linear", "triton_sampling")
                for obj in vars(importlib.import_module(f"raygrid.kernels.{name}")).values() if isinstance(obj, JITFunction)]
@@ -239,11 +241,9 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model
         later = [SamplingParams(temperature=0.8, max_tokens=4 + i % 9, ignore_eos=True) for i in range(72)]
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts[3:]] * 24, later, use_tqdm=False)
         assert [len(o.outputs[0].token_ids) for o in outputs] == [p.max_tokens for p in later]
-        # each other sampling feature alone, and a grammar (its bitmask kernel)
-        features = [SamplingParams(max_tokens=6, **f) for f in (
-            dict(temperature=0.8, top_k=20), dict(temperature=0.8, min_p=0.1), dict(temperature=0.8, repetition_penalty=1.2),
-            dict(temperature=0.8, frequency_penalty=0.5, presence_penalty=0.5), dict(temperature=0.8, seed=7),
-            dict(temperature=0.8, logit_bias={5: 2.0}), dict(temperature=0.0, structured_outputs={"regex": "[a-z]{1,12}"}))]
+        # every sampling feature of the execution-mode tests, alone and together: penalties, min_tokens, stop tokens,
+        # top-k/top-p/min-p, seeds, logprobs and prompt logprobs, n, logit bias, bad words, allowed tokens, a grammar
+        features = params_per_prompt(stop_token=5)
         outputs = llm.generate([{"prompt_token_ids": prompts[4]}] * len(features), features, use_tqdm=False)
         assert all(o.outputs[0].token_ids for o in outputs)
     finally:

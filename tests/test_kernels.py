@@ -110,6 +110,37 @@ def test_decode_attention(dtype, heads, kv_heads, head_dim, block_size, num_spli
     torch.testing.assert_close(got, expected, **tol(dtype))
 
 
+# float32 on the CPU; on a GPU bf16, the dtype the engine brings tiles in bulk for.
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if ON_GPU else [torch.float32])
+def test_decode_attention_by_bulk_copies_of_whole_page_tiles(dtype):
+    """Pages of a multiple of block_n tokens: the decode kernel brings each key and value tile with one bulk copy
+    (TMA), whole or split into slices. The slots past a sequence's end in its last page hold NaN and must not leak
+    in; keys of 400 times the others' size in a later page must move the running max."""
+    from raygrid.kernels.triton_attention import _tma_fits
+
+    heads, kv_heads, head_dim, page = (4, 2, 16, 32) if not ON_GPU else (16, 8, 128, 64)
+    seq_lens = [1, 9, 70, 33, 64] if not ON_GPU else [1, 17, 300, 1024, 2000, 77]
+    num_blocks = sum(-(-n // page) for n in seq_lens) + 4
+    cache = make_cache(num_blocks, page, kv_heads, head_dim, dtype)
+    tables = random_block_tables(seq_lens, page, num_blocks)
+    for row, n in enumerate(seq_lens):
+        cache[:, tables[row, (n - 1) // page], (n - 1) % page + 1 :] = float("nan")
+    cache[0, tables[2, 1], 8:12] *= 400
+    query = torch.randn(len(seq_lens), heads, head_dim, dtype=dtype, device=DEVICE)
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    scale = head_dim**-0.5
+    expected = paged_attention_ref(query, cache, tables, seq_lens, list(range(len(seq_lens) + 1)), scale)
+    for block_n, splits in [(page, 1), (page // 2, 1), (page // 2, 3)]:
+        assert _tma_fits(cache[0], block_n)
+        got = paged_attention_decode(query, cache, tables, lens, scale, block_n=block_n, num_splits=splits,
+                                     min_split_tokens=page, tma=True)
+        torch.testing.assert_close(got, expected, **tol(dtype))
+    fp8 = cache.clamp(-448, 448).to(torch.float8_e4m3fn)  # an FP8 cache: its tiles come as float8, read as float16
+    got = paged_attention_decode(query, fp8, tables, lens, scale, block_n=page, num_splits=1, tma=True)
+    torch.testing.assert_close(got, paged_attention_ref(query, fp8, tables, seq_lens, list(range(len(seq_lens) + 1)), scale),
+                               **(tol(dtype) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)))
+
+
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_decode_padding_rows_are_zero(num_splits):
     heads, kv_heads, head_dim, block_size = SHAPES[0]

@@ -7,6 +7,7 @@ sequences alone (interactive serving), where splitting the context matters.
     python benchmarks/scripts/sweep_decode_attention.py --default-config-only   # splits on and off only
     python benchmarks/scripts/sweep_decode_attention.py --long   # a few long sequences: more slices, shorter ones
     python benchmarks/scripts/sweep_decode_attention.py --policies   # the split policy against the one before it
+    python benchmarks/scripts/sweep_decode_attention.py --tma   # 64-token pages: tiles gathered by rows or bulk copied
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ CASES = [(256, 530), (128, 1200), (32, 1536), (8, 1800), (4, 8192), (1, 16384)] 
 LONG_CASES = [(1, 32768), (1, 8192), (2, 16384), (4, 8192)]
 
 
-def make_case(num_seqs: int, context: int):
-    blocks_per_seq = -(-context // PAGE)
-    cache = torch.randn(2, num_seqs * blocks_per_seq + 1, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+def make_case(num_seqs: int, context: int, page: int = PAGE):
+    blocks_per_seq = -(-context // page)
+    cache = torch.randn(2, num_seqs * blocks_per_seq + 1, page, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     tables = (1 + torch.randperm(num_seqs * blocks_per_seq, device="cuda")).view(num_seqs, blocks_per_seq).int()
     query = torch.randn(num_seqs, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     lens = torch.full((num_seqs,), context, dtype=torch.int32, device="cuda")
@@ -43,9 +44,14 @@ def main() -> None:
                                                             "of at least 256 or 512 tokens")
     parser.add_argument("--policies", action="store_true", help="every case under the current split policy and the "
                                                                 "one before it (1 program per SM, 16 slices of 512 at most)")
+    parser.add_argument("--tma", action="store_true", help="64-token pages (a GPU engine's), 64-key tiles gathered by "
+                                                           "rows or bulk copied, over warps and stages; 16-token pages "
+                                                           "gathered by the old default alongside")
     args = parser.parse_args()
     if args.policies:
         return compare_policies(args)
+    if args.tma:
+        return sweep_tma(args)
     grid = ((64,), (4,), (2,)) if args.default_config_only else ((32, 64, 128), (4, 8), (2, 3, 4))
     if args.long:
         return sweep_long(args)
@@ -101,6 +107,39 @@ def sweep_long(args) -> None:
                        and r["splits"] == auto and r["min_split"] == 512)
         print(f"{num_seqs} x {context}: default {default['us']} us ({default['tb_per_s']} TB/s, {auto} splits); "
               f"best {min(mine, key=lambda r: r['us'])}", flush=True)
+    write_json(args.output_json, results)
+
+
+def sweep_tma(args) -> None:
+    """Each case with CUDA-graph timing (the engine replays its decode steps): the old default launch over 16-token
+    pages, then over 64-token pages every (gather or bulk copy, warps, stages), with the split count the engine takes."""
+    from raygrid.bench.kernel_timing import cuda_graph_ms
+
+    results = []
+    for num_seqs, context in CASES + [(1, 32768)]:
+        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        splits = decode_splits(num_seqs, KV_HEADS, torch.device("cuda"))
+        launches = [(16, False, 4, 2)] + list(itertools.product((64,), (False, True), (4, 8), (2, 3, 4)))
+        cases = {page: make_case(num_seqs, context, page) for page in (16, 64)}
+        for page, tma, warps, stages in launches:
+            query, cache, tables, lens = cases[page]
+            row = {"seqs": num_seqs, "context": context, "page": page, "tma": tma, "warps": warps, "stages": stages,
+                   "splits": splits}
+            try:
+                ms = cuda_graph_ms(lambda: paged_attention_decode(query, cache, tables, lens, HEAD_DIM**-0.5, block_n=64,
+                                                                  num_splits=splits, num_warps=warps, num_stages=stages,
+                                                                  tma=tma))
+            except Exception as error:  # noqa: BLE001 - a launch that does not fit is recorded, not fatal
+                results.append({**row, "error": f"{type(error).__name__}: {error}"[:300]})
+                continue
+            results.append({**row, "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+        del cases
+        mine = [r for r in results if r["seqs"] == num_seqs and r["context"] == context and "us" in r]
+        def best(**match):
+            return min((r for r in mine if all(r[k] == v for k, v in match.items())), key=lambda r: r["us"], default=None)
+        print(f"{num_seqs} x {context} ({splits} splits): page 16 {best(page=16)['us']} us; page 64 gathered "
+              f"{best(page=64, tma=False, warps=4, stages=2)['us']} us (best {best(page=64, tma=False)}); bulk "
+              f"{best(page=64, tma=True, warps=4, stages=2)['us']} us (best {best(page=64, tma=True)})", flush=True)
     write_json(args.output_json, results)
 
 

@@ -1,9 +1,10 @@
 """Attention of a mixed step on the GPU: many decode rows (one query each) beside a few prompts. Times the
 prefill kernel over the whole batch across launch configurations, and the split launch (the decode kernel
 over the decode rows, the prefill kernel over the prompts), at Qwen3-0.6B's heads (16 query heads, 8 kv
-heads, head_dim 128, bf16, 16-token pages). Every launch's output is checked against the default launch's.
+heads, head_dim 128, bf16, 64-token pages as a GPU engine's, or --page). Every launch's output is checked against
+the default launch's. Where pages hold whole key tiles, each launch runs with tiles gathered by rows and by bulk copy.
 
-    python benchmarks/scripts/sweep_mixed_attention.py --output-json sweep.json [--decodes 256 --context 640 --prompts 2 --prompt-len 512]
+    python benchmarks/scripts/sweep_mixed_attention.py --output-json sweep.json [--decodes 256 --context 640 --prompts 2 --prompt-len 512 --page 64]
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from triton.testing import do_bench
 from raygrid.bench.throughput import provenance
 from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill
 
-HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
+HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
 
 
-def make_case(decodes: int, context: int, prompts: int, prompt_len: int):
+def make_case(decodes: int, context: int, prompts: int, prompt_len: int, page: int):
     """Packed queries (decode rows first), a paged cache in scattered pages, and the batch's metadata."""
     q_lens = [1] * decodes + [prompt_len] * prompts
     seq_lens = [context] * decodes + [prompt_len] * prompts
-    pages = [-(-s // PAGE) for s in seq_lens]
+    pages = [-(-s // page) for s in seq_lens]
     max_pages = max(pages)
     total_pages = sum(pages)
     order = 1 + torch.randperm(total_pages, device="cuda")
@@ -34,7 +35,7 @@ def make_case(decodes: int, context: int, prompts: int, prompt_len: int):
     for i, n in enumerate(pages):
         tables[i, :n] = order[at : at + n].int()
         at += n
-    cache = torch.randn(2, total_pages + 1, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    cache = torch.randn(2, total_pages + 1, page, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     query = torch.randn(sum(q_lens), HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     starts = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32, device="cuda")
     lens = torch.tensor(seq_lens, dtype=torch.int32, device="cuda")
@@ -48,9 +49,10 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=640)
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--prompt-len", type=int, default=512)
+    parser.add_argument("--page", type=int, default=64)
     args = parser.parse_args()
     torch.manual_seed(0)
-    query, cache, tables, lens, starts, _ = make_case(args.decodes, args.context, args.prompts, args.prompt_len)
+    query, cache, tables, lens, starts, _ = make_case(args.decodes, args.context, args.prompts, args.prompt_len, args.page)
     scale = HEAD_DIM**-0.5
     d = args.decodes
     reference = paged_attention_prefill(query, cache, tables, lens, starts, scale)
@@ -67,12 +69,13 @@ def main() -> None:
     if d:
         record("decode kernel alone (decode rows only, not checked)", lambda: torch.cat([
             paged_attention_decode(query[:d], cache, tables[:d], lens[:d], scale), reference[d:]]))
-    for block_m, pack, block_n, warps, stages in itertools.product((16, 32, 64, 128), (1, 2), (64,), (4,), (2, 3)):
+    bulk = (False, True) if args.page % 64 == 0 else (False,)
+    for block_m, pack, block_n, warps, stages, tma in itertools.product((16, 32, 64, 128), (1, 2), (64,), (4,), (2, 3), bulk):
         if block_m // pack < 1:
             continue
-        name = f"prefill kernel, block_m={block_m} pack={pack} block_n={block_n} warps={warps} stages={stages}"
+        name = f"prefill kernel, block_m={block_m} pack={pack} block_n={block_n} warps={warps} stages={stages} tma={tma}"
         record(name, lambda: paged_attention_prefill(query, cache, tables, lens, starts, scale, block_m=block_m,
-                                                      block_n=block_n, num_warps=warps, num_stages=stages, pack=pack))
+                                                      block_n=block_n, num_warps=warps, num_stages=stages, pack=pack, tma=tma))
     if d and args.prompts:
         def split():
             out = torch.empty_like(query)

@@ -75,22 +75,32 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slo
 
 @triton.jit
 def _attend_tile(
-    q, pos, kv_valid, score_mask, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row_ptr, kvh, qk_scale, dims,
+    q, start, pos, kv_valid, score_mask, m_i, l_i, acc, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
     stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    TMA: tl.constexpr,
 ):
-    """One step of online softmax: the queries ``q`` against the keys at positions ``pos`` (found through
-    the block table), folded into the running max ``m_i``, sum ``l_i`` and output ``acc`` (base 2)."""
-    block = tl.load(table_row_ptr + pos // PAGE, mask=kv_valid, other=0)
-    offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
-    kvmask = kv_valid[:, None] & (dims[None, :] < HEAD_DIM)
-    k = tl.load(k_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)
+    """One step of online softmax: the queries ``q`` against the keys at positions ``pos`` (``start`` on, found through
+    the block table), folded into the running max ``m_i``, sum ``l_i`` and output ``acc`` (base 2). With TMA the
+    tile starts at a multiple of its length and lies in one page; ``k_cache``/``v_cache`` are tensor descriptors
+    over the cache's [slots, kv_heads * head_dim] rows, and each tile comes by one bulk copy."""
+    if TMA:
+        row = tl.load(table_row_ptr + start // PAGE) * PAGE + start % PAGE
+        k = k_cache.load([row, kvh * HEAD_DIM]).to(q.dtype)
+    else:
+        block = tl.load(table_row_ptr + pos // PAGE, mask=kv_valid, other=0)
+        offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
+        kvmask = kv_valid[:, None] & (dims[None, :] < HEAD_DIM)
+        k = tl.load(k_cache + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
     s = tl.where(score_mask, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_cache_ptr + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)
+    if TMA:  # the page's slots past the context hold anything; p is 0 there, and 0 x NaN is not
+        v = tl.where(kv_valid[:, None], v_cache.load([row, kvh * HEAD_DIM]).to(q.dtype), 0.0)
+    else:
+        v = tl.load(v_cache + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return m_new, l_i, acc
 
@@ -101,7 +111,7 @@ def _decode_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr, PDL: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
@@ -130,8 +140,8 @@ def _decode_kernel(
         pos = start + tl.arange(0, BLOCK_N)
         valid = pos < hi
         m_i, l_i, acc = _attend_tile(
-            q, pos, valid, valid[None, :], m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr + b * stride_bt, kvh,
-            qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, PAGE, DOT_PRECISION,
+            q, start, pos, valid, valid[None, :], m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr + b * stride_bt, kvh,
+            qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, PAGE, DOT_PRECISION, TMA,
         )
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # padding rows (seq_len 0) and empty splits: zeros
     if SPLITS == 1:
@@ -329,8 +339,11 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # The decode kernel's launch: block_n keys a step, fp8_block_n over an FP8 cache (the same 16 KiB tile of keys).
 # Measured on an H200 (benchmarks/README.md): 128 keys over the FP8 cache gave W1 on the 8B shape +4.7%; over
 # bf16, 64 and 128 are within noise. RAYGRID_DECODE_CONFIG (JSON, e.g. '{"block_n": 128}') overrides it, for
-# benchmarks of other launches (benchmarks/scripts/sweep_decode_kv_dtype.py times several).
-DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2)
+# benchmarks of other launches (benchmarks/scripts/sweep_decode_kv_dtype.py times several). tma: tiles by bulk copy
+# where pages hold them whole, only in launches that split contexts (few long sequences). In one device command on an
+# H200, bulk copies took batch-1 TPOT at 32k from 2.036 to 2.001 ms, but W1's decode steps of 64 to 256 sequences
+# ran 3% slower with them, though the kernel sweep at those shapes put the two within 3% either way.
+DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split")
 DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
 
 
@@ -356,9 +369,12 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
-                           num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"]):
+                           num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],
+                           tma: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
-    is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size)."""
+    is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size). With ``tma``,
+    where pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy (the default for 16-bit
+    queries, from ``DECODE_CONFIG``); otherwise rows are gathered through the block table."""
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     if block_n is None:
@@ -372,13 +388,19 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     if splits > 1:
         partial_out = torch.empty(num_seqs, num_heads, splits, block_d, dtype=torch.float32, device=query.device)
         partial_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=query.device)
+    if tma is None:  # DECODE_CONFIG's "tma": True, False, or "split" (where the contexts are split)
+        policy = DECODE_CONFIG["tma"]
+        tma = query.element_size() == 2 and (policy is True or (policy == "split" and splits > 1))
+    # a slice starts at a multiple of min_split_tokens' tiles, so its tiles stay within pages
+    tma = tma and (splits == 1 or min_split_tokens % block_n == 0)
+    keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
     _decode_kernel[(num_seqs, num_kv_heads, splits)](
-        query, k_cache, v_cache, block_tables, seq_lens, out, partial_out, partial_lse, scale,
+        query, keys, values, block_tables, seq_lens, out, partial_out, partial_lse, scale,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
-        DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache),
+        DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
         num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
     if splits > 1:
@@ -417,20 +439,14 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     pack = math.gcd(pack, group)
     out = torch.empty_like(query) if out is None else out
     grid = (num_heads // pack, num_tokens // (block_m // pack) + num_seqs)
-    keys, values = k_cache, v_cache
-    if tma and _tma_fits(k_cache, block_n):  # shapes given, not read back by from_tensor: 3 us a descriptor, not 7
-        rows, width = k_cache.shape[0] * k_cache.shape[1], num_kv_heads * head_dim
-        keys = TensorDescriptor(k_cache.view(rows, width), [rows, width], [width, 1], [block_n, head_dim])
-        values = TensorDescriptor(v_cache.view(rows, width), [rows, width], [width, 1], [block_n, head_dim])
-    else:
-        tma = False
+    keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
     _prefill_kernel[grid](
         query, keys, values, block_tables, seq_lens, query_start_loc, out, scale, num_seqs,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=_tile_width(head_dim),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
-        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=tma, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
+        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
     return out
 
@@ -441,3 +457,15 @@ def _tma_fits(k_cache: torch.Tensor, block_n: int) -> bool:
     num_blocks, page, num_kv_heads, head_dim = k_cache.shape
     return (TensorDescriptor is not None and page % block_n == 0 and head_dim == _tile_width(head_dim)
             and k_cache.stride() == (page * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim, 1))
+
+
+def _cache_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int):
+    """Tensor descriptors of bulk copies of ``block_n`` keys (and values) of one kv head, over the cache's
+    [slots, kv_heads * head_dim] rows; the caches themselves where the tiles cannot come that way (``_tma_fits``).
+    The shapes are given, not read back by ``from_tensor``: 3 us a descriptor on the host, not 7."""
+    if not _tma_fits(k_cache, block_n):
+        return k_cache, v_cache
+    num_blocks, page, num_kv_heads, head_dim = k_cache.shape
+    rows, width = num_blocks * page, num_kv_heads * head_dim
+    return tuple(TensorDescriptor(cache.view(rows, width), [rows, width], [width, 1], [block_n, head_dim])
+                 for cache in (k_cache, v_cache))
