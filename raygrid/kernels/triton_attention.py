@@ -373,8 +373,8 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
                            tma: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size). With ``tma``,
-    where pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy (the default for 16-bit
-    queries, from ``DECODE_CONFIG``); otherwise rows are gathered through the block table."""
+    where pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy; otherwise rows are gathered
+    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches."""
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     if block_n is None:
@@ -391,7 +391,8 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     if tma is None:  # DECODE_CONFIG's "tma": True, False, or "split" (where the contexts are split)
         policy = DECODE_CONFIG["tma"]
         tma = query.element_size() == 2 and (policy is True or (policy == "split" and splits > 1))
-    # a slice starts at a multiple of min_split_tokens' tiles, so its tiles stay within pages
+    # Slices start at multiples of block_n when min_split_tokens is a multiple of it; otherwise a tile could straddle
+    # two pages.
     tma = tma and (splits == 1 or min_split_tokens % block_n == 0)
     keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
     _decode_kernel[(num_seqs, num_kv_heads, splits)](
