@@ -81,6 +81,8 @@ def exercise_every_kernel() -> None:
             whole_pages = torch.randn(2, 3, 16, kv_heads, dim).to(cache_dtype)  # tiles of one page: bulk copies
             triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), whole_pages, tables[:, :1] % 3,
                                                      lens, starts, 0.25, block_m=16, block_n=16, pack=2, tma=True)
+            triton_attention.paged_attention_decode(query, whole_pages, tables[:, :1] % 3, lens, 0.25, block_n=16,
+                                                    num_splits=2, min_split_tokens=16, tma=True)
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(3, 64, dtype=dtype)
         w = torch.randn(64, dtype=dtype)
