@@ -111,9 +111,15 @@ class RowParallelLinear(nn.Module):
         n = self.in_per_rank
         param.data.copy_(loaded.narrow(1, self.tp.rank_in_group * n, n))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, then=None):
+        """``x @ weight.T`` summed over the TP group, plus the bias. With ``then`` (an ``AddNorm``): ``then`` of that,
+        ``(normed, new residual)``, in the product's own kernel where nothing comes between (one rank, no bias, and
+        16-bit weights, which ``ops.linear_add_rms_norm`` fuses for small batches)."""
+        if then is not None and self.tp.world_size == 1 and self.bias is None and self.weight_scale is None and not then.fp8:
+            return ops.linear_add_rms_norm(x, self.weight, then.residual, then.norm.weight, then.norm.eps)
         y = self.tp.all_reduce(ops.linear(x, self.weight, weight_scale=self.weight_scale))
-        return y if self.bias is None else y + self.bias
+        y = y if self.bias is None else y + self.bias
+        return y if then is None else then(y)
 
 
 class VocabParallelEmbedding(nn.Module):
