@@ -107,6 +107,7 @@ def exercise_every_kernel() -> None:
             triton_linear.skinny_linear(x, torch.randn(24, 64, dtype=dtype), block_n=16, block_k=32, split_k=split_k)
             triton_linear.skinny_linear(x, torch.randn(24, 64, dtype=dtype), block_n=16, block_k=32, split_k=split_k,
                                         residual=torch.randn(3, 24, dtype=dtype), norm_weight=w[:24], eps=1e-6)
+        triton_linear.skinny_linear(x, torch.randn(48, 64, dtype=dtype), block_n=16, block_k=32, silu_and_mul=True)
         experts, hidden, inter = 4, 32, 16
         logits = torch.randn(6, experts, dtype=dtype)
         triton_moe.fused_moe(torch.randn(6, hidden, dtype=dtype), torch.randn(experts, 2 * inter, hidden, dtype=dtype),

@@ -69,6 +69,16 @@ def linear_add_rms_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.T
     return rms_norm(linear(x, weight), norm_weight, eps, residual)
 
 
+def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``silu_and_mul(x @ weight.T + bias)`` for a gate_up weight (gate rows, then up rows). Small decode batches do
+    both in the skinny kernel's launch."""
+    if _skinny(x, weight):
+        from raygrid.kernels.triton_linear import skinny_linear
+
+        return skinny_linear(x, weight, bias, silu_and_mul=True)
+    return silu_and_mul(linear(x, weight, bias))
+
+
 def _skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and weight.numel() <= _SKINNY_MAX_WEIGHT
             and x.dtype in (torch.bfloat16, torch.float16))

@@ -28,13 +28,15 @@ def _skinny_linear_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, partial_ptr, arrivals_ptr, res_ptr, norm_w_ptr, normed_ptr, res_out_ptr, eps,
     M, N, K, k_per_split, stride_xm, stride_wn, stride_ym,
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr, NORM: tl.constexpr, NORM_ROWS: tl.constexpr, BLOCK_ROW: tl.constexpr, PDL: tl.constexpr,
+    SPLIT_K: tl.constexpr, NORM: tl.constexpr, NORM_ROWS: tl.constexpr, BLOCK_ROW: tl.constexpr, GATED: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Program (n, s) sums ``BLOCK_N`` output columns over the s-th of ``SPLIT_K`` slices of K. With one slice
     it stores them. With several, each stores its float32 partial sums, and the program that arrives last at the
     columns' counter (``arrivals``) adds them all up, stores the output and sets the counter back to 0 for the
     next launch. With NORM, the program that stores the last column block then adds the residual to the whole rows
-    and RMS-normalizes them (``_add_rms_norm_rows``)."""
+    and RMS-normalizes them (``_add_rms_norm_rows``). With GATED (K whole), the weight has 2N rows, gate then up,
+    and the program stores SiLU(gate) * up for its N columns (``_silu_and_mul_kernel``'s rounding)."""
     pdl_wait(PDL)
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -42,6 +44,7 @@ def _skinny_linear_kernel(
     row_ok = rows < M
     col_ok = cols < N
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # GATED: the up half's sums (acc holds the gate's)
     k_start = pid_k * k_per_split
     for k in range(k_start, k_start + k_per_split, BLOCK_K):
         ks = k + tl.arange(0, BLOCK_K)
@@ -53,8 +56,19 @@ def _skinny_linear_kernel(
         x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], mask=x_mask, other=0.0)
         w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], mask=w_mask, other=0.0)
         acc = tl.dot(x, tl.trans(w), acc)
+        if GATED:
+            w_up = tl.load(w_ptr + (N + cols)[:, None] * stride_wn + ks[None, :], mask=w_mask, other=0.0)
+            up = tl.dot(x, tl.trans(w_up), up)
     out_mask = row_ok[:, None] & col_ok[None, :]
-    if SPLIT_K > 1:
+    if GATED:
+        dtype = y_ptr.dtype.element_ty
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            up += tl.load(b_ptr + N + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        gate = acc.to(dtype).to(tl.float32)
+        silu = (gate / (1.0 + tl.exp(-gate))).to(dtype)
+        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], (silu * up.to(dtype)).to(dtype), mask=out_mask)
+    elif SPLIT_K > 1:
         partials = partial_ptr + rows[:, None] * N + cols[None, :]  # [SPLIT_K, BLOCK_M, N] float32
         tl.store(partials + pid_k * BLOCK_M * N, acc, mask=out_mask)
         tl.debug_barrier()  # every thread's stores before the counter's release
@@ -123,23 +137,30 @@ def skinny_config(n: int, k: int) -> dict:
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, block_n: int | None = None,
                   block_k: int | None = None, split_k: int | None = None, num_warps: int | None = None,
                   num_stages: int | None = None, residual: torch.Tensor | None = None,
-                  norm_weight: torch.Tensor | None = None, eps: float = 0.0):
+                  norm_weight: torch.Tensor | None = None, eps: float = 0.0, silu_and_mul: bool = False):
     """``x [M, K] @ weight[N, K].T + bias`` for M <= SKINNY_MAX_M; launch settings default to skinny_config.
     ``split_k`` slices K over that many programs a column block (more programs for a narrow weight).
 
     With ``residual`` and ``norm_weight`` (``[M, N]`` and ``[N]``), returns ``(normed, y + residual)`` where ``normed``
     is the RMSNorm of ``y + residual`` (``rms_norm(y, norm_weight, eps, residual)`` of triton_ops), in the same launch;
-    None if that cannot be (rows wider than NORM_MAX_N, or no arrival counters while a graph is captured)."""
+    None if that cannot be (rows wider than NORM_MAX_N, or no arrival counters while a graph is captured).
+
+    With ``silu_and_mul`` (a gate_up weight, ``[2N, K]``: gate rows then up rows), returns ``silu_and_mul(y)``
+    (``[M, N]``), each program taking N's columns of both halves over the whole of K."""
     m, k = x.shape
-    n = weight.shape[0]
+    n = weight.shape[0] // 2 if silu_and_mul else weight.shape[0]
     if m > SKINNY_MAX_M:
         raise ValueError(f"skinny_linear takes at most {SKINNY_MAX_M} rows (got {m})")
     x = x if x.stride(-1) == 1 else x.contiguous()
-    config = skinny_config(n, k)
-    block_n, block_k = block_n or config["block_n"], block_k or config["block_k"]
-    split_k = split_k or config["split_k"]
+    config = skinny_config(weight.shape[0], k)
+    # silu_and_mul: each program reads a tile of each half a step, as many weight bytes as the plain launch's programs
+    block_n = block_n or (max(16, config["block_n"] // 2) if silu_and_mul else config["block_n"])
+    block_k = block_k or config["block_k"]
+    split_k = 1 if silu_and_mul else split_k or config["split_k"]
     column_blocks = triton.cdiv(n, block_n)
     norm = norm_weight is not None
+    if norm and silu_and_mul:
+        raise ValueError("skinny_linear: silu_and_mul and a norm in one launch are not supported")
     if norm and (n > NORM_MAX_N or residual.shape != (m, n) or not residual.is_contiguous()):
         return None
     arrivals = arrival_counters(x.device, column_blocks + 1) if split_k > 1 or norm else None
@@ -159,7 +180,8 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         k_per_split, x.stride(0), weight.stride(0), y.stride(0),
         HAS_BIAS=bias is not None, EVEN_K=k % k_per_split == 0, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k,
         SPLIT_K=split_k, NORM=norm, NORM_ROWS=min(triton.next_power_of_2(m), max(1, NORM_MAX_N // block_row)),
-        BLOCK_ROW=block_row, num_warps=num_warps or config["num_warps"], num_stages=num_stages or config["num_stages"],
+        BLOCK_ROW=block_row, GATED=silu_and_mul, num_warps=num_warps or config["num_warps"],
+        num_stages=num_stages or config["num_stages"],
         **pdl_launch(x.device),
     )
     return (normed, res_out) if norm else y

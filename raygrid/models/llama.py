@@ -99,7 +99,7 @@ class DecoderMLP(nn.Module):
 
     def forward(self, x: torch.Tensor | ops.Fp8Activation, then: AddNorm | None = None):
         """The MLP's output; with ``then``, ``then`` of it (``down_proj``'s)."""
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x), fp8=self.down_proj.weight_scale is not None), then)
+        return self.down_proj(self.gate_up_proj.silu_and_mul(x, fp8=self.down_proj.weight_scale is not None), then)
 
 
 class DecoderLayer(nn.Module):

@@ -57,6 +57,13 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         self.output_sizes = output_sizes
         super().__init__(in_features, sum(output_sizes), bias)
 
+    def silu_and_mul(self, x: torch.Tensor | ops.Fp8Activation, fp8: bool = False):
+        """SiLU(gate) * up of a gate_up layer's product (``ops.silu_and_mul``; ``fp8``: quantized for the FP8 layer
+        it feeds). 16-bit weights of small batches do it in the product's own launch."""
+        if self.weight_scale is None and not fp8 and isinstance(x, torch.Tensor):
+            return ops.linear_silu_and_mul(x, self.weight, self.bias)
+        return ops.silu_and_mul(self(x), fp8=fp8)
+
     def load_shard(self, param: nn.Parameter, loaded, shard_id: int) -> None:
         per_rank = [size // self.tp.world_size for size in self.output_sizes]
         offset, size = sum(per_rank[:shard_id]), per_rank[shard_id]
