@@ -108,11 +108,7 @@ SPLITS = [1, 3, None] if ON_GPU else [1, 3]
 @pytest.mark.parametrize("num_splits", SPLITS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", SHAPES)
-def test_decode_attention(dtype, heads, kv_heads, head_dim, block_size, num_splits, monkeypatch):
-    """Against the reference, whole or split into slices. A split launch's slices are combined by the last of their
-    programs (arrival counters), or by a second kernel where a launch has no counters: the two agree bit for bit."""
-    from raygrid.kernels.triton_attention import DECODE_CONFIG
-
+def test_decode_attention(dtype, heads, kv_heads, head_dim, block_size, num_splits):
     seq_lens = [1, 7, 33, 64, 5] if not ON_GPU else [1, 17, 300, 1024, 2000, 77]
     num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
     cache = make_cache(num_blocks, block_size, kv_heads, head_dim, dtype)
@@ -124,11 +120,6 @@ def test_decode_attention(dtype, heads, kv_heads, head_dim, block_size, num_spli
     # Slices of at least 16 tokens: on CPU's short sequences too, several slices hold keys.
     got = paged_attention_decode(query, cache, tables, lens, scale, block_n=16, num_splits=num_splits, min_split_tokens=16)
     torch.testing.assert_close(got, expected, **tol(dtype))
-    if num_splits != 1:
-        monkeypatch.setitem(DECODE_CONFIG, "combine_in_kernel", False)
-        separate = paged_attention_decode(query, cache, tables, lens, scale, block_n=16, num_splits=num_splits,
-                                          min_split_tokens=16)
-        assert torch.equal(separate, got)
 
 
 # float32 on the CPU; on a GPU bf16, the dtype the engine brings tiles in bulk for.
@@ -593,63 +584,6 @@ def test_skinny_linear(with_bias):
             torch.testing.assert_close(got.float(), expected, **tol(dtype))
     with pytest.raises(ValueError, match="at most 16 rows"):
         skinny_linear(torch.randn(17, 64, dtype=dtype, device=DEVICE), torch.randn(8, 64, dtype=dtype, device=DEVICE))
-
-
-@pytest.mark.parametrize("rows_at_a_time", ["as many as fit", "one"])
-def test_skinny_linear_adds_the_residual_and_normalizes_in_its_launch(rows_at_a_time, monkeypatch):
-    """o_proj and down_proj of small batches: the program that stores the last column block adds the residual and
-    RMS-normalizes the whole rows. Both outputs equal, bit for bit, what the product followed by the RMSNorm kernel
-    gives, with K whole or sliced; repeated launches check that the counters come back to 0; rows are normalized
-    several or one at a time (NORM_MAX_N smaller)."""
-    from raygrid.kernels import triton_linear
-    from raygrid.kernels.elementwise_ref import rms_norm_ref
-
-    dtype = torch.bfloat16 if ON_GPU else torch.float32
-    shapes = [(1024, 2048), (1024, 3072), (2048, 512)] if ON_GPU else [(40, 64), (24, 200)]
-    if rows_at_a_time == "one":
-        monkeypatch.setattr(triton_linear, "NORM_MAX_N", triton.next_power_of_2(max(n for n, _ in shapes)))
-    for n, k in shapes:
-        weight = torch.randn(n, k, dtype=dtype, device=DEVICE) / k**0.5
-        norm_weight = 1 + torch.randn(n, dtype=dtype, device=DEVICE) / 4
-        for m, split_k in [(1, 1), (1, 3), (5, 3), (16, 2), (16, 1), (1, 3)]:
-            x = torch.randn(m, k, dtype=dtype, device=DEVICE)
-            residual = torch.randn(m, n, dtype=dtype, device=DEVICE)
-            block_k = 64 if not ON_GPU else None
-            normed, summed = triton_linear.skinny_linear(x, weight, block_n=16, block_k=block_k, split_k=split_k,
-                                                         residual=residual, norm_weight=norm_weight, eps=1e-6)
-            y = triton_linear.skinny_linear(x, weight, block_n=16, block_k=block_k, split_k=split_k)
-            expected_normed, expected_sum = rms_norm(y, norm_weight, 1e-6, residual)
-            assert torch.equal(summed, expected_sum) and torch.equal(normed, expected_normed)
-            exact = torch.nn.functional.linear(x.float(), weight.float()) + residual.float()
-            torch.testing.assert_close(normed.float(), rms_norm_ref(exact, norm_weight.float(), 1e-6), **tol(dtype))
-    too_wide = torch.randn(1, triton_linear.NORM_MAX_N * 2, dtype=dtype, device=DEVICE)  # one row, as x
-    assert triton_linear.skinny_linear(x[:1], torch.randn(too_wide.shape[1], k, dtype=dtype, device=DEVICE),
-                                       residual=too_wide, norm_weight=too_wide[0], eps=1e-6) is None
-
-
-def test_skinny_linear_of_gate_and_up_ends_in_silu_and_mul():
-    """gate_up of small batches: each program sums its columns of the gate half and of the up half, and stores
-    SiLU(gate) * up. Bit for bit what the product (with the same columns a program: their sums then meet alike)
-    followed by the SiLU-and-mul kernel gives, with and without a bias; at the default launch, close to the float32
-    reference."""
-    from raygrid.kernels.triton_linear import skinny_linear
-
-    dtype = torch.bfloat16 if ON_GPU else torch.float32
-    shapes = [(2 * 3072, 1024), (2 * 1000, 200)] if ON_GPU else [(2 * 64, 64), (2 * 24, 200)]
-    block_k = 64 if not ON_GPU else None
-    for n, k in shapes:
-        weight = torch.randn(n, k, dtype=dtype, device=DEVICE) / k**0.5
-        for bias in (None, torch.randn(n, dtype=dtype, device=DEVICE)):
-            exact_bias = None if bias is None else bias.float()
-            for m, block_n in [(1, None), (1, 16), (5, 32), (16, None), (16, 16), (3, 64)]:
-                x = torch.randn(m, k, dtype=dtype, device=DEVICE)
-                got = skinny_linear(x, weight, bias, block_n=block_n, block_k=block_k, silu_and_mul=True)
-                assert got.shape == (m, n // 2)
-                if block_n is not None and (n // 2) % block_n == 0:  # each half's columns sit alike in the tiles
-                    product = skinny_linear(x, weight, bias, block_n=block_n, block_k=block_k, split_k=1)
-                    assert torch.equal(got, silu_and_mul(product))
-                exact = torch.nn.functional.linear(x.float(), weight.float(), exact_bias)
-                torch.testing.assert_close(got.float(), silu_and_mul_ref(exact), **tol(dtype))
 
 
 @pytest.mark.skipif(not ON_GPU, reason="on CPU ops.linear runs fp8_linear_ref itself")

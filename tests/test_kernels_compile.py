@@ -73,13 +73,8 @@ def exercise_every_kernel() -> None:
             key = torch.randn(3, kv_heads, dim, dtype=dtype)
             triton_attention.store_kv(key, key, cache, torch.tensor([4, -1, 9]))
             query = torch.randn(2, heads, dim, dtype=dtype)
-            for combine_in_kernel in (False, True):  # slices combined by a second kernel, or by their last program
-                try:
-                    triton_attention.DECODE_CONFIG["combine_in_kernel"] = combine_in_kernel
-                    triton_attention.paged_attention_decode(query, cache, tables, lens, 0.25, block_n=16, num_splits=2,
-                                                            min_split_tokens=4)
-                finally:
-                    triton_attention.DECODE_CONFIG["combine_in_kernel"] = True
+            triton_attention.paged_attention_decode(query, cache, tables, lens, 0.25, block_n=16, num_splits=2,
+                                                    min_split_tokens=4)
             starts = torch.tensor([0, 2, 5], dtype=torch.int32)
             triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), cache, tables, lens, starts,
                                                      0.25, block_m=16, block_n=16, pack=2)
@@ -105,9 +100,6 @@ def exercise_every_kernel() -> None:
         triton_quant.scale_fp8_product(x.clone(), torch.rand(3, 1), torch.rand(64), w)
         for split_k in (1, 2):
             triton_linear.skinny_linear(x, torch.randn(24, 64, dtype=dtype), block_n=16, block_k=32, split_k=split_k)
-            triton_linear.skinny_linear(x, torch.randn(24, 64, dtype=dtype), block_n=16, block_k=32, split_k=split_k,
-                                        residual=torch.randn(3, 24, dtype=dtype), norm_weight=w[:24], eps=1e-6)
-        triton_linear.skinny_linear(x, torch.randn(48, 64, dtype=dtype), block_n=16, block_k=32, silu_and_mul=True)
         experts, hidden, inter = 4, 32, 16
         logits = torch.randn(6, experts, dtype=dtype)
         triton_moe.fused_moe(torch.randn(6, hidden, dtype=dtype), torch.randn(experts, 2 * inter, hidden, dtype=dtype),

@@ -8,6 +8,8 @@ sequences alone (interactive serving), where splitting the context matters.
     python benchmarks/scripts/sweep_decode_attention.py --long   # a few long sequences: more slices, shorter ones
     python benchmarks/scripts/sweep_decode_attention.py --policies   # the split policy against the one before it
     python benchmarks/scripts/sweep_decode_attention.py --tma   # 64-token pages: tiles gathered by rows or bulk copied
+    python benchmarks/scripts/sweep_decode_attention.py --placement   # pages packed or spread over a cache as large
+                                                                      # as an engine's layer has (4.6 GB)
 """
 
 from __future__ import annotations
@@ -47,11 +49,16 @@ def main() -> None:
     parser.add_argument("--tma", action="store_true", help="64-token pages (a GPU engine's), 64-key tiles gathered by "
                                                            "rows or bulk copied, over warps and stages; 16-token pages "
                                                            "gathered by the old default alongside")
+    parser.add_argument("--placement", action="store_true", help="64-token pages packed in a cache just large enough, "
+                                                                 "or spread at random or in order over --cache-gb")
+    parser.add_argument("--cache-gb", type=float, default=4.6, help="with --placement: a layer's cache (W1's engine: 4.6)")
     args = parser.parse_args()
     if args.policies:
         return compare_policies(args)
     if args.tma:
         return sweep_tma(args)
+    if args.placement:
+        return sweep_placement(args)
     grid = ((64,), (4,), (2,)) if args.default_config_only else ((32, 64, 128), (4, 8), (2, 3, 4))
     if args.long:
         return sweep_long(args)
@@ -141,6 +148,42 @@ def sweep_tma(args) -> None:
               f"{best(page=64, tma=False, warps=4, stages=2)['us']} us (best {best(page=64, tma=False)}); bulk "
               f"{best(page=64, tma=True, warps=4, stages=2)['us']} us (best {best(page=64, tma=True)})", flush=True)
     write_json(args.output_json, results)
+
+
+def sweep_placement(args) -> None:
+    """Gathered and bulk-copied tiles (64-token pages, the default warps and stages) over three placements of the
+    same pages: packed in a cache just large enough, at random over a cache of --cache-gb (as an engine's layer finds
+    its sequences' pages), and in order at the start of that cache."""
+    from raygrid.bench.kernel_timing import cuda_graph_ms
+
+    page, results = 64, []
+    page_bytes = page * KV_HEADS * HEAD_DIM * 2  # one page of keys (values: as many, in the other half)
+    big_blocks = int(args.cache_gb * 1e9 / (2 * page_bytes))
+    cache = torch.randn(2, big_blocks, page, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    for num_seqs, context in [(256, 530), (128, 1200), (32, 1536), (1, 32768)]:
+        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        splits = decode_splits(num_seqs, KV_HEADS, torch.device("cuda"))
+        per_seq = -(-context // page)
+        needed = num_seqs * per_seq
+        query = torch.randn(num_seqs, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        lens = torch.full((num_seqs,), context, dtype=torch.int32, device="cuda")
+        placements = {
+            "packed, random": (cache[:, : needed + 1], 1 + torch.randperm(needed, device="cuda")),
+            "spread, random": (cache, 1 + torch.randperm(big_blocks - 1, device="cuda")[:needed]),
+            "spread, in order": (cache, 1 + torch.arange(needed, device="cuda")),
+        }
+        line = []
+        for name, (layer_cache, blocks) in placements.items():
+            tables = blocks.view(num_seqs, per_seq).int()
+            for tma in (False, True):
+                ms = cuda_graph_ms(lambda: paged_attention_decode(query, layer_cache, tables, lens, HEAD_DIM**-0.5,
+                                                                  block_n=64, num_splits=splits, tma=tma))
+                results.append({"seqs": num_seqs, "context": context, "placement": name, "tma": tma, "splits": splits,
+                                "cache_gb": round(layer_cache.numel() * 2 / 1e9, 2), "us": round(ms * 1e3, 1),
+                                "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+                line.append(f"{name} {'bulk' if tma else 'gathered'} {results[-1]['us']} us")
+        print(f"{num_seqs} x {context} ({splits} splits): " + "; ".join(line), flush=True)
+    write_json(args.output_json, results, cache_gb=args.cache_gb)
 
 
 def compare_policies(args) -> None:

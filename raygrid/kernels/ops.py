@@ -49,39 +49,12 @@ def linear(x: torch.Tensor | Fp8Activation, weight: torch.Tensor, bias: torch.Te
         return _fp8_linear_quantized(x, weight, weight_scale, bias)
     if weight_scale is not None:
         return _fp8_linear(x, weight, weight_scale, bias)
-    if _skinny(x, weight):
+    if (use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and weight.numel() <= _SKINNY_MAX_WEIGHT
+            and x.dtype in (torch.bfloat16, torch.float16)):
         from raygrid.kernels.triton_linear import skinny_linear
 
         return skinny_linear(x, weight, bias)
     return F.linear(x, weight, bias)
-
-
-def linear_add_rms_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
-                        eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rms_norm(x @ weight.T, norm_weight, eps, residual)``: the RMSNorm of the product plus the residual, and that
-    sum (the new residual stream). Small decode batches do all of it in the skinny kernel's launch."""
-    if _skinny(x, weight):
-        from raygrid.kernels.triton_linear import skinny_linear
-
-        fused = skinny_linear(x, weight, residual=residual, norm_weight=norm_weight, eps=eps)
-        if fused is not None:
-            return fused
-    return rms_norm(linear(x, weight), norm_weight, eps, residual)
-
-
-def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``silu_and_mul(x @ weight.T + bias)`` for a gate_up weight (gate rows, then up rows). Small decode batches do
-    both in the skinny kernel's launch."""
-    if _skinny(x, weight):
-        from raygrid.kernels.triton_linear import skinny_linear
-
-        return skinny_linear(x, weight, bias, silu_and_mul=True)
-    return silu_and_mul(linear(x, weight, bias))
-
-
-def _skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and weight.numel() <= _SKINNY_MAX_WEIGHT
-            and x.dtype in (torch.bfloat16, torch.float16))
 
 
 def _fp8_linear(x, weight, weight_scale, bias):

@@ -22,7 +22,6 @@ try:  # host-side descriptors of bulk (TMA) copies; older Tritons gather rows in
 except ImportError:
     TensorDescriptor = None
 
-from raygrid.kernels.arrivals import arrival_counters
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import ROUND_BEFORE_FP8_CAST, round_to_e4m3
 
@@ -108,18 +107,16 @@ def _attend_tile(
 
 @triton.jit
 def _decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
-    arrivals_ptr, scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, partial_out_ptr, partial_lse_ptr, scale,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, MIN_SPLIT: tl.constexpr,
-    COMBINE: tl.constexpr, DOT_PRECISION: tl.constexpr, FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr,
-    PDL: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
-    sequences use fewer slices) and writes its partial output and log-sum-exp; that keeps the GPU busy when a few
-    sequences are long. With COMBINE, the program that arrives last at its (sequence, kv head)'s counter
-    (arrivals.py) weighs the slices together; without, ``_combine_splits_kernel`` does, in a launch of its own."""
+    sequences use fewer slices) and writes its partial output and log-sum-exp for
+    ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long."""
     pdl_wait(PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -155,32 +152,6 @@ def _decode_kernel(
         lse = m_i + tl.log2(tl.maximum(l_i, 1.0))  # l_i >= 1 unless the split is empty, whose m_i is -inf
         tl.store(partial_out_ptr + row[:, None] * BLOCK_D + dims[None, :], out, mask=qmask)
         tl.store(partial_lse_ptr + row, lse, mask=groups < QUERIES_PER_KV)
-        if COMBINE:
-            tl.debug_barrier()  # every thread's stores before the counter's release
-            counter = arrivals_ptr + b * tl.num_programs(1) + kvh
-            if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
-                for g in range(QUERIES_PER_KV):
-                    _combine_head(partial_out_ptr, partial_lse_ptr, out_ptr, b, kvh * QUERIES_PER_KV + g, num_heads,
-                                  stride_ot, stride_oh, HEAD_DIM, BLOCK_D, SPLITS, BLOCK_S)
-                tl.atomic_xchg(counter, 0)
-
-
-@triton.jit
-def _combine_head(partial_out_ptr, partial_lse_ptr, out_ptr, b, h, num_heads, stride_ot, stride_oh,
-                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Head h of sequence b: its splits' partial outputs weighted by their share of the softmax. The loads skip L1
-    (``.cg``): other programs wrote the partials in this same launch."""
-    splits = tl.arange(0, BLOCK_S)
-    dims = tl.arange(0, BLOCK_D)
-    row = (b * num_heads + h) * SPLITS + splits
-    lse = tl.load(partial_lse_ptr + row, mask=splits < SPLITS, other=float("-inf"), cache_modifier=".cg")
-    top = tl.max(lse, 0)
-    weight = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top))  # empty splits (lse -inf) weigh 0
-    partial = tl.load(partial_out_ptr + row[:, None] * BLOCK_D + dims[None, :], mask=(splits < SPLITS)[:, None], other=0.0,
-                      cache_modifier=".cg")
-    total = tl.sum(weight, 0)
-    out = tl.sum(weight[:, None] * partial, 0) / tl.where(total == 0.0, 1.0, total)
-    tl.store(out_ptr + b * stride_ot + h * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
 @triton.jit
@@ -188,10 +159,20 @@ def _combine_splits_kernel(
     partial_out_ptr, partial_lse_ptr, out_ptr, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
 ):
-    """One program per (sequence, head), for a split launch without arrival counters (captured before they existed)."""
+    """One program per (sequence, head): the splits' partial outputs weighted by their share of the softmax."""
     pdl_wait(PDL)
-    _combine_head(partial_out_ptr, partial_lse_ptr, out_ptr, tl.program_id(0), tl.program_id(1), tl.num_programs(1),
-                  stride_ot, stride_oh, HEAD_DIM, BLOCK_D, SPLITS, BLOCK_S)
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    splits = tl.arange(0, BLOCK_S)
+    dims = tl.arange(0, BLOCK_D)
+    row = (b * tl.num_programs(1) + h) * SPLITS + splits
+    lse = tl.load(partial_lse_ptr + row, mask=splits < SPLITS, other=float("-inf"))
+    top = tl.max(lse, 0)
+    weight = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top))  # empty splits (lse -inf) weigh 0
+    partial = tl.load(partial_out_ptr + row[:, None] * BLOCK_D + dims[None, :], mask=(splits < SPLITS)[:, None], other=0.0)
+    total = tl.sum(weight, 0)
+    out = tl.sum(weight[:, None] * partial, 0) / tl.where(total == 0.0, 1.0, total)
+    tl.store(out_ptr + b * stride_ot + h * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
 @triton.jit
@@ -362,9 +343,7 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # where pages hold them whole, only in launches that split contexts (few long sequences). In one device command on an
 # H200, bulk copies took batch-1 TPOT at 32k from 2.036 to 2.001 ms, but W1's decode steps of 64 to 256 sequences
 # ran 3% slower with them, though the kernel sweep at those shapes put the two within 3% either way.
-# combine_in_kernel: a split launch's slices are weighed together by the last of their programs to finish, not by a
-# second kernel (one launch fewer a layer for batches that split).
-DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", combine_in_kernel=True)
+DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split")
 DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
 
 
@@ -416,22 +395,20 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     # two pages.
     tma = tma and (splits == 1 or min_split_tokens % block_n == 0)
     keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
-    arrivals = arrival_counters(query.device, num_seqs * num_kv_heads) if splits > 1 and DECODE_CONFIG["combine_in_kernel"] else None
-    block_s = triton.next_power_of_2(splits)
     _decode_kernel[(num_seqs, num_kv_heads, splits)](
-        query, keys, values, block_tables, seq_lens, out, partial_out, partial_lse,
-        arrivals if arrivals is not None else out, scale, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+        query, keys, values, block_tables, seq_lens, out, partial_out, partial_lse, scale,
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
-        BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, BLOCK_S=block_s,
-        MIN_SPLIT=min_split_tokens, COMBINE=arrivals is not None, DOT_PRECISION=_dot_precision(query),
-        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
+        BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
+        DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
         num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
-    if splits > 1 and arrivals is None:
+    if splits > 1:
         _combine_splits_kernel[(num_seqs, num_heads)](
             partial_out, partial_lse, out, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=block_s, **pdl_launch(query.device),
+            HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits),
+            **pdl_launch(query.device),
         )
     return out
 

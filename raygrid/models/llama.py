@@ -14,7 +14,7 @@ from torch import nn
 
 from raygrid.kernels import ops
 from raygrid.models.layers.attention import Attention, AttentionMetadata
-from raygrid.models.layers.rms_norm import AddNorm, RMSNorm
+from raygrid.models.layers.rms_norm import RMSNorm
 from raygrid.models.layers.rotary import RotaryEmbedding
 from raygrid.parallel.groups import get_pp_group
 from raygrid.parallel.layers import (
@@ -68,8 +68,7 @@ class DecoderAttention(nn.Module):
         """FP8 weights: the norm before hands its output over quantized (``ops.Fp8Activation``)."""
         return self.qkv_proj.weight_scale is not None
 
-    def forward(self, positions, hidden, kv_cache, meta: AttentionMetadata, then: AddNorm | None = None):
-        """Attention's output projected back to the hidden size; with ``then``, ``then`` of it (``o_proj``'s)."""
+    def forward(self, positions, hidden, kv_cache, meta: AttentionMetadata) -> torch.Tensor:
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
@@ -79,7 +78,7 @@ class DecoderAttention(nn.Module):
                                       self.rotary.cos_cache, self.rotary.sin_cache)
         else:
             q, k = self.rotary(positions, q, k)
-        return self.o_proj(self.attn(q, k, v, kv_cache, meta), then)
+        return self.o_proj(self.attn(q, k, v, kv_cache, meta))
 
 
 class DecoderMLP(nn.Module):
@@ -97,9 +96,8 @@ class DecoderMLP(nn.Module):
         """FP8 weights: the norm before hands its output over quantized, and so does SiLU-and-mul to down_proj."""
         return self.gate_up_proj.weight_scale is not None
 
-    def forward(self, x: torch.Tensor | ops.Fp8Activation, then: AddNorm | None = None):
-        """The MLP's output; with ``then``, ``then`` of it (``down_proj``'s)."""
-        return self.down_proj(self.gate_up_proj.silu_and_mul(x, fp8=self.down_proj.weight_scale is not None), then)
+    def forward(self, x: torch.Tensor | ops.Fp8Activation) -> torch.Tensor:
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x), fp8=self.down_proj.weight_scale is not None))
 
 
 class DecoderLayer(nn.Module):
@@ -110,17 +108,15 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps)
 
-    def forward(self, positions, hidden, residual, kv_cache, meta, next_norm: RMSNorm | None = None, next_fp8: bool = False):
-        """``hidden``: this layer's input, normed already by its ``input_layernorm``; ``residual``: the stream before
-        the layer. Returns the next layer's input and the stream after this layer: the input normed by ``next_norm``
-        (the next layer's input norm, or the model's final one), each norm in the product before it where the kernels
-        allow (``AddNorm``). Without ``next_norm`` (the last layer of a pipeline stage before the last), the MLP's
-        output as it is."""
-        then = AddNorm(residual, self.post_attention_layernorm, self.mlp.takes_fp8_input)
-        hidden, residual = self.self_attn(positions, hidden, kv_cache, meta, then)
-        if next_norm is None:
-            return self.mlp(hidden), residual
-        return self.mlp(hidden, AddNorm(residual, next_norm, next_fp8))
+    def forward(self, positions, hidden, residual, kv_cache, meta):
+        if residual is None:
+            residual = hidden
+            hidden = self.input_layernorm(hidden, fp8=self.self_attn.takes_fp8_input)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual, fp8=self.self_attn.takes_fp8_input)
+        hidden = self.self_attn(positions, hidden, kv_cache, meta)
+        hidden, residual = self.post_attention_layernorm(hidden, residual, fp8=self.mlp.takes_fp8_input)
+        return self.mlp(hidden), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -154,18 +150,16 @@ class LlamaForCausalLM(nn.Module):
     ):
         """Final hidden states ``[T, hidden]`` on the last stage; elsewhere ``(hidden, residual)`` for the
         next stage. Stages after the first start from the previous stage's ``intermediate``."""
-        first = self.layers[0]
         if self.is_first_stage:
-            residual = self.embed_tokens(input_ids)
-            hidden = first.input_layernorm(residual, fp8=first.self_attn.takes_fp8_input)
+            hidden, residual = self.embed_tokens(input_ids), None
         else:
-            hidden, residual = first.input_layernorm(*intermediate, fp8=first.self_attn.takes_fp8_input)
-        for i, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches, strict=True)):
-            following = self.layers[i + 1] if i + 1 < len(self.layers) else None
-            next_norm = following.input_layernorm if following is not None else self.norm  # None before the last stage
-            next_fp8 = following is not None and following.self_attn.takes_fp8_input
-            hidden, residual = layer(positions, hidden, residual, kv_cache, meta, next_norm, next_fp8)
-        return hidden if self.is_last_stage else (hidden, residual)
+            hidden, residual = intermediate
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
+        if not self.is_last_stage:
+            return hidden, residual
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.lm_head if self.lm_head is not None else self.embed_tokens

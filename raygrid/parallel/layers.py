@@ -57,13 +57,6 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         self.output_sizes = output_sizes
         super().__init__(in_features, sum(output_sizes), bias)
 
-    def silu_and_mul(self, x: torch.Tensor | ops.Fp8Activation, fp8: bool = False):
-        """SiLU(gate) * up of a gate_up layer's product (``ops.silu_and_mul``; ``fp8``: quantized for the FP8 layer
-        it feeds). 16-bit weights of small batches do it in the product's own launch."""
-        if self.weight_scale is None and not fp8 and isinstance(x, torch.Tensor):
-            return ops.linear_silu_and_mul(x, self.weight, self.bias)
-        return ops.silu_and_mul(self(x), fp8=fp8)
-
     def load_shard(self, param: nn.Parameter, loaded, shard_id: int) -> None:
         per_rank = [size // self.tp.world_size for size in self.output_sizes]
         offset, size = sum(per_rank[:shard_id]), per_rank[shard_id]
@@ -118,15 +111,9 @@ class RowParallelLinear(nn.Module):
         n = self.in_per_rank
         param.data.copy_(loaded.narrow(1, self.tp.rank_in_group * n, n))
 
-    def forward(self, x: torch.Tensor, then=None):
-        """``x @ weight.T`` summed over the TP group, plus the bias. With ``then`` (an ``AddNorm``): ``then`` of that,
-        ``(normed, new residual)``, in the product's own kernel where nothing comes between (one rank, no bias, and
-        16-bit weights, which ``ops.linear_add_rms_norm`` fuses for small batches)."""
-        if then is not None and self.tp.world_size == 1 and self.bias is None and self.weight_scale is None and not then.fp8:
-            return ops.linear_add_rms_norm(x, self.weight, then.residual, then.norm.weight, then.norm.eps)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.tp.all_reduce(ops.linear(x, self.weight, weight_scale=self.weight_scale))
-        y = y if self.bias is None else y + self.bias
-        return y if then is None else then(y)
+        return y if self.bias is None else y + self.bias
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -116,13 +116,10 @@ class SparseMoeBlock(nn.Module):
         self.experts = FusedExperts(hf_config.num_experts, hf_config.hidden_size, hf_config.moe_intermediate_size)
         self.dispatcher = AllGatherDispatcher() if self.experts.ep is not None else None
 
-    def forward(self, hidden: torch.Tensor, then=None):
-        """The experts' weighted sum for each token; with ``then`` (an ``AddNorm``), ``then`` of it."""
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.dispatcher is None:
             topk_weights, topk_ids = route_ref(self.gate(hidden), self.top_k, self.renormalize)
-            out = self.experts(hidden, topk_weights, topk_ids)
-        else:
-            tokens, valid = self.dispatcher.dispatch(hidden)
-            topk_weights, topk_ids = route_ref(self.gate(tokens), self.top_k, self.renormalize)
-            out = self.dispatcher.combine(self.experts.forward_local(tokens, topk_weights, topk_ids, valid), hidden.shape[0])
-        return out if then is None else then(out)
+            return self.experts(hidden, topk_weights, topk_ids)
+        tokens, valid = self.dispatcher.dispatch(hidden)
+        topk_weights, topk_ids = route_ref(self.gate(tokens), self.top_k, self.renormalize)
+        return self.dispatcher.combine(self.experts.forward_local(tokens, topk_weights, topk_ids, valid), hidden.shape[0])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import nn
 
@@ -21,16 +19,3 @@ class RMSNorm(nn.Module):
         the second being the new residual stream. ``fp8``: the norm quantized for the FP8 layer it feeds
         (``ops.Fp8Activation``)."""
         return ops.rms_norm(x, self.weight, self.eps, residual, fp8=fp8)
-
-
-class AddNorm(NamedTuple):
-    """What follows a block's last product: the residual add and the next RMSNorm (``fp8``: that norm feeds an FP8
-    layer). Called on the product it returns ``(normed, new residual)``; ``RowParallelLinear`` may fuse it into its
-    product (``ops.linear_add_rms_norm``)."""
-
-    residual: torch.Tensor
-    norm: RMSNorm
-    fp8: bool = False
-
-    def __call__(self, y: torch.Tensor):
-        return self.norm(y, self.residual, fp8=self.fp8)
