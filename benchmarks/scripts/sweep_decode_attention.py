@@ -10,6 +10,8 @@ sequences alone (interactive serving), where splitting the context matters.
     python benchmarks/scripts/sweep_decode_attention.py --tma   # 64-token pages: tiles gathered by rows or bulk copied
     python benchmarks/scripts/sweep_decode_attention.py --placement   # pages packed or spread over a cache as large
                                                                       # as an engine's layer has (4.6 GB)
+    python benchmarks/scripts/sweep_decode_attention.py --order   # contexts of unequal lengths, as W1's, in the
+                                                                  # batch's order or the longest first
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def main() -> None:
     parser.add_argument("--placement", action="store_true", help="64-token pages packed in a cache just large enough, "
                                                                  "or spread at random or in order over --cache-gb")
     parser.add_argument("--cache-gb", type=float, default=4.6, help="with --placement: a layer's cache (W1's engine: 4.6)")
+    parser.add_argument("--order", action="store_true", help="unequal contexts (W1's phases) in random order, longest "
+                                                             "first, or shortest first; and equal ones of the same total")
     args = parser.parse_args()
     if args.policies:
         return compare_policies(args)
@@ -59,6 +63,8 @@ def main() -> None:
         return sweep_tma(args)
     if args.placement:
         return sweep_placement(args)
+    if args.order:
+        return sweep_order(args)
     grid = ((64,), (4,), (2,)) if args.default_config_only else ((32, 64, 128), (4, 8), (2, 3, 4))
     if args.long:
         return sweep_long(args)
@@ -184,6 +190,47 @@ def sweep_placement(args) -> None:
                 line.append(f"{name} {'bulk' if tma else 'gathered'} {results[-1]['us']} us")
         print(f"{num_seqs} x {context} ({splits} splits): " + "; ".join(line), flush=True)
     write_json(args.output_json, results, cache_gb=args.cache_gb)
+
+
+def sweep_order(args) -> None:
+    """Does the order of a batch's sequences matter when their contexts differ? The kernel's programs start in the
+    batch's order, so a long context that starts last leaves a tail where few programs run. Contexts as W1's phases
+    (prompt uniform in 100-1024, plus the tokens generated so far), 64-token pages, gathered and bulk copied; the same
+    batch in random order, longest first and shortest first, a batch of equal contexts of the same total, and the
+    random order with contexts sliced (slices of at least a given length, combined by the second kernel)."""
+    from raygrid.bench.kernel_timing import cuda_graph_ms
+
+    page, results = 64, []
+    gen = torch.Generator().manual_seed(0)
+    phases = [(256, 0, 100), (192, 0, 600), (128, 200, 1000), (64, 400, 1000)]  # sequences, generated: low, high
+    for num_seqs, low, high in phases:
+        lens = (torch.randint(100, 1025, (num_seqs,), generator=gen) + torch.randint(low, high + 1, (num_seqs,), generator=gen))
+        total = int(lens.sum())
+        per_seq = -(-int(lens.max()) // page)
+        cache = torch.randn(2, num_seqs * per_seq + 1, page, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        tables = (1 + torch.randperm(num_seqs * per_seq, device="cuda")).view(num_seqs, per_seq).int()
+        query = torch.randn(num_seqs, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        orders = {"random": torch.arange(num_seqs), "longest first": lens.argsort(descending=True),
+                  "shortest first": lens.argsort()}
+        cases = {name: (lens[order], 1, 64) for name, order in orders.items()}
+        cases["equal"] = (torch.full((num_seqs,), total // num_seqs), 1, 64)
+        for splits, min_split in [(2, 512), (2, 768), (2, 1024), (4, 512)]:  # random order, long contexts sliced
+            cases[f"random, {splits} slices of >= {min_split}"] = (lens, splits, min_split)
+        line = []
+        for name, (case_lens, splits, min_split) in cases.items():
+            lens_dev = case_lens.to(torch.int32).cuda()
+            for tma in (False, True):
+                ms = cuda_graph_ms(lambda: paged_attention_decode(query, cache, tables, lens_dev, HEAD_DIM**-0.5,
+                                                                  block_n=64, num_splits=splits, min_split_tokens=min_split,
+                                                                  tma=tma))
+                kv_bytes = int(case_lens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2
+                results.append({"seqs": num_seqs, "generated": [low, high], "mean_context": round(total / num_seqs),
+                                "max_context": int(lens.max()), "order": name, "splits": splits,
+                                "min_split_tokens": min_split, "tma": tma, "us": round(ms * 1e3, 1),
+                                "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+                line.append(f"{name} {'bulk' if tma else 'gathered'} {results[-1]['us']} us")
+        print(f"{num_seqs} seqs, mean context {total // num_seqs}, max {int(lens.max())}: " + "; ".join(line), flush=True)
+    write_json(args.output_json, results)
 
 
 def compare_policies(args) -> None:

@@ -116,13 +116,16 @@ def _decode_kernel(
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
     sequences use fewer slices) and writes its partial output and log-sum-exp for
-    ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long."""
+    ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long, and keeps one long context
+    from being the last program running. A context that fits in one slice is written whole by its first program."""
     pdl_wait(PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b)
-    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, MIN_SPLIT)
+    per_split, slices = _slices(seq_len, SPLITS, BLOCK_N, MIN_SPLIT)
+    if SPLITS > 1 and split > 0 and slices <= 1:
+        return
     lo = split * per_split
     hi = tl.minimum(seq_len, lo + per_split)
     groups = tl.arange(0, BLOCK_G)
@@ -144,7 +147,7 @@ def _decode_kernel(
             qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, PAGE, DOT_PRECISION, TMA,
         )
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # padding rows (seq_len 0) and empty splits: zeros
-    if SPLITS == 1:
+    if SPLITS == 1 or slices <= 1:
         tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
     else:
         num_heads = tl.num_programs(1) * QUERIES_PER_KV
@@ -155,14 +158,25 @@ def _decode_kernel(
 
 
 @triton.jit
+def _slices(seq_len, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, MIN_SPLIT: tl.constexpr):
+    """A context's slice length (a multiple of BLOCK_N, at least MIN_SPLIT) and how many slices hold its keys."""
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, MIN_SPLIT)
+    return per_split, tl.cdiv(seq_len, per_split)
+
+
+@triton.jit
 def _combine_splits_kernel(
-    partial_out_ptr, partial_lse_ptr, out_ptr, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
+    partial_out_ptr, partial_lse_ptr, out_ptr, seq_lens_ptr, stride_ot, stride_oh,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
+    MIN_SPLIT: tl.constexpr, PDL: tl.constexpr,
 ):
-    """One program per (sequence, head): the splits' partial outputs weighted by their share of the softmax."""
+    """One program per (sequence, head): the splits' partial outputs weighted by their share of the softmax. A
+    context in one slice was written whole by the decode kernel."""
     pdl_wait(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
+    if _slices(tl.load(seq_lens_ptr + b), SPLITS, BLOCK_N, MIN_SPLIT)[1] <= 1:
+        return
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, BLOCK_D)
     row = (b * tl.num_programs(1) + h) * SPLITS + splits
@@ -314,7 +328,10 @@ def _dot_precision(query: torch.Tensor) -> str:
 # flight to approach the memory bandwidth. Measured on an H200 (benchmarks/README.md): splitting larger
 # batches gains nothing, since their programs already fill it. RAYGRID_DECODE_SPLIT_POLICY (JSON) overrides
 # it, for benchmarks; '{"max_splits": 1}' turns splitting off.
-DECODE_SPLIT_POLICY = dict(programs_per_sm=3, max_splits=64, min_split_tokens=256)
+# full_splits / full_min_split_tokens: batches that fill the GPU by themselves may still cut each context longer than
+# full_min_split_tokens into up to full_splits slices, so that a few long contexts among short ones do not leave their
+# programs running alone at the end of the launch.
+DECODE_SPLIT_POLICY = dict(programs_per_sm=3, max_splits=64, min_split_tokens=256, full_splits=1, full_min_split_tokens=1024)
 DECODE_SPLIT_POLICY.update(json.loads(os.environ.get("RAYGRID_DECODE_SPLIT_POLICY", "{}")))
 
 
@@ -323,10 +340,18 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def decode_split_launch(num_seqs: int, num_kv_heads: int, device: torch.device) -> tuple[int, int]:
+    """Context slices per sequence and their least length, from the batch size alone (so a CUDA graph captured for a
+    batch size stays valid whatever the sequence lengths)."""
+    splits = decode_splits(num_seqs, num_kv_heads, device)
+    if splits == 1 and device.type == "cuda" and DECODE_SPLIT_POLICY["full_splits"] > 1:
+        return DECODE_SPLIT_POLICY["full_splits"], DECODE_SPLIT_POLICY["full_min_split_tokens"]
+    return splits, DECODE_SPLIT_POLICY["min_split_tokens"]
+
+
 def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, programs_per_sm: int | None = None,
                   max_splits: int | None = None) -> int:
-    """Context slices per sequence, from the batch size alone (so a CUDA graph captured for a batch size
-    stays valid whatever the sequence lengths)."""
+    """Context slices per sequence for a batch too small to fill the GPU (1 for one that fills it)."""
     if device.type != "cuda" or num_seqs == 0:
         return 1
     sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device())
@@ -368,7 +393,7 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
 
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
-                           num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
+                           num_splits: int | None = None, min_split_tokens: int | None = None,
                            num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],
                            tma: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
@@ -382,7 +407,9 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query) if out is None else out
-    splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
+    splits, policy_min_split = decode_split_launch(num_seqs, num_kv_heads, query.device)
+    splits = splits if num_splits is None else num_splits
+    min_split_tokens = policy_min_split if min_split_tokens is None else min_split_tokens
     block_d = _tile_width(head_dim)
     partial_out = partial_lse = out  # unused placeholders when not splitting
     if splits > 1:
@@ -406,9 +433,9 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     )
     if splits > 1:
         _combine_splits_kernel[(num_seqs, num_heads)](
-            partial_out, partial_lse, out, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits),
-            **pdl_launch(query.device),
+            partial_out, partial_lse, out, seq_lens, out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits), BLOCK_N=block_n,
+            MIN_SPLIT=min_split_tokens, **pdl_launch(query.device),
         )
     return out
 
