@@ -116,8 +116,8 @@ def _decode_kernel(
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
     sequences use fewer slices) and writes its partial output and log-sum-exp for
-    ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long, and keeps one long context
-    from being the last program running. A context that fits in one slice is written whole by its first program."""
+    ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long. A context that fits in one
+    slice is written whole by its first program (no partial output, nothing for the combine kernel)."""
     pdl_wait(PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -328,10 +328,7 @@ def _dot_precision(query: torch.Tensor) -> str:
 # flight to approach the memory bandwidth. Measured on an H200 (benchmarks/README.md): splitting larger
 # batches gains nothing, since their programs already fill it. RAYGRID_DECODE_SPLIT_POLICY (JSON) overrides
 # it, for benchmarks; '{"max_splits": 1}' turns splitting off.
-# full_splits / full_min_split_tokens: batches that fill the GPU by themselves may still cut each context longer than
-# full_min_split_tokens into up to full_splits slices, so that a few long contexts among short ones do not leave their
-# programs running alone at the end of the launch.
-DECODE_SPLIT_POLICY = dict(programs_per_sm=3, max_splits=64, min_split_tokens=256, full_splits=1, full_min_split_tokens=1024)
+DECODE_SPLIT_POLICY = dict(programs_per_sm=3, max_splits=64, min_split_tokens=256)
 DECODE_SPLIT_POLICY.update(json.loads(os.environ.get("RAYGRID_DECODE_SPLIT_POLICY", "{}")))
 
 
@@ -340,18 +337,10 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def decode_split_launch(num_seqs: int, num_kv_heads: int, device: torch.device) -> tuple[int, int]:
-    """Context slices per sequence and their least length, from the batch size alone (so a CUDA graph captured for a
-    batch size stays valid whatever the sequence lengths)."""
-    splits = decode_splits(num_seqs, num_kv_heads, device)
-    if splits == 1 and device.type == "cuda" and DECODE_SPLIT_POLICY["full_splits"] > 1:
-        return DECODE_SPLIT_POLICY["full_splits"], DECODE_SPLIT_POLICY["full_min_split_tokens"]
-    return splits, DECODE_SPLIT_POLICY["min_split_tokens"]
-
-
 def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, programs_per_sm: int | None = None,
                   max_splits: int | None = None) -> int:
-    """Context slices per sequence for a batch too small to fill the GPU (1 for one that fills it)."""
+    """Context slices per sequence, from the batch size alone (so a CUDA graph captured for a batch size
+    stays valid whatever the sequence lengths)."""
     if device.type != "cuda" or num_seqs == 0:
         return 1
     sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device())
@@ -393,7 +382,7 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
 
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
-                           num_splits: int | None = None, min_split_tokens: int | None = None,
+                           num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
                            num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],
                            tma: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
@@ -407,9 +396,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query) if out is None else out
-    splits, policy_min_split = decode_split_launch(num_seqs, num_kv_heads, query.device)
-    splits = splits if num_splits is None else num_splits
-    min_split_tokens = policy_min_split if min_split_tokens is None else min_split_tokens
+    splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
     block_d = _tile_width(head_dim)
     partial_out = partial_lse = out  # unused placeholders when not splitting
     if splits > 1:
