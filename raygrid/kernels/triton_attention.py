@@ -356,7 +356,8 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # benchmarks of other launches (benchmarks/scripts/sweep_decode_kv_dtype.py times several). tma: tiles by bulk copy
 # where pages hold them whole, only in launches that split contexts (few long sequences). In one device command on an
 # H200, bulk copies took batch-1 TPOT at 32k from 2.036 to 2.001 ms, but W1's decode steps of 64 to 256 sequences
-# ran 3% slower with them, though the kernel sweep at those shapes put the two within 3% either way.
+# ran 3% slower with them: over contexts of unequal lengths, as W1's, bulk copies lose by 4 to 5% at 192 and 256
+# sequences, though they win over equal ones (sweep_decode_attention.py --order).
 DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split")
 DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
 
