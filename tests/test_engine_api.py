@@ -232,9 +232,11 @@ def test_memory_profile_pass_gives_every_token_a_position_the_model_has(llm):
     max_model_len, as every real step's do, or the rotary tables are read past their end. On the GPU that read
     was silent, and faulted only when the allocator's layout put unmapped memory there (after the kernel
     tests, in one process); on the CPU the tables' indexing raises."""
+    from raygrid.engine.memory_profile import profile_forward
+
     engine = llm.llm_engine.engine
     runner = engine.executor.worker.runner
     budget = engine.config.scheduler.max_num_batched_tokens
     rotary = runner.model.layers[0].self_attn.rotary
     assert budget > rotary.cos_cache.shape[0] > engine.config.model.max_model_len
-    runner.profile_forward(budget)
+    profile_forward(runner, budget)

@@ -69,7 +69,7 @@ class GraphBuffers:
 
     A capture copies the model's result into ``outputs`` inside the graph, so nothing a capture allocates
     outlives it and the pool holds the largest pass's working memory once, whatever the number of sizes
-    (profiling captures the largest sizes alone, ModelRunner.profile_cuda_graphs)."""
+    (profiling captures the largest sizes alone, memory_profile.profile_cuda_graphs)."""
 
     def __init__(self, staged: dict[str, torch.Tensor], max_tokens: int, max_seqs: int,
                  stage_input: tuple[int, torch.dtype] | None = None) -> None:

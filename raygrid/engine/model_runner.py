@@ -1,9 +1,8 @@
 """One step on one device: SchedulerOutput -> persistent batch -> tensors -> forward -> sample (its result comes
-back through pending_output.py), and the passes that size the KV cache."""
+back through pending_output.py). The passes that size the KV cache are memory_profile.py's."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from functools import partial
@@ -14,11 +13,12 @@ import torch
 from raygrid.config import EngineConfig
 from raygrid.engine.cuda_graphs import FullGraphs, GraphBuffers, capture_sizes
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
+from raygrid.engine.memory_profile import free_device_memory, kv_cache_shape, single_sequence_metadata
 from raygrid.engine.outputs import SampleLogprobs, SchedulerOutput
 from raygrid.engine.pending_output import PendingRunnerOutput
 from raygrid.engine.piecewise_graphs import PiecewiseGraphs, piecewise_sizes
-from raygrid.engine.sampler import Sampler, SamplingMetadata, gather_logprobs
-from raygrid.engine.sampling_inputs import SamplingInputs, token_statistics
+from raygrid.engine.sampler import Sampler, gather_logprobs
+from raygrid.engine.sampling_inputs import SamplingInputs
 from raygrid.engine.staging import StagingBuffers
 from raygrid.kernels import ops
 from raygrid.kernels.ops import apply_token_bitmask
@@ -88,7 +88,7 @@ class ModelRunner:
         self.rebalancer = Rebalancer.for_model(model, config.parallel.eplb_config) if config.parallel.enable_eplb else None
         self._eplb_report = None
 
-    def _forward(self, plan: PassPlan, input_ids, positions, meta, intermediate, kv_caches=None):
+    def forward(self, plan: PassPlan, input_ids, positions, meta, intermediate, kv_caches=None):
         if plan.graph_size is not None:
             return self.graphs.run(plan.graph_size, input_ids, positions, meta, intermediate)
         if plan.mixed_size is not None:
@@ -117,7 +117,7 @@ class ModelRunner:
                                                                for _ in range(2))
             meta = AttentionMetadata(slot_mapping=empty, block_tables=blocks, seq_lens=[], query_start_loc=[], max_query_len=1,
                                      seq_lens_tensor=blocks[:, 0], query_start_loc_tensor=blocks[:, 0])
-            self._forward(plan, empty, empty, meta, intermediate)
+            self.forward(plan, empty, empty, meta, intermediate)
         else:
             ids = torch.zeros(1, dtype=torch.long, device=self.device)
             meta = single_sequence_metadata(1, self.block_size, self.device, first_block=0)
@@ -125,7 +125,7 @@ class ModelRunner:
             if not self.pp.is_first:
                 shape = (1, self.model.config.hidden_size)
                 intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
-            hidden = self._forward(plan, ids, ids.clone(), meta, intermediate)
+            hidden = self.forward(plan, ids, ids.clone(), meta, intermediate)
             if not self.pp.is_last:
                 self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
         self._after_forward()
@@ -134,11 +134,11 @@ class ModelRunner:
     def uses_cuda_graphs(self) -> bool:
         return self.device.type == "cuda" and not self.config.model.enforce_eager
 
-    def _capture_graphs(self, kv_caches: list[torch.Tensor], largest_only: bool = False) -> tuple[FullGraphs, PiecewiseGraphs | None]:
+    def capture_graphs(self, kv_caches: list[torch.Tensor], largest_only: bool = False) -> tuple[FullGraphs, PiecewiseGraphs | None]:
         """The full graphs (decode, and without expert parallelism mixed) and the piecewise graphs of steps with
         prefill, all in one memory pool; ``largest_only``: each kind's largest size alone, which sizes the pool."""
         stage_input = None if self.pp.is_first else (self.model.config.hidden_size, self.dtype)
-        decode, mixed, pieces = self._graph_sizes()
+        decode, mixed, pieces = self.graph_sizes()
         if largest_only:
             decode, mixed, pieces = decode[-1:], mixed[-1:], pieces[-1:]
         max_tokens = max([self.max_graph_batch, *mixed, *pieces])
@@ -147,7 +147,7 @@ class ModelRunner:
                             mixed_sizes=mixed)
         return graphs, PiecewiseGraphs(self.model, kv_caches, buffers, pieces, self.dtype) if pieces else None
 
-    def _graph_sizes(self) -> tuple[list[int], list[int], list[int]]:
+    def graph_sizes(self) -> tuple[list[int], list[int], list[int]]:
         """The sizes captured: decode batch sizes, mixed graphs' and piecewise graphs' token counts (no mixed or
         piecewise graphs under expert parallelism; mixed ones capture the Triton prefill kernel, since the torch
         reference reads the metadata's Python lists)."""
@@ -166,7 +166,7 @@ class ModelRunner:
                 layer.map.window.zero_()
         if self.uses_cuda_graphs:
             free_before = free_device_memory()
-            self.graphs, self.piecewise = self._capture_graphs(kv_caches)
+            self.graphs, self.piecewise = self.capture_graphs(kv_caches)
             self.graph_memory_bytes = free_before - free_device_memory()
             logger.info("CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
 
@@ -314,7 +314,7 @@ class ModelRunner:
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
         plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs)
-        hidden = self._forward(plan, input_ids, positions, meta, intermediate)
+        hidden = self.forward(plan, input_ids, positions, meta, intermediate)
         self._after_forward()
         req_ids = list(self.batch.req_ids)
         if not self.pp.is_last:
@@ -396,82 +396,6 @@ class ModelRunner:
             out[state.req_id] = (start + 1, entries)
         return out
 
-    # ------------------------------------------------------------------ memory profiling
-
-    @torch.inference_mode()
-    def profile_forward(self, num_tokens: int) -> None:
-        """The worst step for peak memory: a forward pass of ``num_tokens`` prompt tokens with a throwaway
-        KV cache, then (last pipeline stage) sampling for ``max_num_seqs`` rows with every feature on."""
-        blocks = -(-num_tokens // self.block_size)
-        caches = self.allocate_kv_cache(blocks + 1)
-        ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
-        # Positions as a real step's: each under max_model_len (the budget may exceed the rotary tables' length).
-        positions = torch.arange(num_tokens, device=self.device) % self.config.model.max_model_len
-        meta = single_sequence_metadata(num_tokens, self.block_size, self.device, first_block=1)
-        intermediate = None
-        if not self.pp.is_first:
-            zeros = torch.zeros(num_tokens, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
-            intermediate = (zeros, zeros.clone())
-        out = self._forward(self.passes.plan(None, num_tokens, -1), ids, positions, meta, intermediate, kv_caches=caches)
-        del caches
-        if self.pp.is_last:
-            rows = self.config.scheduler.max_num_seqs
-            hidden = out[-1:].expand(rows, -1) if num_tokens < rows else out[-rows:]
-            del out
-            self._profile_sampler(self.model.compute_logits(hidden))
-
-    def _profile_sampler(self, logits: torch.Tensor) -> None:
-        """Sampling's largest footprint: penalties over a full-length history, min_p, top-k and top-p
-        (a full sort), a ban and a bias, an allowed-token mask and ``max_logprobs`` top logprobs, on every row."""
-        rows, dev, max_len = logits.shape[0], self.device, self.config.model.max_model_len
-        counts, prompt_mask = token_statistics(
-            torch.zeros(rows, max_len, dtype=torch.int64, device=dev),
-            torch.full((rows,), max_len // 2, device=dev),
-            torch.full((rows,), max_len, device=dev),
-            self.vocab_size,
-        )
-        full = lambda value, dtype=torch.float32: torch.full((rows,), value, dtype=dtype, device=dev)  # noqa: E731
-        meta = SamplingMetadata(
-            temperature=full(0.7), greedy=full(False, torch.bool), all_greedy=False,
-            top_k=full(50, torch.int64), top_p=full(0.9), min_p=full(0.05),
-            repetition_penalty=full(1.1), frequency_penalty=full(0.1), presence_penalty=full(0.1),
-            output_token_counts=counts, prompt_token_mask=prompt_mask,
-            adjust_rows=torch.arange(rows, device=dev).repeat(2), adjust_tokens=torch.zeros(2 * rows, dtype=torch.int64, device=dev),
-            adjust_values=torch.zeros(2 * rows, device=dev), allowed_rows=torch.arange(rows, device=dev),
-            allowed_mask=torch.zeros(rows, self.vocab_size, device=dev),
-            seeds=full(1, torch.int64), num_logprobs=[self.config.model.max_logprobs] * rows,
-        )
-        # Structured outputs refuse tokens before sampling: a Triton kernel of its own, compiled here rather than while
-        # the first request with a grammar waits (every bit set: nothing refused).
-        all_rows = torch.arange(rows, device=dev)
-        apply_token_bitmask(logits, torch.full((rows, -(-self.vocab_size // 32)), -1, dtype=torch.int32, device=dev), all_rows, all_rows)
-        self.sampler(logits, meta)
-        # Temperature alone draws from the logits in the model's dtype, where the path above draws from float32
-        # ones: a Triton variant of its own, compiled here rather than while the first such request waits.
-        none = dict.fromkeys(["top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty",
-                              "output_token_counts", "prompt_token_mask", "adjust_rows", "adjust_tokens", "adjust_values",
-                              "allowed_rows", "allowed_mask"])
-        self.sampler(logits, dataclasses.replace(meta, **none, num_logprobs=[None] * rows))
-
-    @torch.inference_mode()
-    def profile_cuda_graphs(self) -> int:
-        """Device memory the CUDA graphs will hold (0 without graphs). All sizes share one memory pool, which the
-        largest sizes size, so capture those on a throwaway KV cache and measure. Beyond the pool each graph holds
-        memory of its own (its instantiated nodes), about as much for every size of a kind: what the captured ones
-        hold outside the pool counts once more for each size left out."""
-        if not self.uses_cuda_graphs:
-            return 0
-        caches = self.allocate_kv_cache(2)  # captures store nothing (slot -1) and attend over nothing (length 0)
-        free_before, reserved_before = free_device_memory(), torch.cuda.memory_reserved()
-        graphs = self._capture_graphs(caches, largest_only=True)
-        taken = free_before - free_device_memory()
-        outside_pool = max(taken - (torch.cuda.memory_reserved() - reserved_before), 0)
-        kinds = [len(sizes) for sizes in self._graph_sizes() if sizes]
-        taken += outside_pool * (sum(kinds) - len(kinds)) // len(kinds)
-        del graphs, caches
-        torch.cuda.empty_cache()
-        return taken
-
     def allocate_kv_cache(self, num_blocks: int) -> list[torch.Tensor]:
         """One ``[2, num_blocks, block_size, kv_heads, head_dim]`` tensor per local layer, in the cache's dtype."""
         shape = kv_cache_shape(self.model, self.block_size, num_blocks)
@@ -480,35 +404,3 @@ class ModelRunner:
     def kv_cache_bytes_per_block(self) -> int:
         per_layer = int(np.prod(kv_cache_shape(self.model, self.block_size, 1))) * self.kv_dtype.itemsize
         return per_layer * len(self.model.layers)
-
-
-def single_sequence_metadata(num_tokens: int, block_size: int, device: torch.device, first_block: int) -> AttentionMetadata:
-    """Attention inputs of one sequence of ``num_tokens`` prompt tokens in consecutive blocks from ``first_block``
-    (block 0 is the null block, which nothing reads). The block table is int32, as a step's staged one: a Triton
-    kernel compiles a variant for each dtype it is given, and the memory profile's pass should compile the ones
-    that steps launch, not one that users' first prompts then wait for (benchmarks/README.md)."""
-    blocks = -(-num_tokens // block_size)
-    positions = torch.arange(num_tokens, device=device)
-    return AttentionMetadata(
-        slot_mapping=positions + first_block * block_size,
-        block_tables=torch.arange(first_block, first_block + blocks, dtype=torch.int32, device=device)[None, :],
-        seq_lens=[num_tokens],
-        query_start_loc=[0, num_tokens],
-        max_query_len=num_tokens,
-        seq_lens_tensor=torch.tensor([num_tokens], dtype=torch.int32, device=device),
-        query_start_loc_tensor=torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
-    )
-
-
-def kv_cache_shape(model: torch.nn.Module, block_size: int, num_blocks: int) -> tuple[int, ...]:
-    """KV cache shape of one layer on this rank (its share of the kv heads)."""
-    attn = model.layers[0].self_attn
-    return (2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
-
-
-def free_device_memory() -> int:
-    """Free device bytes once queued work is done and the allocator's unused cache is released, so a
-    difference of two readings is memory that something still holds."""
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    return torch.cuda.mem_get_info()[0]

@@ -8,6 +8,7 @@ import logging
 import torch
 
 from raygrid.config import EngineConfig
+from raygrid.engine import memory_profile
 from raygrid.engine.model_runner import ModelRunner
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from raygrid.models.loader import load_hf_config, load_model, resolve_dtype
@@ -65,13 +66,13 @@ class Worker:
             return max(int(cache.cpu_kv_cache_space_gib * 2**30 // per_block), 2)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        self.runner.profile_forward(self.config.scheduler.max_num_batched_tokens)
+        memory_profile.profile_forward(self.runner, self.config.scheduler.max_num_batched_tokens)
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
         free, total = torch.cuda.mem_get_info()
         used_outside_torch = (total - free) - torch.cuda.memory_reserved()
         torch.cuda.empty_cache()
-        graphs = self.runner.profile_cuda_graphs()
+        graphs = memory_profile.profile_cuda_graphs(self.runner)
         budget = total * cache.gpu_memory_utilization - peak - used_outside_torch - graphs
         logger.info("KV cache budget %.2f GiB (peak of weights, activations and sampling %.2f GiB; CUDA graphs %.3f GiB)",
                     budget / 2**30, peak / 2**30, graphs / 2**30)

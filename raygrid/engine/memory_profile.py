@@ -1,0 +1,127 @@
+"""Sizing the KV cache: the passes that measure the worst step's peak memory (a forward pass of the whole token
+budget on a throwaway cache, then sampling with every feature on) and what the CUDA graphs will hold, on one
+device. The worker turns them into a number of KV blocks (``Worker.determine_num_kv_blocks``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import torch
+
+from raygrid.engine.sampler import SamplingMetadata
+from raygrid.engine.sampling_inputs import token_statistics
+from raygrid.kernels.ops import apply_token_bitmask
+from raygrid.models.layers.attention import AttentionMetadata
+
+if TYPE_CHECKING:
+    from raygrid.engine.model_runner import ModelRunner
+
+
+@torch.inference_mode()
+def profile_forward(runner: ModelRunner, num_tokens: int) -> None:
+    """The worst step for peak memory: a forward pass of ``num_tokens`` prompt tokens with a throwaway
+    KV cache, then (last pipeline stage) sampling for ``max_num_seqs`` rows with every feature on."""
+    blocks = -(-num_tokens // runner.block_size)
+    caches = runner.allocate_kv_cache(blocks + 1)
+    ids = torch.zeros(num_tokens, dtype=torch.long, device=runner.device)
+    # Positions as a real step's: each under max_model_len (the budget may exceed the rotary tables' length).
+    positions = torch.arange(num_tokens, device=runner.device) % runner.config.model.max_model_len
+    meta = single_sequence_metadata(num_tokens, runner.block_size, runner.device, first_block=1)
+    intermediate = None
+    if not runner.pp.is_first:
+        zeros = torch.zeros(num_tokens, runner.model.config.hidden_size, dtype=runner.dtype, device=runner.device)
+        intermediate = (zeros, zeros.clone())
+    out = runner.forward(runner.passes.plan(None, num_tokens, -1), ids, positions, meta, intermediate, kv_caches=caches)
+    del caches
+    if runner.pp.is_last:
+        rows = runner.config.scheduler.max_num_seqs
+        hidden = out[-1:].expand(rows, -1) if num_tokens < rows else out[-rows:]
+        del out
+        _profile_sampler(runner, runner.model.compute_logits(hidden))
+
+
+def _profile_sampler(runner: ModelRunner, logits: torch.Tensor) -> None:
+    """Sampling's largest footprint: penalties over a full-length history, min_p, top-k and top-p
+    (a full sort), a ban and a bias, an allowed-token mask and ``max_logprobs`` top logprobs, on every row."""
+    rows, dev, max_len = logits.shape[0], runner.device, runner.config.model.max_model_len
+    counts, prompt_mask = token_statistics(
+        torch.zeros(rows, max_len, dtype=torch.int64, device=dev),
+        torch.full((rows,), max_len // 2, device=dev),
+        torch.full((rows,), max_len, device=dev),
+        runner.vocab_size,
+    )
+    full = lambda value, dtype=torch.float32: torch.full((rows,), value, dtype=dtype, device=dev)  # noqa: E731
+    meta = SamplingMetadata(
+        temperature=full(0.7), greedy=full(False, torch.bool), all_greedy=False,
+        top_k=full(50, torch.int64), top_p=full(0.9), min_p=full(0.05),
+        repetition_penalty=full(1.1), frequency_penalty=full(0.1), presence_penalty=full(0.1),
+        output_token_counts=counts, prompt_token_mask=prompt_mask,
+        adjust_rows=torch.arange(rows, device=dev).repeat(2), adjust_tokens=torch.zeros(2 * rows, dtype=torch.int64, device=dev),
+        adjust_values=torch.zeros(2 * rows, device=dev), allowed_rows=torch.arange(rows, device=dev),
+        allowed_mask=torch.zeros(rows, runner.vocab_size, device=dev),
+        seeds=full(1, torch.int64), num_logprobs=[runner.config.model.max_logprobs] * rows,
+    )
+    # Structured outputs refuse tokens before sampling: a Triton kernel of its own, compiled here rather than while
+    # the first request with a grammar waits (every bit set: nothing refused).
+    all_rows = torch.arange(rows, device=dev)
+    apply_token_bitmask(logits, torch.full((rows, -(-runner.vocab_size // 32)), -1, dtype=torch.int32, device=dev), all_rows, all_rows)
+    runner.sampler(logits, meta)
+    # Temperature alone draws from the logits in the model's dtype, where the path above draws from float32
+    # ones: a Triton variant of its own, compiled here rather than while the first such request waits.
+    none = dict.fromkeys(["top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty",
+                          "output_token_counts", "prompt_token_mask", "adjust_rows", "adjust_tokens", "adjust_values",
+                          "allowed_rows", "allowed_mask"])
+    runner.sampler(logits, dataclasses.replace(meta, **none, num_logprobs=[None] * rows))
+
+
+@torch.inference_mode()
+def profile_cuda_graphs(runner: ModelRunner) -> int:
+    """Device memory the CUDA graphs will hold (0 without graphs). All sizes share one memory pool, which the
+    largest sizes size, so capture those on a throwaway KV cache and measure. Beyond the pool each graph holds
+    memory of its own (its instantiated nodes), about as much for every size of a kind: what the captured ones
+    hold outside the pool counts once more for each size left out."""
+    if not runner.uses_cuda_graphs:
+        return 0
+    caches = runner.allocate_kv_cache(2)  # captures store nothing (slot -1) and attend over nothing (length 0)
+    free_before, reserved_before = free_device_memory(), torch.cuda.memory_reserved()
+    graphs = runner.capture_graphs(caches, largest_only=True)
+    taken = free_before - free_device_memory()
+    outside_pool = max(taken - (torch.cuda.memory_reserved() - reserved_before), 0)
+    kinds = [len(sizes) for sizes in runner.graph_sizes() if sizes]
+    taken += outside_pool * (sum(kinds) - len(kinds)) // len(kinds)
+    del graphs, caches
+    torch.cuda.empty_cache()
+    return taken
+
+
+def single_sequence_metadata(num_tokens: int, block_size: int, device: torch.device, first_block: int) -> AttentionMetadata:
+    """Attention inputs of one sequence of ``num_tokens`` prompt tokens in consecutive blocks from ``first_block``
+    (block 0 is the null block, which nothing reads). The block table is int32, as a step's staged one: a Triton
+    kernel compiles a variant for each dtype it is given, and the memory profile's pass should compile the ones
+    that steps launch, not one that users' first prompts then wait for (benchmarks/README.md)."""
+    blocks = -(-num_tokens // block_size)
+    positions = torch.arange(num_tokens, device=device)
+    return AttentionMetadata(
+        slot_mapping=positions + first_block * block_size,
+        block_tables=torch.arange(first_block, first_block + blocks, dtype=torch.int32, device=device)[None, :],
+        seq_lens=[num_tokens],
+        query_start_loc=[0, num_tokens],
+        max_query_len=num_tokens,
+        seq_lens_tensor=torch.tensor([num_tokens], dtype=torch.int32, device=device),
+        query_start_loc_tensor=torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
+    )
+
+
+def kv_cache_shape(model: torch.nn.Module, block_size: int, num_blocks: int) -> tuple[int, ...]:
+    """KV cache shape of one layer on this rank (its share of the kv heads)."""
+    attn = model.layers[0].self_attn
+    return (2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
+
+
+def free_device_memory() -> int:
+    """Free device bytes once queued work is done and the allocator's unused cache is released, so a
+    difference of two readings is memory that something still holds."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info()[0]
