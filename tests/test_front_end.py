@@ -122,6 +122,10 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
         buckets = summary["where_the_time_goes"]
         assert sum(b["steps"] for b in buckets) >= max(expected_lens)  # one token per request a step
         assert sum(b["seconds"] for b in buckets) == pytest.approx(summary["elapsed_s"], rel=0.05)
+        prompt_steps = buckets[0]["each"]  # the steps with prompt tokens, one by one
+        assert buckets[0]["kind"] == "with prompt tokens" and len(prompt_steps) == buckets[0]["steps"] > 0
+        assert sum(step["ms"] for step in prompt_steps) / 1e3 == pytest.approx(buckets[0]["seconds"], abs=0.01)
+        assert all(step["tokens"] > step["requests"] > 0 for step in prompt_steps)
 
 
 @pytest.mark.parametrize("backend", ["raygrid", "hf"])

@@ -104,21 +104,26 @@ def eplb_summary(llm) -> dict:
 
 def summarize_steps(start: float, trace: list[tuple[float, int, int]]) -> list[dict]:
     """Seconds spent in steps that carry prompt tokens and in decode-only steps by batch size; a step's
-    time is the interval since the previous step finished."""
+    time is the interval since the previous step finished. The steps with prompt tokens are few and vary most from
+    run to run, so their bucket also lists each one (``each``: ms, tokens scheduled, requests)."""
     decode_sizes = [(1, 15), (16, 63), (64, 127), (128, 255), (256, None)]  # (fewest, most) requests running
     buckets = {"with prompt tokens": [0, 0.0]}
     buckets.update({decode_bucket(lo, hi): [0, 0.0] for lo, hi in decode_sizes})
+    prompt_steps = []
     previous = start
     for finished, num_tokens, num_reqs in trace:
         if num_tokens > num_reqs:
             key = "with prompt tokens"
+            prompt_steps.append({"ms": round(1e3 * (finished - previous), 2), "tokens": num_tokens, "requests": num_reqs})
         else:
             key = decode_bucket(*next((lo, hi) for lo, hi in decode_sizes if hi is None or num_reqs <= hi))
         buckets[key][0] += 1
         buckets[key][1] += finished - previous
         previous = finished
-    return [{"steps": n, "seconds": round(sec, 3), "ms_per_step": round(1e3 * sec / n, 2) if n else None, "kind": kind}
-            for kind, (n, sec) in buckets.items()]
+    summary = [{"steps": n, "seconds": round(sec, 3), "ms_per_step": round(1e3 * sec / n, 2) if n else None, "kind": kind}
+               for kind, (n, sec) in buckets.items()]
+    summary[0]["each"] = prompt_steps
+    return summary
 
 
 def decode_bucket(lo: int, hi: int | None) -> str:
