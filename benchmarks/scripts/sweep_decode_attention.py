@@ -40,6 +40,16 @@ def make_case(num_seqs: int, context: int, page: int = PAGE):
     return query, cache, tables, lens
 
 
+def kv_bytes(tokens: int) -> int:
+    """What decode reads of the cache for ``tokens`` context tokens: keys and values of every kv head, in bf16."""
+    return tokens * KV_HEADS * HEAD_DIM * 2 * 2
+
+
+def timing(read_bytes: int, ms: float) -> dict:
+    """A launch's time and the bandwidth it moved ``read_bytes`` at."""
+    return {"us": round(ms * 1e3, 1), "tb_per_s": round(read_bytes / ms / 1e9, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-json", default=None)
@@ -71,7 +81,7 @@ def main() -> None:
     results = []
     for num_seqs, context in CASES:
         query, cache, tables, lens = make_case(num_seqs, context)
-        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        read = kv_bytes(num_seqs * context)
         auto = decode_splits(num_seqs, KV_HEADS, query.device)
         for block_n, warps, stages, splits in itertools.product(*grid, sorted({1, auto})):
             def run():
@@ -84,7 +94,7 @@ def main() -> None:
                                 "splits": splits, "error": type(error).__name__})
                 continue
             results.append({"seqs": num_seqs, "context": context, "block_n": block_n, "warps": warps, "stages": stages,
-                            "splits": splits, "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+                            "splits": splits, **timing(read, ms)})
         best = min((r for r in results if r["seqs"] == num_seqs and "us" in r), key=lambda r: r["us"])
         default = next(r for r in results if r["seqs"] == num_seqs and r.get("block_n") == 64 and r["warps"] == 4
                        and r["stages"] == 2 and r["splits"] == auto)
@@ -99,7 +109,7 @@ def sweep_long(args) -> None:
     results = []
     for num_seqs, context in LONG_CASES:
         query, cache, tables, lens = make_case(num_seqs, context)
-        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        read = kv_bytes(num_seqs * context)
         auto = decode_splits(num_seqs, KV_HEADS, query.device)
         for block_n, warps, stages, splits, min_split in itertools.product(
                 (64, 128), (4, 8), (2, 3, 4), sorted({auto, 16, 32, 64, 128}), (256, 512)):
@@ -114,7 +124,7 @@ def sweep_long(args) -> None:
             except Exception as error:  # noqa: BLE001
                 results.append({**row, "error": type(error).__name__})
                 continue
-            results.append({**row, "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+            results.append({**row, **timing(read, ms)})
         mine = [r for r in results if r["seqs"] == num_seqs and r["context"] == context and "us" in r]
         default = next(r for r in mine if r["block_n"] == 64 and r["warps"] == 4 and r["stages"] == 2
                        and r["splits"] == auto and r["min_split"] == 512)
@@ -130,7 +140,7 @@ def sweep_tma(args) -> None:
 
     results = []
     for num_seqs, context in CASES + [(1, 32768)]:
-        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        read = kv_bytes(num_seqs * context)
         splits = decode_splits(num_seqs, KV_HEADS, torch.device("cuda"))
         launches = [(16, False, 4, 2)] + list(itertools.product((64,), (False, True), (4, 8), (2, 3, 4)))
         cases = {page: make_case(num_seqs, context, page) for page in (16, 64)}
@@ -145,7 +155,7 @@ def sweep_tma(args) -> None:
             except Exception as error:  # noqa: BLE001 - a launch that does not fit is recorded, not fatal
                 results.append({**row, "error": f"{type(error).__name__}: {error}"[:300]})
                 continue
-            results.append({**row, "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+            results.append({**row, **timing(read, ms)})
         del cases
         mine = [r for r in results if r["seqs"] == num_seqs and r["context"] == context and "us" in r]
         def best(**match):
@@ -167,7 +177,7 @@ def sweep_placement(args) -> None:
     big_blocks = int(args.cache_gb * 1e9 / (2 * page_bytes))
     cache = torch.randn(2, big_blocks, page, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     for num_seqs, context in [(256, 530), (128, 1200), (32, 1536), (1, 32768)]:
-        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        read = kv_bytes(num_seqs * context)
         splits = decode_splits(num_seqs, KV_HEADS, torch.device("cuda"))
         per_seq = -(-context // page)
         needed = num_seqs * per_seq
@@ -185,8 +195,7 @@ def sweep_placement(args) -> None:
                 ms = cuda_graph_ms(lambda: paged_attention_decode(query, layer_cache, tables, lens, HEAD_DIM**-0.5,
                                                                   block_n=64, num_splits=splits, tma=tma))
                 results.append({"seqs": num_seqs, "context": context, "placement": name, "tma": tma, "splits": splits,
-                                "cache_gb": round(layer_cache.numel() * 2 / 1e9, 2), "us": round(ms * 1e3, 1),
-                                "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+                                "cache_gb": round(layer_cache.numel() * 2 / 1e9, 2), **timing(read, ms)})
                 line.append(f"{name} {'bulk' if tma else 'gathered'} {results[-1]['us']} us")
         print(f"{num_seqs} x {context} ({splits} splits): " + "; ".join(line), flush=True)
     write_json(args.output_json, results, cache_gb=args.cache_gb)
@@ -206,10 +215,7 @@ def sweep_order(args) -> None:
     for num_seqs, low, high in phases:
         lens = (torch.randint(100, 1025, (num_seqs,), generator=gen) + torch.randint(low, high + 1, (num_seqs,), generator=gen))
         total = int(lens.sum())
-        per_seq = -(-int(lens.max()) // page)
-        cache = torch.randn(2, num_seqs * per_seq + 1, page, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
-        tables = (1 + torch.randperm(num_seqs * per_seq, device="cuda")).view(num_seqs, per_seq).int()
-        query = torch.randn(num_seqs, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        query, cache, tables, _ = make_case(num_seqs, int(lens.max()), page)  # pages for the longest context each
         orders = {"random": torch.arange(num_seqs), "longest first": lens.argsort(descending=True),
                   "shortest first": lens.argsort()}
         cases = {name: (lens[order], 1, 64) for name, order in orders.items()}
@@ -223,11 +229,10 @@ def sweep_order(args) -> None:
                 ms = cuda_graph_ms(lambda: paged_attention_decode(query, cache, tables, lens_dev, HEAD_DIM**-0.5,
                                                                   block_n=64, num_splits=splits, min_split_tokens=min_split,
                                                                   tma=tma))
-                kv_bytes = int(case_lens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2
+                read = kv_bytes(int(case_lens.sum()))
                 results.append({"seqs": num_seqs, "generated": [low, high], "mean_context": round(total / num_seqs),
                                 "max_context": int(lens.max()), "order": name, "splits": splits,
-                                "min_split_tokens": min_split, "tma": tma, "us": round(ms * 1e3, 1),
-                                "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+                                "min_split_tokens": min_split, "tma": tma, **timing(read, ms)})
                 line.append(f"{name} {'bulk' if tma else 'gathered'} {results[-1]['us']} us")
         print(f"{num_seqs} seqs, mean context {total // num_seqs}, max {int(lens.max())}: " + "; ".join(line), flush=True)
     write_json(args.output_json, results)
@@ -245,7 +250,7 @@ def compare_policies(args) -> None:
     totals = dict.fromkeys(candidates, 0.0)
     for num_seqs, context in CASES + LONG_CASES[:-1]:  # the last long case is one of CASES
         query, cache, tables, lens = make_case(num_seqs, context)
-        kv_bytes = num_seqs * context * KV_HEADS * HEAD_DIM * 2 * 2
+        read = kv_bytes(num_seqs * context)
         times = {name: [] for name in candidates}
         for _ in range(3):
             for name, policy in candidates.items():
@@ -255,7 +260,7 @@ def compare_policies(args) -> None:
                                                              min_split_tokens=policy["min_split_tokens"]), warmup=10, rep=100)
                 times[name].append(ms * 1e3)
                 results.append({"seqs": num_seqs, "context": context, "policy": name, **policy, "splits": splits,
-                                "us": round(ms * 1e3, 1), "tb_per_s": round(kv_bytes / ms / 1e9, 2)})
+                                **timing(read, ms)})
         medians = {name: sorted(t)[1] for name, t in times.items()}
         if num_seqs * KV_HEADS < 132:
             for name in candidates:
