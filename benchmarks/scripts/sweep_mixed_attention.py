@@ -5,6 +5,7 @@ heads, head_dim 128, bf16, 64-token pages as a GPU engine's, or --page). Every l
 the default launch's. Where pages hold whole key tiles, each launch runs with tiles gathered by rows and by bulk copy.
 
     python benchmarks/scripts/sweep_mixed_attention.py --output-json sweep.json [--decodes 256 --context 640 --prompts 2 --prompt-len 512 --page 64]
+        [--quick]   # only the engine's launches (16- and 128-row tiles), the split and the concurrent launches
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--page", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="only the engine's two tile shapes of the prefill kernel")
     args = parser.parse_args()
     torch.manual_seed(0)
     query, cache, tables, lens, starts, _ = make_case(args.decodes, args.context, args.prompts, args.prompt_len, args.page)
@@ -73,6 +75,8 @@ def main() -> None:
     for block_m, pack, block_n, warps, stages, tma in itertools.product((16, 32, 64, 128), (1, 2), (64,), (4,), (2, 3), bulk):
         if block_m // pack < 1:
             continue
+        if args.quick and (pack, stages, tma) not in ((2, 2, False), (2, 3, True)) or args.quick and block_m in (32, 64):
+            continue
         name = f"prefill kernel, block_m={block_m} pack={pack} block_n={block_n} warps={warps} stages={stages} tma={tma}"
         record(name, lambda: paged_attention_prefill(query, cache, tables, lens, starts, scale, block_m=block_m,
                                                       block_n=block_n, num_warps=warps, num_stages=stages, pack=pack, tma=tma))
@@ -83,6 +87,28 @@ def main() -> None:
             paged_attention_prefill(query, cache, tables[d:], lens[d:], starts[d:], scale, out=out)
             return out
         record("split: decode kernel + prefill kernel (default)", split)
+        # The two launches of the split side by side: the prompts' kernel on a second stream. A small prompt launch
+        # is latency-bound, and the decode launch alone leaves no SM idle only until its tail.
+        side = torch.cuda.Stream()
+        for block_m, pack in ((16, 2), (64, 2), (128, 2)):
+            cfg = dict(block_m=block_m, pack=pack, num_stages=2 if block_m < 64 else 3)
+            record(f"prompts alone, prefill kernel block_m={block_m} (not checked)", lambda: torch.cat([
+                reference[:d], paged_attention_prefill(query, cache, tables[d:], lens[d:], starts[d:], scale, **cfg)[d:]]))
+            for prompts_first in (True, False):
+                def concurrent():
+                    out = torch.empty_like(query)
+                    side.wait_stream(torch.cuda.current_stream())
+                    launches = [lambda: paged_attention_decode(query[:d], cache, tables[:d], lens[:d], scale, out=out[:d])]
+                    def prompts():
+                        with torch.cuda.stream(side):
+                            paged_attention_prefill(query, cache, tables[d:], lens[d:], starts[d:], scale, out=out, **cfg)
+                    launches.insert(0 if prompts_first else 1, prompts)
+                    for launch in launches:
+                        launch()
+                    torch.cuda.current_stream().wait_stream(side)
+                    return out
+                record(f"concurrent: prompts (block_m={block_m}) on a second stream, {'first' if prompts_first else 'second'}",
+                       concurrent)
     rows.sort(key=lambda r: r["ms"])
     result = {"case": vars(args), "launches": rows, **provenance()}
     with open(args.output_json, "w", encoding="utf-8") as f:
