@@ -63,7 +63,7 @@ class SchedulerConfig(_Strict):
     long_prefill_token_threshold: int = Field(default=0, ge=0, description="cap on one prefill chunk; 0 is no cap")
     policy: Literal["fcfs", "priority"] = "fcfs"
     # Schedule step N+1 while step N runs on the device; its inputs then include tokens the host has
-    # not seen yet (placeholders). Default: on for one GPU, off otherwise.
+    # not seen yet (placeholders). Default: on for GPUs without pipeline stages, off otherwise.
     async_scheduling: bool | None = None
 
 
@@ -200,6 +200,8 @@ class EngineConfig(_Strict):
         )
 
     def _on_gpu(self) -> bool:
+        """Whether the engine runs on GPUs. "auto" is this process's device: on Ray, create_engine_config has
+        already made it the workers' ("cuda" or "cpu")."""
         if self.device != "auto":
             return self.device == "cuda"
         import torch

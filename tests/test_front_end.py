@@ -128,6 +128,8 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
         assert buckets[0]["kind"] == "with prompt tokens" and len(prompt_steps) == buckets[0]["steps"] > 1
         assert sum(step["ms"] for step in prompt_steps) / 1e3 == pytest.approx(buckets[0]["seconds"], abs=0.01)
         assert all(step["tokens"] > step["requests"] > 0 for step in prompt_steps)
+        assert buckets[0]["max_ms"] == max(step["ms"] for step in prompt_steps)
+        assert all(b["ms_per_step"] <= b["max_ms"] <= 1e3 * b["seconds"] for b in buckets if b["steps"])
 
 
 @pytest.mark.parametrize("backend", ["raygrid", "hf"])

@@ -20,6 +20,7 @@ from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_re
 from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_scores  # noqa: E402
 from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_decode,
+    paged_attention_mixed,
     paged_attention_prefill,
     store_kv,
 )
@@ -185,6 +186,35 @@ def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, 
         chosen = paged_attention_prefill(query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
                                          torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale)
         torch.testing.assert_close(chosen, expected, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mixed_batch_gives_its_decode_rows_to_the_decode_kernel(dtype):
+    """A step's decode rows (sequences of one query) between prompts, one prompt after a cached prefix, a padding
+    sequence and padding rows, as a CUDA graph replays them: the decode kernel over the decode rows beside the
+    prefill kernel over the rest (``paged_attention_mixed``, and the two by hand with the context in slices) give
+    the reference's output, and leave the padding rows as they were."""
+    heads, kv_heads, head_dim, block_size = SHAPES[0]
+    cases = [(0, 9), (12, 1), (5, 7), (20, 1), (0, 1), (3, 30), (40, 1)] if not ON_GPU else \
+        [(0, 500), (700, 1), (1000, 300), (77, 1), (0, 1), (16, 129), (1500, 1)]
+    cache, tables, seq_lens, starts, query = prefill_case(cases, block_size, heads, kv_heads, head_dim, dtype)
+    scale = head_dim**-0.5
+    expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
+    rows = starts[-1]
+    query = torch.cat([query, torch.randn(3, heads, head_dim, dtype=dtype, device=DEVICE)])  # padding rows
+    tables = torch.cat([tables, torch.zeros_like(tables[:1])])  # and a padding sequence: no queries, length 0
+    lens = torch.tensor(seq_lens + [0], dtype=torch.int32, device=DEVICE)
+    query_starts = torch.tensor(starts + [rows], dtype=torch.int32, device=DEVICE)
+
+    def by_hand(out):
+        paged_attention_prefill(query, cache, tables, lens, query_starts, scale, out=out, block_m=16, block_n=16, skip_single=True)
+        return paged_attention_decode(query, cache, tables, lens, scale, out=out, block_n=16, num_splits=3, min_split_tokens=16,
+                                      query_start_loc=query_starts)
+
+    for launch in (lambda out: paged_attention_mixed(query, cache, tables, lens, query_starts, scale, out=out), by_hand):
+        out = launch(torch.full_like(query, 7.0))
+        torch.testing.assert_close(out[:rows], expected, **tol(dtype))
+        assert (out[rows:] == 7.0).all(), "padding rows were written"
 
 
 # float32 on the CPU; on a GPU bf16, the dtype the engine brings tiles in bulk for (float32 tiles are too large).

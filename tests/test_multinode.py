@@ -5,6 +5,7 @@ a raylet here, ray-project/ray#63229), and greedy tokens equal one process's."""
 from __future__ import annotations
 
 import pytest
+import torch
 import ray
 from ray.cluster_utils import Cluster
 
@@ -67,3 +68,25 @@ def test_placement_refusals_name_what_is_missing(two_nodes, tmp_path):
             check_checkpoint_readable(str(missing), slots)
     finally:
         release(slots)
+
+
+def test_a_head_without_gpus_configures_the_engine_for_its_gpu_workers(two_nodes, qwen3_dir):
+    """The process that builds the configuration (here, like a KubeRay head, without a GPU) is not where the
+    workers run: with a GPU node in the cluster, the device-dependent defaults (64-token pages, async
+    scheduling) are the GPU's. The node's GPUs are Ray's logical resources; nothing runs on them."""
+    from raygrid.config import CPU_BLOCK_SIZE, GPU_BLOCK_SIZE
+    from raygrid.engine.arg_utils import EngineArgs
+
+    args = dict(model=qwen3_dir, max_model_len=256, tensor_parallel_size=2)
+    on_cpus = EngineArgs(**args).create_engine_config()
+    gpu_node = two_nodes.add_node(num_cpus=0, num_gpus=2)
+    two_nodes.wait_for_nodes()
+    try:
+        on_gpus = EngineArgs(**args).create_engine_config()
+        pinned = EngineArgs(**args, device="cpu").create_engine_config()
+    finally:
+        two_nodes.remove_node(gpu_node)
+    assert not torch.cuda.is_available()
+    assert (on_cpus.device, on_cpus.cache.block_size, on_cpus.scheduler.async_scheduling) == ("cpu", CPU_BLOCK_SIZE, False)
+    assert (on_gpus.device, on_gpus.cache.block_size, on_gpus.scheduler.async_scheduling) == ("cuda", GPU_BLOCK_SIZE, True)
+    assert (pinned.device, pinned.cache.block_size) == ("cpu", CPU_BLOCK_SIZE)

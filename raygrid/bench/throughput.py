@@ -104,11 +104,12 @@ def eplb_summary(llm) -> dict:
 
 def summarize_steps(start: float, trace: list[tuple[float, int, int]]) -> list[dict]:
     """Seconds spent in steps that carry prompt tokens and in decode-only steps by batch size; a step's
-    time is the interval since the previous step finished. The steps with prompt tokens are few and vary most from
-    run to run, so their bucket also lists each one (``each``: ms, tokens scheduled, requests)."""
+    time is the interval since the previous step finished, and ``max_ms`` is a bucket's slowest (a stall shows there).
+    The steps with prompt tokens are few and vary most from run to run, so their bucket also lists each one
+    (``each``: ms, tokens scheduled, requests)."""
     decode_sizes = [(1, 15), (16, 63), (64, 127), (128, 255), (256, None)]  # (fewest, most) requests running
-    buckets = {"with prompt tokens": [0, 0.0]}
-    buckets.update({decode_bucket(lo, hi): [0, 0.0] for lo, hi in decode_sizes})
+    buckets = {"with prompt tokens": [0, 0.0, 0.0]}
+    buckets.update({decode_bucket(lo, hi): [0, 0.0, 0.0] for lo, hi in decode_sizes})
     prompt_steps = []
     previous = start
     for finished, num_tokens, num_reqs in trace:
@@ -119,9 +120,11 @@ def summarize_steps(start: float, trace: list[tuple[float, int, int]]) -> list[d
             key = decode_bucket(*next((lo, hi) for lo, hi in decode_sizes if hi is None or num_reqs <= hi))
         buckets[key][0] += 1
         buckets[key][1] += finished - previous
+        buckets[key][2] = max(buckets[key][2], finished - previous)
         previous = finished
-    summary = [{"steps": n, "seconds": round(sec, 3), "ms_per_step": round(1e3 * sec / n, 2) if n else None, "kind": kind}
-               for kind, (n, sec) in buckets.items()]
+    summary = [{"steps": n, "seconds": round(sec, 3), "ms_per_step": round(1e3 * sec / n, 2) if n else None,
+                "max_ms": round(1e3 * slowest, 2) if n else None, "kind": kind}
+               for kind, (n, sec, slowest) in buckets.items()]
     summary[0]["each"] = prompt_steps
     return summary
 
@@ -231,7 +234,8 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "command": " ".join(["raygrid"] + sys.argv[1:]),
     }
     for bucket in result.get("where_the_time_goes") or []:
-        print(f"  {bucket['kind']:>26}: {bucket['steps']:5d} steps, {bucket['seconds']:7.3f} s")
+        slowest = f", slowest {bucket['max_ms']:.1f} ms" if bucket["steps"] else ""
+        print(f"  {bucket['kind']:>26}: {bucket['steps']:5d} steps, {bucket['seconds']:7.3f} s{slowest}")
     print(f"{args.backend}: {summary['requests_per_s']:.2f} requests/s, {summary['output_tokens_per_s']:.1f} output tok/s, "
           f"{summary['total_tokens_per_s']:.1f} total tok/s ({summary['output_tokens']} output tokens in {elapsed:.2f} s)")
     if args.output_json:

@@ -35,16 +35,12 @@ from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.request_router import LeastLoadedRouter
 from raygrid.engine.scheduler import SchedulerStats
-from raygrid.placement.placement import WorkerSlot, check_cluster_fits, place_replica, release, reserve_replica, uses_gpu
+from raygrid.placement.placement import (WorkerSlot, check_cluster_fits, ensure_ray, place_replica, release, reserve_replica,
+                                         uses_gpu)
 
 logger = logging.getLogger(__name__)
 
 _RESTART_BACKOFF_S = (1.0, 60.0)  # wait before starting a failed rebuild again: first, and at most (doubling between)
-
-
-def ensure_ray(address: str | None) -> None:
-    if not ray.is_initialized():
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
 
 
 class _Replica:

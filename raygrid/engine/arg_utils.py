@@ -128,6 +128,12 @@ class EngineArgs:
         if load_format == "auto" and is_dummy_built_in(model_path):
             load_format = "dummy"  # a built-in of config and tokenizer only: its weights are made on the device
         config = self._engine_config(model_path, load_format)
+        if config.parallel.distributed_executor_backend == "ray":
+            # The defaults that depend on the device (page size, async scheduling) follow the workers, which may
+            # have GPUs where this process has none. Ray is imported only when asked for.
+            from raygrid.placement.placement import workers_device
+
+            config.device = workers_device(config.device, config.parallel.ray_address)
         hf_config = load_hf_config(model_path)
         config.model.quantization = resolve_quantization(self.quantization, hf_config)
         if self.enable_expert_parallel:

@@ -8,6 +8,7 @@ checked, so an impossible grid fails at once with what was asked and what exists
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import ray
@@ -24,9 +25,28 @@ class WorkerSlot:
     bundle_index: int
 
 
+def ensure_ray(address: str | None) -> None:
+    if not ray.is_initialized():
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+
+
 def uses_gpu(device: str) -> bool:
     """Workers take a GPU each unless the engine runs on CPU (or the cluster has no GPU and none was asked)."""
     return device != "cpu" and (device == "cuda" or ray.cluster_resources().get("GPU", 0) > 0)
+
+
+def workers_device(device: str, address: str | None) -> str:
+    """Where a Ray replica's workers run, "cuda" or "cpu": decided once, by the cluster's resources rather than by
+    the process asking, so that a CPU-only head configures its engine for GPU workers. A cluster yet to be
+    started here (no address, none joined) will have this machine's devices, and is not started for the question."""
+    if device != "auto":
+        return device
+    if not ray.is_initialized() and address is None and not os.environ.get("RAY_ADDRESS"):
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    ensure_ray(address)
+    return "cuda" if uses_gpu(device) else "cpu"
 
 
 def worker_bundle(use_gpu: bool, worker_cpus: float) -> dict[str, float]:
