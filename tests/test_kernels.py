@@ -296,7 +296,8 @@ def test_prefill_attention_on_a_padded_batch_as_a_cuda_graph_runs_it():
 
 
 def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():
-    """A mixed step (256 decode rows beside two 512-token prompts) takes the 16-row tiles; prompts take the 128-row ones."""
+    """A batch whose sequences bring few queries each (here 258 sequences, 1,280 queries) takes the 16-row tiles; prompts
+    take the 128-row ones. (A step that mixes decode rows with prompts takes neither: paged_attention_mixed.)"""
     from raygrid.kernels.triton_attention import PREFILL_CONFIG, PREFILL_SHORT_CONFIG, prefill_launch
 
     assert prefill_launch(256 + 2 * 512, 258) is PREFILL_SHORT_CONFIG
