@@ -125,10 +125,10 @@ def _decode_kernel(
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
-    row = b
+    q_row = b
     if MIXED:  # b's row in the packed batch; a sequence of more queries is the prefill kernel's
-        row = tl.load(query_start_ptr + b)
-        if tl.load(query_start_ptr + b + 1) - row != 1:
+        q_row = tl.load(query_start_ptr + b)
+        if tl.load(query_start_ptr + b + 1) - q_row != 1:
             return
     seq_len = tl.load(seq_lens_ptr + b)
     per_split, slices = _slices(seq_len, SPLITS, BLOCK_N, MIN_SPLIT)
@@ -140,7 +140,7 @@ def _decode_kernel(
     dims = tl.arange(0, BLOCK_D)
     heads = kvh * QUERIES_PER_KV + groups
     qmask = (groups[:, None] < QUERIES_PER_KV) & (dims[None, :] < HEAD_DIM)
-    q = tl.load(q_ptr + row * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
+    q = tl.load(q_ptr + q_row * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
     if FP16_COMPUTE:  # keys and values follow q's dtype
         q = q.to(tl.float16)
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
@@ -156,7 +156,7 @@ def _decode_kernel(
         )
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # padding rows (seq_len 0) and empty splits: zeros
     if SPLITS == 1 or slices <= 1:
-        tl.store(out_ptr + row * stride_ot + heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
+        tl.store(out_ptr + q_row * stride_ot + heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
     else:
         num_heads = tl.num_programs(1) * QUERIES_PER_KV
         row = (b * num_heads + heads) * SPLITS + split
