@@ -225,9 +225,8 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model
                for obj in vars(importlib.import_module(f"raygrid.kernels.{name}")).values() if isinstance(obj, JITFunction)]
     for kernel in kernels:  # what earlier tests in this process compiled counts for nothing (the disk cache stays)
         kernel.device_caches.clear()
-    # 48 running at most: the later requests' prompts join steps of the others' decodes (mixed steps), and every mixed
-    # graph (2,048 tokens at most over 48 sequences) takes the short query tiles, as with the default 256, so the
-    # prompts' launch is captured in none of them.
+    # 48 running at most: the later requests' prompts join steps of the others' decodes (mixed steps: the mixed graphs,
+    # up to 2,048 tokens over 48 sequences, and eagerly past that), so the mixed launch runs both ways.
     llm = LLM(model=model_dirs["qwen3"], max_model_len=2048, max_num_seqs=48, gpu_memory_utilization=0.3, dtype="bfloat16")
     compiled = []
     knobs.runtime.jit_cache_hook = lambda *, fn, key, **_: compiled.append(f"{fn.name} {key}")

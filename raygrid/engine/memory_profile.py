@@ -33,12 +33,33 @@ def profile_forward(runner: ModelRunner, num_tokens: int) -> None:
         zeros = torch.zeros(num_tokens, runner.model.config.hidden_size, dtype=runner.dtype, device=runner.device)
         intermediate = (zeros, zeros.clone())
     out = runner.forward(runner.passes.plan(None, num_tokens, -1), ids, positions, meta, intermediate, kv_caches=caches)
+    if runner.device.type == "cuda":
+        _compile_mixed_step(runner, caches)
     del caches
     if runner.pp.is_last:
         rows = runner.config.scheduler.max_num_seqs
         hidden = out[-1:].expand(rows, -1) if num_tokens < rows else out[-rows:]
         del out
         _profile_sampler(runner, runner.model.compute_logits(hidden))
+
+
+def _compile_mixed_step(runner: ModelRunner, caches: list[torch.Tensor]) -> None:
+    """A pass of two tokens of a prompt beside one decode row: attention's mixed launch (paged_attention_mixed) and
+    its kernel variants, compiled here rather than while the first step that mixes them waits (an engine without
+    CUDA graphs captures none)."""
+    dev, page = runner.device, runner.block_size  # both in block 1 of the throwaway cache (what they read is no matter)
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor([page, page + 1, page + 2], device=dev), block_tables=torch.tensor([[1], [1]], dtype=torch.int32, device=dev),
+        seq_lens=[2, 1], query_start_loc=[0, 2, 3], max_query_len=2,
+        seq_lens_tensor=torch.tensor([2, 1], dtype=torch.int32, device=dev),
+        query_start_loc_tensor=torch.tensor([0, 2, 3], dtype=torch.int32, device=dev), mixed=True,
+    )
+    intermediate = None
+    if not runner.pp.is_first:
+        zeros = torch.zeros(3, runner.model.config.hidden_size, dtype=runner.dtype, device=dev)
+        intermediate = (zeros, zeros.clone())
+    ids, positions = torch.zeros(3, dtype=torch.long, device=dev), torch.tensor([0, 1, 0], device=dev)
+    runner.forward(runner.passes.plan(None, 3, -1), ids, positions, meta, intermediate, kv_caches=caches)
 
 
 def _profile_sampler(runner: ModelRunner, logits: torch.Tensor) -> None:

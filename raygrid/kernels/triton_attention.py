@@ -502,18 +502,21 @@ def paged_attention_mixed(query, kv_cache, block_tables, seq_lens, query_start_l
     decode kernel over the decode rows on this one. In one launch the decode rows would take query tiles sized for
     prompts; one kernel after the other, the small prompt launch would leave most SMs idle. On an H200 the pair
     took 155 to 170 us a layer where the one launch took 170 to 241 (benchmarks/README.md). The grids depend on
-    the shapes alone, so a CUDA graph may capture the pair (the second stream forks from the capture and joins it)."""
+    the shapes alone, so a CUDA graph may capture the pair (the second stream forks from the capture and joins it).
+    The decode rows' contexts are not split, as the one launch did not split them: the prompts fill the SMs beside
+    them, and a split count from the batch size would compile a kernel variant per count in the middle of serving."""
     out = torch.empty_like(query) if out is None else out
     prompts = {key: PREFILL_CONFIG[key] for key in ("block_m", "block_n", "num_warps", "num_stages", "pack")}
     prompts.update(tma=PREFILL_CONFIG.get("tma", False) and query.element_size() == 2, skip_single=True)
     if query.device.type != "cuda":  # the interpreter: one after the other
         paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=out, **prompts)
-        return paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=out, query_start_loc=query_start_loc)
+        return paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=out, num_splits=1,
+                                      query_start_loc=query_start_loc)
     main, side = torch.cuda.current_stream(query.device), _side_stream(query.device.index)
     side.wait_stream(main)
     with torch.cuda.stream(side):
         paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=out, **prompts)
-    paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=out, query_start_loc=query_start_loc)
+    paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=out, num_splits=1, query_start_loc=query_start_loc)
     main.wait_stream(side)
     return out
 
