@@ -306,6 +306,19 @@ def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():
     assert PREFILL_SHORT_CONFIG["block_m"] < PREFILL_CONFIG["block_m"]
 
 
+@pytest.mark.parametrize("apart", [False, True])
+def test_attention_launch_of_steps_with_prefill(monkeypatch, apart):
+    """A step that mixes decode rows with prompts takes the two-kernel launch where MIXED_CONFIG says so, and the
+    prefill kernel's otherwise; a step of prompts alone always takes the prefill kernel's."""
+    from raygrid.kernels import triton_attention
+    from raygrid.kernels.triton_attention import MIXED_LAUNCH, PREFILL_CONFIG, PREFILL_SHORT_CONFIG, attention_launch
+
+    monkeypatch.setitem(triton_attention.MIXED_CONFIG, "decode_rows_apart", apart)
+    assert attention_launch(256 + 2 * 512, 258, mixed=True) is (MIXED_LAUNCH if apart else PREFILL_SHORT_CONFIG)
+    assert attention_launch(16 * 512, 16, mixed=False) is PREFILL_CONFIG
+    assert attention_launch(256 + 2 * 512, 258, mixed=False) is PREFILL_SHORT_CONFIG
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fp8_kv_cache_store_decode_and_prefill(dtype):
     """A float8 e4m3 KV cache (kv_cache_dtype="fp8"): stored bit for bit as the reference stores it (rounded to

@@ -8,13 +8,15 @@ of the smallest size that fits. Two kinds share the buffers and one memory pool 
   sequence length 0, which the kernels skip.
 - **Mixed** graphs, one per padded token count (the sizes of the piecewise graphs, up to 2,048 tokens),
   each over ``max_batch`` sequences: decodes beside prompt chunks, the step that serving with many requests
-  in flight runs nearly every time. Attention there is the mixed launch (``paged_attention_mixed``): the decode
-  kernel over the decode rows while the prompts' kernel runs on a second stream, which the capture forks and
-  joins. Both grids depend on the token count and the number of sequences alone (kernels/triton_attention.py),
-  so they are captured like any other kernel: padding sequences have no queries and length 0, and padding rows
-  belong to no sequence and have slot -1. Only a step that mixes decode rows with prompts replays a mixed
-  graph; a step of prompts alone replays the piecewise graphs (engine/piecewise_graphs.py) instead. One graph
-  launch then replaces some 30 piece launches and 28 attention launches from Python.
+  in flight runs nearly every time. Attention there is one prefill launch over the whole batch or, where
+  ``MIXED_CONFIG`` turns it on, the mixed launch (``paged_attention_mixed``): the decode kernel over the decode
+  rows while the prompts' kernel runs on a second stream, which the capture forks and joins. The grids depend
+  on the token count and the number of sequences alone (kernels/triton_attention.py), so they are captured like
+  any other kernel: padding sequences have no queries and length 0, and padding rows belong to no sequence and
+  have slot -1. A step replays a mixed graph only when the graph's attention launch is the one the step would
+  take eagerly (``ops.attention_launch``): steps of long prompts, whose attention wants the large tiles, replay
+  the piecewise graphs (engine/piecewise_graphs.py) instead. One graph launch then replaces some 30 piece
+  launches and 28 attention launches from Python.
 
 Under tensor parallelism the all-reduces are captured inside the graphs (every rank captures the same
 sizes in the same order, and replays the same size, since all see the same SchedulerOutput). A pipeline
@@ -36,6 +38,7 @@ from typing import Callable, ContextManager
 
 import torch
 
+from raygrid.kernels import ops
 from raygrid.models.layers.attention import AttentionMetadata
 
 logger = logging.getLogger(__name__)
@@ -158,8 +161,9 @@ class FullGraphs:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.mixed_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.num_mixed_replays = 0
-        # A mixed graph captures attention's mixed launch (decode rows beside prompts), so only steps that mix the two
-        # replay one; a step of prompts alone runs the piecewise graphs.
+        # The attention launch each mixed graph captured, for decode rows beside prompts (a step replays it only if it
+        # would launch the same).
+        self._mixed_launch = {size: ops.attention_launch(size, max_batch, mixed=True) for size in self.mixed_sizes}
         for size in reversed(self.mixed_sizes):  # largest first: the smaller ones fit in the pool it leaves
             meta = buffers.metadata(size, max_batch, max_query_len=size, mixed=True)
             self.mixed_graphs[size] = self._capture(model, kv_caches, size, meta, nullcontext())
@@ -184,11 +188,15 @@ class FullGraphs:
         """The decode graph for ``num_reqs`` rows."""
         return next((s for s in self.sizes if s >= num_reqs), None)
 
-    def mixed_size(self, num_tokens: int, num_reqs: int) -> int | None:
-        """The mixed graph for a step that mixes decode rows with prompts, if one fits it."""
+    def mixed_size(self, num_tokens: int, num_reqs: int, mixed: bool) -> int | None:
+        """The mixed graph for a step with prefill (``mixed``: decode rows beside prompts), if one fits it and
+        captured the attention launch it would take."""
         if num_reqs > self.max_batch:
             return None
-        return next((s for s in self.mixed_sizes if s >= num_tokens), None)
+        size = next((s for s in self.mixed_sizes if s >= num_tokens), None)
+        if size is None or self._mixed_launch[size] is not ops.attention_launch(num_tokens, num_reqs, mixed):
+            return None
+        return size
 
     def run(self, size: int, input_ids, positions, meta: AttentionMetadata, intermediate=None):
         """Replay the decode graph of ``size`` (>= the step's rows, one token each) on this step's inputs (and,

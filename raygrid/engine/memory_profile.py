@@ -44,9 +44,9 @@ def profile_forward(runner: ModelRunner, num_tokens: int) -> None:
 
 
 def _compile_mixed_step(runner: ModelRunner, caches: list[torch.Tensor]) -> None:
-    """A pass of two tokens of a prompt beside one decode row: attention's mixed launch (paged_attention_mixed) and
-    its kernel variants, compiled here rather than while the first step that mixes them waits (an engine without
-    CUDA graphs captures none)."""
+    """A pass of two tokens of a prompt beside one decode row: the attention launch of such steps
+    (``ops.attention_launch``) and its kernel variants, compiled here rather than while the first step that mixes
+    them waits (an engine without CUDA graphs captures none)."""
     dev, page = runner.device, runner.block_size  # both in block 1 of the throwaway cache (what they read is no matter)
     meta = AttentionMetadata(
         slot_mapping=torch.tensor([page, page + 1, page + 2], device=dev), block_tables=torch.tensor([[1], [1]], dtype=torch.int32, device=dev),

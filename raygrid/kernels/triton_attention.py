@@ -398,6 +398,24 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
     return PREFILL_SHORT_CONFIG if num_tokens < SHORT_QUERIES * num_seqs else PREFILL_CONFIG
 
 
+# Steps that mix decode rows with prompts. With decode_rows_apart the decode kernel takes the decode rows while the
+# prompts' kernel runs beside it on a second stream (paged_attention_mixed): in the kernel sweep on an H200, 155 to
+# 170 us a layer against 170 to 241 for one prefill launch over the whole batch (benchmarks/README.md, "Mixed steps'
+# attention"). Off until the engine's GPU tests have run it (the device time ran out first); RAYGRID_MIXED_CONFIG
+# (JSON, '{"decode_rows_apart": true}') turns it on.
+MIXED_CONFIG = dict(decode_rows_apart=False)
+MIXED_CONFIG.update(json.loads(os.environ.get("RAYGRID_MIXED_CONFIG", "{}")))
+MIXED_LAUNCH = dict(decode_rows_apart=True)  # what attention_launch names the two-kernel launch
+
+
+def attention_launch(num_tokens: int, num_seqs: int, mixed: bool) -> dict:
+    """The attention launch of a step with prefill (a CUDA graph captures one): ``MIXED_LAUNCH`` for a step that mixes
+    decode rows with prompts where MIXED_CONFIG says so, else the prefill kernel's (``prefill_launch``)."""
+    if mixed and MIXED_CONFIG["decode_rows_apart"]:
+        return MIXED_LAUNCH
+    return prefill_launch(num_tokens, num_seqs)
+
+
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
                            num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],

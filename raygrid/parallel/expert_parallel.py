@@ -120,13 +120,14 @@ class PassPlanner:
         """``graphs``: the runner's FullGraphs (None: none captured); ``decode_rows``: the pass's rows if it is
         decode only, else -1; ``piecewise``: the runner's PiecewiseGraphs (None: none captured; never under expert
         parallelism, whose eager passes pad to every DP rank's token count); ``num_reqs``: the pass's requests
-        and ``mixed``: whether it mixes decode rows with prompts (only such a pass replays a mixed graph)."""
+        and ``mixed``: whether it mixes decode rows with prompts (for a mixed graph, which captured one attention
+        launch)."""
         replayable = graphs is not None and decode_rows >= 0
         if not self.expert_parallel:
             size = graphs.padded_size(decode_rows) if replayable else None
             if size is not None:
                 return PassPlan(size)
-            mixed_size = graphs.mixed_size(num_tokens, num_reqs) if graphs is not None and mixed else None
+            mixed_size = graphs.mixed_size(num_tokens, num_reqs, mixed) if graphs is not None and decode_rows < 0 else None
             if mixed_size is not None:
                 return PassPlan(None, mixed_size=mixed_size)
             return PassPlan(None, piecewise_size=piecewise.padded_size(num_tokens) if piecewise is not None else None)
