@@ -1,5 +1,7 @@
 # Sourced by the run scripts (multi_gpu.sh, moe.sh): `out` must be set. `rg ARGS` is the raygrid CLI (the GPU
 # machine has no console script on PATH); `run NAME ARGS` runs it into OUT/NAME.json and OUT/NAME.log.
+# `python3 -c` puts the working directory first on its path, so `rg` imports the raygrid/ of the directory it runs
+# in, whatever PYTHONPATH says: run another tree's engine from that tree's directory (as ab_w1.sh does).
 rg() { python3 -c 'import sys; from raygrid.entrypoints.cli import main; sys.argv = ["raygrid"] + sys.argv[1:]; sys.exit(main())' "$@"; }
 run() { name=$1; shift; echo "== $name: raygrid $*"; rg "$@" --output-json "$out/$name.json" > "$out/$name.log" 2>&1; echo "exit $?"; tail -4 "$out/$name.log"; }
 w1=(--dtype bfloat16 --random-range 100 1024 --no-progress)
