@@ -28,11 +28,8 @@ def profile_forward(runner: ModelRunner, num_tokens: int) -> None:
     # Positions as a real step's: each under max_model_len (the budget may exceed the rotary tables' length).
     positions = torch.arange(num_tokens, device=runner.device) % runner.config.model.max_model_len
     meta = single_sequence_metadata(num_tokens, runner.block_size, runner.device, first_block=1)
-    intermediate = None
-    if not runner.pp.is_first:
-        zeros = torch.zeros(num_tokens, runner.model.config.hidden_size, dtype=runner.dtype, device=runner.device)
-        intermediate = (zeros, zeros.clone())
-    out = runner.forward(runner.passes.plan(None, num_tokens, -1), ids, positions, meta, intermediate, kv_caches=caches)
+    out = runner.forward(runner.passes.plan(None, num_tokens, -1), ids, positions, meta, _stage_input(runner, num_tokens),
+                         kv_caches=caches)
     del caches
     if runner.device.type == "cuda":
         _compile_mixed_step(runner)
@@ -58,12 +55,16 @@ def _compile_mixed_step(runner: ModelRunner) -> None:
         seq_lens_tensor=torch.tensor([2, 1], dtype=torch.int32, device=dev),
         query_start_loc_tensor=torch.tensor([0, 2, 3], dtype=torch.int32, device=dev), mixed=True,
     )
-    intermediate = None
-    if not runner.pp.is_first:
-        zeros = torch.zeros(3, runner.model.config.hidden_size, dtype=runner.dtype, device=dev)
-        intermediate = (zeros, zeros.clone())
     ids, positions = torch.zeros(3, dtype=torch.long, device=dev), torch.tensor([0, 1, 0], device=dev)
-    runner.forward(runner.passes.plan(None, 3, -1), ids, positions, meta, intermediate, kv_caches=caches)
+    runner.forward(runner.passes.plan(None, 3, -1), ids, positions, meta, _stage_input(runner, 3), kv_caches=caches)
+
+
+def _stage_input(runner: ModelRunner, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """What a pipeline stage after the first reads from the one before (hidden states and residual): zeros here."""
+    if runner.pp.is_first:
+        return None
+    zeros = torch.zeros(num_tokens, runner.model.config.hidden_size, dtype=runner.dtype, device=runner.device)
+    return zeros, zeros.clone()
 
 
 def _profile_sampler(runner: ModelRunner, logits: torch.Tensor) -> None:

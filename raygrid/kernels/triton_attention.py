@@ -8,6 +8,7 @@ or into float16 when the queries are bf16 (``_fp16_compute``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -526,16 +527,15 @@ def paged_attention_mixed(query, kv_cache, block_tables, seq_lens, query_start_l
     out = torch.empty_like(query) if out is None else out
     prompts = {key: PREFILL_CONFIG[key] for key in ("block_m", "block_n", "num_warps", "num_stages", "pack")}
     prompts.update(tma=PREFILL_CONFIG.get("tma", False) and query.element_size() == 2, skip_single=True)
-    if query.device.type != "cuda":  # the interpreter: one after the other
-        paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=out, **prompts)
-        return paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=out, num_splits=1,
-                                      query_start_loc=query_start_loc)
-    main, side = torch.cuda.current_stream(query.device), _side_stream(query.device.index)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):
+    on_gpu = query.device.type == "cuda"  # the interpreter runs the two one after the other
+    if on_gpu:
+        main, side = torch.cuda.current_stream(query.device), _side_stream(query.device.index)
+        side.wait_stream(main)
+    with torch.cuda.stream(side) if on_gpu else contextlib.nullcontext():
         paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=out, **prompts)
     paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=out, num_splits=1, query_start_loc=query_start_loc)
-    main.wait_stream(side)
+    if on_gpu:
+        main.wait_stream(side)
     return out
 
 
