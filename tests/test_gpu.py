@@ -115,22 +115,17 @@ def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_p
     assert_same_outputs(results[0], results[1])
 
 
-@pytest.mark.parametrize("decode_rows_apart", [False, True])
 @pytest.mark.parametrize("model", ["qwen3", "llama"])
-def test_graphs_of_steps_with_prefill_equal_the_plain_engine(model_dirs, tokenizer, model, decode_rows_apart, monkeypatch):
+def test_graphs_of_steps_with_prefill_equal_the_plain_engine(model_dirs, tokenizer, model):
     """Under a 64-token budget, prompts of 40 to 150 tokens are prefilled in chunks beside other requests' decodes,
     so most steps replay a mixed full graph (16, 32 or 64 tokens over 256 sequences, padded), and a lone prompt's
     chunks, which take the prompt tiles, the piecewise graphs with eager attention between the pieces. Every
-    sampling feature against the plain engine (synchronous, eager, one attention launch a step), float32.
-    ``decode_rows_apart``: the graphs' engine gives the mixed steps' decode rows to the decode kernel, beside the
-    prompts' kernel on a second stream (paged_attention_mixed)."""
-    from raygrid.kernels import triton_attention
+    sampling feature against the plain engine (synchronous, eager), float32."""
     from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
 
     prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), min_len=40, max_len=150, seed=37)]
     results = []
     for mode in (dict(async_scheduling=False, enforce_eager=True), dict(async_scheduling=True)):
-        monkeypatch.setitem(triton_attention.MIXED_CONFIG, "decode_rows_apart", decode_rows_apart and mode["async_scheduling"])
         llm = LLM(model=model_dirs[model], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32",
                   max_num_batched_tokens=64, **mode)
         try:

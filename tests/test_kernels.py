@@ -20,7 +20,6 @@ from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_re
 from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_scores  # noqa: E402
 from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_decode,
-    paged_attention_mixed,
     paged_attention_prefill,
     store_kv,
 )
@@ -188,35 +187,6 @@ def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, 
         torch.testing.assert_close(chosen, expected, **tol(dtype))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_mixed_batch_gives_its_decode_rows_to_the_decode_kernel(dtype):
-    """A step's decode rows (sequences of one query) between prompts, one prompt after a cached prefix, a padding
-    sequence and padding rows, as a CUDA graph replays them: the decode kernel over the decode rows beside the
-    prefill kernel over the rest (``paged_attention_mixed``, and the two by hand with the context in slices) give
-    the reference's output, and leave the padding rows as they were."""
-    heads, kv_heads, head_dim, block_size = SHAPES[0]
-    cases = [(0, 9), (12, 1), (5, 7), (20, 1), (0, 1), (3, 30), (40, 1)] if not ON_GPU else \
-        [(0, 500), (700, 1), (1000, 300), (77, 1), (0, 1), (16, 129), (1500, 1)]
-    cache, tables, seq_lens, starts, query = prefill_case(cases, block_size, heads, kv_heads, head_dim, dtype)
-    scale = head_dim**-0.5
-    expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
-    rows = starts[-1]
-    query = torch.cat([query, torch.randn(3, heads, head_dim, dtype=dtype, device=DEVICE)])  # padding rows
-    tables = torch.cat([tables, torch.zeros_like(tables[:1])])  # and a padding sequence: no queries, length 0
-    lens = torch.tensor(seq_lens + [0], dtype=torch.int32, device=DEVICE)
-    query_starts = torch.tensor(starts + [rows], dtype=torch.int32, device=DEVICE)
-
-    def by_hand(out):
-        paged_attention_prefill(query, cache, tables, lens, query_starts, scale, out=out, block_m=16, block_n=16, skip_single=True)
-        return paged_attention_decode(query, cache, tables, lens, scale, out=out, block_n=16, num_splits=3, min_split_tokens=16,
-                                      query_start_loc=query_starts)
-
-    for launch in (lambda out: paged_attention_mixed(query, cache, tables, lens, query_starts, scale, out=out), by_hand):
-        out = launch(torch.full_like(query, 7.0))
-        torch.testing.assert_close(out[:rows], expected, **tol(dtype))
-        assert (out[rows:] == 7.0).all(), "padding rows were written"
-
-
 # float32 on the CPU; on a GPU bf16, the dtype the engine brings tiles in bulk for (float32 tiles are too large).
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if ON_GPU else [torch.float32])
 def test_prefill_attention_by_bulk_copies_of_whole_page_tiles(dtype):
@@ -296,27 +266,13 @@ def test_prefill_attention_on_a_padded_batch_as_a_cuda_graph_runs_it():
 
 
 def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():
-    """A batch whose sequences bring few queries each (here 258 sequences, 1,280 queries) takes the 16-row tiles; prompts
-    take the 128-row ones. (A step that mixes decode rows with prompts takes neither: paged_attention_mixed.)"""
+    """A mixed step (256 decode rows beside two 512-token prompts) takes the 16-row tiles; prompts take the 128-row ones."""
     from raygrid.kernels.triton_attention import PREFILL_CONFIG, PREFILL_SHORT_CONFIG, prefill_launch
 
     assert prefill_launch(256 + 2 * 512, 258) is PREFILL_SHORT_CONFIG
     assert prefill_launch(16 * 512, 16) is PREFILL_CONFIG
     assert prefill_launch(2048, 1) is PREFILL_CONFIG
     assert PREFILL_SHORT_CONFIG["block_m"] < PREFILL_CONFIG["block_m"]
-
-
-@pytest.mark.parametrize("apart", [False, True])
-def test_attention_launch_of_steps_with_prefill(monkeypatch, apart):
-    """A step that mixes decode rows with prompts takes the two-kernel launch where MIXED_CONFIG says so, and the
-    prefill kernel's otherwise; a step of prompts alone always takes the prefill kernel's."""
-    from raygrid.kernels import triton_attention
-    from raygrid.kernels.triton_attention import MIXED_LAUNCH, PREFILL_CONFIG, PREFILL_SHORT_CONFIG, attention_launch
-
-    monkeypatch.setitem(triton_attention.MIXED_CONFIG, "decode_rows_apart", apart)
-    assert attention_launch(256 + 2 * 512, 258, mixed=True) is (MIXED_LAUNCH if apart else PREFILL_SHORT_CONFIG)
-    assert attention_launch(16 * 512, 16, mixed=False) is PREFILL_CONFIG
-    assert attention_launch(256 + 2 * 512, 258, mixed=False) is PREFILL_SHORT_CONFIG
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -1,4 +1,4 @@
-"""CUDA graphs of whole forward passes: decode steps, and steps whose decodes share them with prompts.
+"""CUDA graphs of whole forward passes: decode steps, and steps with prefill whose requests bring few queries each.
 
 A step launches hundreds of small kernels; replaying a captured graph launches them all at once. The graphs
 read their inputs from static buffers, the tensors a step's inputs are staged in, and the step replays the graph
@@ -8,15 +8,13 @@ of the smallest size that fits. Two kinds share the buffers and one memory pool 
   sequence length 0, which the kernels skip.
 - **Mixed** graphs, one per padded token count (the sizes of the piecewise graphs, up to 2,048 tokens),
   each over ``max_batch`` sequences: decodes beside prompt chunks, the step that serving with many requests
-  in flight runs nearly every time. Attention there is one prefill launch over the whole batch or, where
-  ``MIXED_CONFIG`` turns it on, the mixed launch (``paged_attention_mixed``): the decode kernel over the decode
-  rows while the prompts' kernel runs on a second stream, which the capture forks and joins. The grids depend
-  on the token count and the number of sequences alone (kernels/triton_attention.py), so they are captured like
-  any other kernel: padding sequences have no queries and length 0, and padding rows belong to no sequence and
-  have slot -1. A step replays a mixed graph only when the graph's attention launch is the one the step would
-  take eagerly (``ops.attention_launch``): steps of long prompts, whose attention wants the large tiles, replay
-  the piecewise graphs (engine/piecewise_graphs.py) instead. One graph launch then replaces some 30 piece
-  launches and 28 attention launches from Python.
+  in flight runs nearly every time. The prefill attention kernel's grid depends on the token count and the
+  number of sequences alone (kernels/triton_attention.py), so it is captured like any other kernel: padding
+  sequences have no queries and length 0, and padding rows belong to no sequence and have slot -1. A step
+  replays a mixed graph only when the graph's attention launch (tile shape) is the one the step would
+  take eagerly: steps of long prompts, whose attention wants the large tiles, replay the piecewise graphs
+  (engine/piecewise_graphs.py) instead. One graph launch then replaces some 30 piece launches and 28
+  attention launches from Python.
 
 Under tensor parallelism the all-reduces are captured inside the graphs (every rank captures the same
 sizes in the same order, and replays the same size, since all see the same SchedulerOutput). A pipeline
@@ -101,7 +99,7 @@ class GraphBuffers:
         stage_input = None if self.intermediate is None else tuple(t[:num_tokens] for t in self.intermediate)
         return self.input_ids[:num_tokens], self.positions[:num_tokens], kv_caches, meta, stage_input
 
-    def metadata(self, num_tokens: int, num_seqs: int, max_query_len: int, mixed: bool = False) -> AttentionMetadata:
+    def metadata(self, num_tokens: int, num_seqs: int, max_query_len: int) -> AttentionMetadata:
         return AttentionMetadata(
             slot_mapping=self.slot_mapping[:num_tokens],
             block_tables=self.block_tables[:num_seqs],
@@ -110,7 +108,6 @@ class GraphBuffers:
             max_query_len=max_query_len,
             seq_lens_tensor=self.seq_lens[:num_seqs],
             query_start_loc_tensor=self.query_start_loc[: num_seqs + 1],
-            mixed=mixed,
         )
 
     def prepare(self, padded: int, input_ids, positions, meta: AttentionMetadata, intermediate, num_seqs: int = 0,
@@ -161,11 +158,10 @@ class FullGraphs:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.mixed_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.num_mixed_replays = 0
-        # The attention launch each mixed graph captured, for decode rows beside prompts (a step replays it only if it
-        # would launch the same).
-        self._mixed_launch = {size: ops.attention_launch(size, max_batch, mixed=True) for size in self.mixed_sizes}
+        # The attention launch each mixed graph captured (a step replays it only if it would launch the same).
+        self._mixed_launch = {size: ops.prefill_launch(size, max_batch) for size in self.mixed_sizes}
         for size in reversed(self.mixed_sizes):  # largest first: the smaller ones fit in the pool it leaves
-            meta = buffers.metadata(size, max_batch, max_query_len=size, mixed=True)
+            meta = buffers.metadata(size, max_batch, max_query_len=size)
             self.mixed_graphs[size] = self._capture(model, kv_caches, size, meta, nullcontext())
         for size in reversed(self.sizes):
             meta = buffers.metadata(size, size, max_query_len=1)
@@ -188,13 +184,12 @@ class FullGraphs:
         """The decode graph for ``num_reqs`` rows."""
         return next((s for s in self.sizes if s >= num_reqs), None)
 
-    def mixed_size(self, num_tokens: int, num_reqs: int, mixed: bool) -> int | None:
-        """The mixed graph for a step with prefill (``mixed``: decode rows beside prompts), if one fits it and
-        captured the attention launch it would take."""
+    def mixed_size(self, num_tokens: int, num_reqs: int) -> int | None:
+        """The mixed graph for a step with prefill, if one fits it and captured the launch it would take."""
         if num_reqs > self.max_batch:
             return None
         size = next((s for s in self.mixed_sizes if s >= num_tokens), None)
-        if size is None or self._mixed_launch[size] is not ops.attention_launch(num_tokens, num_reqs, mixed):
+        if size is None or self._mixed_launch[size] is not ops.prefill_launch(num_tokens, num_reqs):
             return None
         return size
 

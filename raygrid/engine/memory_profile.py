@@ -28,43 +28,17 @@ def profile_forward(runner: ModelRunner, num_tokens: int) -> None:
     # Positions as a real step's: each under max_model_len (the budget may exceed the rotary tables' length).
     positions = torch.arange(num_tokens, device=runner.device) % runner.config.model.max_model_len
     meta = single_sequence_metadata(num_tokens, runner.block_size, runner.device, first_block=1)
-    out = runner.forward(runner.passes.plan(None, num_tokens, -1), ids, positions, meta, _stage_input(runner, num_tokens),
-                         kv_caches=caches)
+    intermediate = None
+    if not runner.pp.is_first:
+        zeros = torch.zeros(num_tokens, runner.model.config.hidden_size, dtype=runner.dtype, device=runner.device)
+        intermediate = (zeros, zeros.clone())
+    out = runner.forward(runner.passes.plan(None, num_tokens, -1), ids, positions, meta, intermediate, kv_caches=caches)
     del caches
-    if runner.device.type == "cuda":
-        _compile_mixed_step(runner)
     if runner.pp.is_last:
         rows = runner.config.scheduler.max_num_seqs
         hidden = out[-1:].expand(rows, -1) if num_tokens < rows else out[-rows:]
         del out
         _profile_sampler(runner, runner.model.compute_logits(hidden))
-
-
-def _compile_mixed_step(runner: ModelRunner) -> None:
-    """A pass of two tokens of a prompt beside one decode row: the attention launch of such steps
-    (``ops.attention_launch``) and its kernel variants, compiled here rather than while the first step that mixes
-    them waits (an engine without CUDA graphs captures none)."""
-    dev, page = runner.device, runner.block_size
-    caches = runner.allocate_kv_cache(4)  # the three tokens in blocks 1 to 3 (what the decode row reads is no matter)
-    # As wide as a step's staged block table: the decode kernel compiles a variant per stride class (1, multiples of 16).
-    table = torch.zeros(2, max(runner.max_blocks_per_req, 3), dtype=torch.int32, device=dev)
-    table[:, :3] = torch.tensor([1, 2, 3], dtype=torch.int32, device=dev)
-    meta = AttentionMetadata(
-        slot_mapping=torch.tensor([page, page + 1, page + 2], device=dev), block_tables=table,
-        seq_lens=[2, 1], query_start_loc=[0, 2, 3], max_query_len=2,
-        seq_lens_tensor=torch.tensor([2, 1], dtype=torch.int32, device=dev),
-        query_start_loc_tensor=torch.tensor([0, 2, 3], dtype=torch.int32, device=dev), mixed=True,
-    )
-    ids, positions = torch.zeros(3, dtype=torch.long, device=dev), torch.tensor([0, 1, 0], device=dev)
-    runner.forward(runner.passes.plan(None, 3, -1), ids, positions, meta, _stage_input(runner, 3), kv_caches=caches)
-
-
-def _stage_input(runner: ModelRunner, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """What a pipeline stage after the first reads from the one before (hidden states and residual): zeros here."""
-    if runner.pp.is_first:
-        return None
-    zeros = torch.zeros(num_tokens, runner.model.config.hidden_size, dtype=runner.dtype, device=runner.device)
-    return zeros, zeros.clone()
 
 
 def _profile_sampler(runner: ModelRunner, logits: torch.Tensor) -> None:

@@ -276,7 +276,6 @@ class ModelRunner:
             max_query_len=int(num_sched.max()),
             seq_lens_tensor=put("seq_lens", seq_lens),
             query_start_loc_tensor=put("query_start_loc", query_start_loc),
-            mixed=bool(num_sched.min() == 1 < num_sched.max()),
         )
         logits_indices = put("logits_indices", cu[sample_rows] - 1)
         return input_ids_dev, put("positions", positions), meta, logits_indices, sample_rows, seq_lens[sample_rows]
@@ -314,8 +313,7 @@ class ModelRunner:
             shape = (input_ids.shape[0], self.model.config.hidden_size)  # every stage refuses the same requests
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
-        plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs,
-                                mixed=meta.mixed)
+        plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs)
         hidden = self.forward(plan, input_ids, positions, meta, intermediate)
         self._after_forward()
         req_ids = list(self.batch.req_ids)

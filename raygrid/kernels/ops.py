@@ -172,24 +172,20 @@ def store_kv(key, value, kv_cache, slot_mapping) -> None:
         store_kv_ref(key, value, kv_cache, slot_mapping)
 
 
-def attention_launch(num_tokens: int, num_seqs: int, mixed: bool) -> dict:
-    """The GPU attention launch of a step with prefill (a CUDA graph captures one; see triton_attention)."""
-    from raygrid.kernels.triton_attention import attention_launch as triton_attention_launch
+def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
+    """The tile shape the GPU's prefill attention kernel takes for a batch (a CUDA graph captures one)."""
+    from raygrid.kernels.triton_attention import prefill_launch as triton_prefill_launch
 
-    return triton_attention_launch(num_tokens, num_seqs, mixed)
+    return triton_prefill_launch(num_tokens, num_seqs)
 
 
 def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of the step's packed queries over the paged cache (see AttentionMetadata), into ``out`` if given."""
     if use_triton(query):
-        from raygrid.kernels.triton_attention import (MIXED_LAUNCH, paged_attention_decode, paged_attention_mixed,
-                                                      paged_attention_prefill)
+        from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill
 
         if meta.decode_only:
             return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale, out=out)
-        if attention_launch(query.shape[0], meta.seq_lens_tensor.shape[0], meta.mixed) is MIXED_LAUNCH:
-            return paged_attention_mixed(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
-                                         scale, out=out)
         return paged_attention_prefill(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
                                        scale, out=out)
     result = paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)

@@ -8,7 +8,6 @@ or into float16 when the queries are bf16 (``_fp16_compute``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -108,29 +107,21 @@ def _attend_tile(
 
 @triton.jit
 def _decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, partial_out_ptr,
-    partial_lse_ptr, scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, partial_out_ptr, partial_lse_ptr, scale,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, MIXED: tl.constexpr, PDL: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
     sequences use fewer slices) and writes its partial output and log-sum-exp for
     ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long. A context that fits in one
-    slice is written whole by its first program (no partial output, nothing for the combine kernel).
-
-    MIXED: the batch's queries are packed as the prefill kernel's (``query_start``), and only the sequences with
-    exactly one query are this kernel's (the prefill kernel takes the others, beside it)."""
+    slice is written whole by its first program (no partial output, nothing for the combine kernel)."""
     pdl_wait(PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
-    q_row = b
-    if MIXED:  # b's row in the packed batch; a sequence of more queries is the prefill kernel's
-        q_row = tl.load(query_start_ptr + b)
-        if tl.load(query_start_ptr + b + 1) - q_row != 1:
-            return
     seq_len = tl.load(seq_lens_ptr + b)
     per_split, slices = _slices(seq_len, SPLITS, BLOCK_N, MIN_SPLIT)
     if SPLITS > 1 and split > 0 and slices <= 1:
@@ -141,7 +132,7 @@ def _decode_kernel(
     dims = tl.arange(0, BLOCK_D)
     heads = kvh * QUERIES_PER_KV + groups
     qmask = (groups[:, None] < QUERIES_PER_KV) & (dims[None, :] < HEAD_DIM)
-    q = tl.load(q_ptr + q_row * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
+    q = tl.load(q_ptr + b * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
     if FP16_COMPUTE:  # keys and values follow q's dtype
         q = q.to(tl.float16)
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
@@ -157,7 +148,7 @@ def _decode_kernel(
         )
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # padding rows (seq_len 0) and empty splits: zeros
     if SPLITS == 1 or slices <= 1:
-        tl.store(out_ptr + q_row * stride_ot + heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
+        tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
     else:
         num_heads = tl.num_programs(1) * QUERIES_PER_KV
         row = (b * num_heads + heads) * SPLITS + split
@@ -175,20 +166,15 @@ def _slices(seq_len, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, MIN_SPLIT: tl.
 
 @triton.jit
 def _combine_splits_kernel(
-    partial_out_ptr, partial_lse_ptr, out_ptr, seq_lens_ptr, query_start_ptr, stride_ot, stride_oh,
+    partial_out_ptr, partial_lse_ptr, out_ptr, seq_lens_ptr, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
-    MIN_SPLIT: tl.constexpr, MIXED: tl.constexpr, PDL: tl.constexpr,
+    MIN_SPLIT: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, head): the splits' partial outputs weighted by their share of the softmax. A
-    context in one slice was written whole by the decode kernel (MIXED: as there, a sequence of one query only)."""
+    context in one slice was written whole by the decode kernel."""
     pdl_wait(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
-    out_row = b
-    if MIXED:
-        out_row = tl.load(query_start_ptr + b)
-        if tl.load(query_start_ptr + b + 1) - out_row != 1:
-            return
     if _slices(tl.load(seq_lens_ptr + b), SPLITS, BLOCK_N, MIN_SPLIT)[1] <= 1:
         return
     splits = tl.arange(0, BLOCK_S)
@@ -200,7 +186,7 @@ def _combine_splits_kernel(
     partial = tl.load(partial_out_ptr + row[:, None] * BLOCK_D + dims[None, :], mask=(splits < SPLITS)[:, None], other=0.0)
     total = tl.sum(weight, 0)
     out = tl.sum(weight[:, None] * partial, 0) / tl.where(total == 0.0, 1.0, total)
-    tl.store(out_ptr + out_row * stride_ot + h * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
+    tl.store(out_ptr + b * stride_ot + h * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
 @triton.jit
@@ -258,7 +244,7 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, SKIP_SINGLE: tl.constexpr, PDL: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (pack of query heads, query tile): causal attention of the tile's queries, which are
     the last tokens of their sequence, over its cached keys. The tile's BLOCK_M rows are BLOCK_M / PACK
@@ -270,8 +256,7 @@ def _prefill_kernel(
     lengths. A graph captured for a token count and a number of sequences therefore fits every step within
     them: padding sequences (no queries) and spare tiles return at once. A program finds its sequence by a
     binary search over query_start. Tiles are numbered from the last, so the programs with the most keys
-    (the last tiles of the sequences at the end) start first. SKIP_SINGLE leaves the sequences of one query to the
-    decode kernel (``paged_attention_mixed``)."""
+    (the last tiles of the sequences at the end) start first."""
     pdl_wait(PDL)
     TOKENS: tl.constexpr = BLOCK_M // PACK
     first_head = tl.program_id(0) * PACK
@@ -289,8 +274,6 @@ def _prefill_kernel(
     tile = t - (q_start // TOKENS + b)
     q_len = tl.load(query_start_ptr + b + 1) - q_start
     if (tile < 0) | (tile * TOKENS >= q_len):  # before the first sequence's tiles (query_start[0] > 0), or past b's
-        return
-    if SKIP_SINGLE and q_len == 1:
         return
     seq_len = tl.load(seq_lens_ptr + b)
     context = seq_len - q_len
@@ -399,37 +382,15 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
     return PREFILL_SHORT_CONFIG if num_tokens < SHORT_QUERIES * num_seqs else PREFILL_CONFIG
 
 
-# Steps that mix decode rows with prompts. With decode_rows_apart the decode kernel takes the decode rows while the
-# prompts' kernel runs beside it on a second stream (paged_attention_mixed): in the kernel sweep on an H200, 155 to
-# 170 us a layer against 170 to 241 for one prefill launch over the whole batch (benchmarks/README.md, "Mixed steps'
-# attention"). Off until the engine's GPU tests have run it (the device time ran out first); RAYGRID_MIXED_CONFIG
-# (JSON, '{"decode_rows_apart": true}') turns it on.
-MIXED_CONFIG = dict(decode_rows_apart=False)
-MIXED_CONFIG.update(json.loads(os.environ.get("RAYGRID_MIXED_CONFIG", "{}")))
-MIXED_LAUNCH = dict(decode_rows_apart=True)  # what attention_launch names the two-kernel launch
-
-
-def attention_launch(num_tokens: int, num_seqs: int, mixed: bool) -> dict:
-    """The attention launch of a step with prefill (a CUDA graph captures one): ``MIXED_LAUNCH`` for a step that mixes
-    decode rows with prompts where MIXED_CONFIG says so, else the prefill kernel's (``prefill_launch``)."""
-    if mixed and MIXED_CONFIG["decode_rows_apart"]:
-        return MIXED_LAUNCH
-    return prefill_launch(num_tokens, num_seqs)
-
-
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
                            num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],
-                           tma: bool | None = None, query_start_loc: torch.Tensor | None = None):
+                           tma: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size). With ``tma``,
     where pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy; otherwise rows are gathered
-    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches.
-
-    With ``query_start_loc`` ([B + 1]), ``query`` and ``out`` are a mixed batch packed as the prefill kernel's
-    (``[T, heads, d]``), and only the rows of sequences with exactly one query are computed (and written)."""
-    num_heads, head_dim = query.shape[1:]
-    num_seqs = seq_lens.shape[0]
+    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches."""
+    num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     if block_n is None:
         block_n = DECODE_CONFIG["fp8_block_n" if k_cache.dtype == torch.float8_e4m3fn else "block_n"]
@@ -449,29 +410,27 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     # two pages.
     tma = tma and (splits == 1 or min_split_tokens % block_n == 0)
     keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
-    mixed = query_start_loc is not None
     _decode_kernel[(num_seqs, num_kv_heads, splits)](
-        query, keys, values, block_tables, seq_lens, query_start_loc if mixed else seq_lens, out, partial_out, partial_lse, scale,
+        query, keys, values, block_tables, seq_lens, out, partial_out, partial_lse, scale,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
         DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
-        MIXED=mixed, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
+        num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
     if splits > 1:
         _combine_splits_kernel[(num_seqs, num_heads)](
-            partial_out, partial_lse, out, seq_lens, query_start_loc if mixed else seq_lens, out.stride(0), out.stride(1),
+            partial_out, partial_lse, out, seq_lens, out.stride(0), out.stride(1),
             HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits), BLOCK_N=block_n,
-            MIN_SPLIT=min_split_tokens, MIXED=mixed, **pdl_launch(query.device),
+            MIN_SPLIT=min_split_tokens, **pdl_launch(query.device),
         )
     return out
 
 
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=None,
                             block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-                            num_stages: int | None = None, pack: int | None = None, tma: bool | None = None,
-                            skip_single: bool = False):
+                            num_stages: int | None = None, pack: int | None = None, tma: bool | None = None):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
     query heads of one kv head share a program (at most the group size, and a divisor of it). With ``tma``, where
     pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy (the default for 16-bit queries;
@@ -479,8 +438,7 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     ``prefill_launch`` for this batch.
 
     The launch depends on the shapes alone, so a CUDA graph may capture it: rows past ``query_start_loc[-1]``
-    belong to no sequence (their output is left as it was), and sequences with no queries are skipped. With
-    ``skip_single``, so are the sequences of one query (``paged_attention_mixed`` gives them to the decode kernel)."""
+    belong to no sequence (their output is left as it was), and sequences with no queries are skipped."""
     num_tokens, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     num_kv_heads = k_cache.shape[2]
@@ -504,38 +462,8 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=_tile_width(head_dim),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
-        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, SKIP_SINGLE=skip_single, num_warps=num_warps,
-        num_stages=num_stages, **pdl_launch(query.device),
+        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
-    return out
-
-
-@functools.cache
-def _side_stream(device_index: int) -> torch.cuda.Stream:
-    return torch.cuda.Stream(device_index)
-
-
-def paged_attention_mixed(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=None):
-    """A batch that mixes decode rows (sequences of one query) with prompts, packed as ``paged_attention_prefill``'s,
-    by two kernels at once: the prompts' tiles (``PREFILL_CONFIG``) on a second stream, launched first, and the
-    decode kernel over the decode rows on this one. In one launch the decode rows would take query tiles sized for
-    prompts; one kernel after the other, the small prompt launch would leave most SMs idle. On an H200 the pair
-    took 155 to 170 us a layer where the one launch took 170 to 241 (benchmarks/README.md). The grids depend on
-    the shapes alone, so a CUDA graph may capture the pair (the second stream forks from the capture and joins it).
-    The decode rows' contexts are not split, as the one launch did not split them: the prompts fill the SMs beside
-    them, and a split count from the batch size would compile a kernel variant per count in the middle of serving."""
-    out = torch.empty_like(query) if out is None else out
-    prompts = {key: PREFILL_CONFIG[key] for key in ("block_m", "block_n", "num_warps", "num_stages", "pack")}
-    prompts.update(tma=PREFILL_CONFIG.get("tma", False) and query.element_size() == 2, skip_single=True)
-    on_gpu = query.device.type == "cuda"  # the interpreter runs the two one after the other
-    if on_gpu:
-        main, side = torch.cuda.current_stream(query.device), _side_stream(query.device.index)
-        side.wait_stream(main)
-    with torch.cuda.stream(side) if on_gpu else contextlib.nullcontext():
-        paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=out, **prompts)
-    paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=out, num_splits=1, query_start_loc=query_start_loc)
-    if on_gpu:
-        main.wait_stream(side)
     return out
 
 

@@ -116,20 +116,19 @@ class PassPlanner:
         self.valid = torch.zeros(self.dp_size * max_graph_batch, dtype=torch.bool, device=device) \
             if self.expert_parallel and uses_graphs else None
 
-    def plan(self, graphs, num_tokens: int, decode_rows: int, piecewise=None, num_reqs: int = 0, mixed: bool = False) -> PassPlan:
+    def plan(self, graphs, num_tokens: int, decode_rows: int, piecewise=None, num_reqs: int = 0) -> PassPlan:
         """``graphs``: the runner's FullGraphs (None: none captured); ``decode_rows``: the pass's rows if it is
         decode only, else -1; ``piecewise``: the runner's PiecewiseGraphs (None: none captured; never under expert
         parallelism, whose eager passes pad to every DP rank's token count); ``num_reqs``: the pass's requests
-        and ``mixed``: whether it mixes decode rows with prompts (for a mixed graph, which captured one attention
-        launch)."""
+        (for a mixed graph)."""
         replayable = graphs is not None and decode_rows >= 0
         if not self.expert_parallel:
             size = graphs.padded_size(decode_rows) if replayable else None
             if size is not None:
                 return PassPlan(size)
-            mixed_size = graphs.mixed_size(num_tokens, num_reqs, mixed) if graphs is not None and decode_rows < 0 else None
-            if mixed_size is not None:
-                return PassPlan(None, mixed_size=mixed_size)
+            mixed = graphs.mixed_size(num_tokens, num_reqs) if graphs is not None and decode_rows < 0 else None
+            if mixed is not None:
+                return PassPlan(None, mixed_size=mixed)
             return PassPlan(None, piecewise_size=piecewise.padded_size(num_tokens) if piecewise is not None else None)
         step = exchange_dp_step(num_tokens, decode_rows if replayable else -1)
         size = graphs.padded_size(max(step.decode_rows)) if step.all_decode else None

@@ -24,9 +24,6 @@ class AttentionMetadata:
     # The same on the device, for the kernels (and CUDA graphs, which cannot read Python lists).
     seq_lens_tensor: torch.Tensor | None = None  # [B] int32
     query_start_loc_tensor: torch.Tensor | None = None  # [B + 1] int32
-    # Decode rows (sequences of one query) beside prompts: on a GPU the decode kernel takes those rows while the
-    # prompts' kernel runs beside it (paged_attention_mixed).
-    mixed: bool = False
 
     @property
     def decode_only(self) -> bool:
