@@ -358,7 +358,7 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # H200, bulk copies took batch-1 TPOT at 32k from 2.036 to 2.001 ms, but W1's decode steps of 64 to 256 sequences
 # ran 3% slower with them: over contexts of unequal lengths, as W1's, bulk copies lose by 4 to 5% at 192 and 256
 # sequences, though they win over equal ones (sweep_decode_attention.py --order).
-DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split")
+DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, fp8_num_warps=4, num_stages=2, fp8_num_stages=2, tma="split")
 DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
 
 
@@ -384,16 +384,18 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
-                           num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],
-                           tma: bool | None = None):
+                           num_warps: int | None = None, num_stages: int | None = None, tma: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size). With ``tma``,
     where pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy; otherwise rows are gathered
-    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches."""
+    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches.
+    ``block_n``, ``num_warps`` and ``num_stages`` left None come from DECODE_CONFIG for the cache's dtype."""
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
-    if block_n is None:
-        block_n = DECODE_CONFIG["fp8_block_n" if k_cache.dtype == torch.float8_e4m3fn else "block_n"]
+    prefix = "fp8_" if k_cache.dtype == torch.float8_e4m3fn else ""
+    block_n = DECODE_CONFIG[prefix + "block_n"] if block_n is None else block_n
+    num_warps = DECODE_CONFIG[prefix + "num_warps"] if num_warps is None else num_warps
+    num_stages = DECODE_CONFIG[prefix + "num_stages"] if num_stages is None else num_stages
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query) if out is None else out
