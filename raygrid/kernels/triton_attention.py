@@ -358,14 +358,7 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # H200, bulk copies took batch-1 TPOT at 32k from 2.036 to 2.001 ms, but W1's decode steps of 64 to 256 sequences
 # ran 3% slower with them: over contexts of unequal lengths, as W1's, bulk copies lose by 4 to 5% at 192 and 256
 # sequences, though they win over equal ones (sweep_decode_attention.py --order).
-#
-# Over an FP8 cache, a batch that fills the GPU (at least full_programs_per_sm programs an SM, unsplit) takes one warp
-# and 32-key tiles (the fp8_full_ keys): a program's 16 query rows fit one warp's matrix products, so its row maxima
-# and sums need no exchange between warps. In the kernel sweep on an H200 (8B heads, 64-token pages) that took 256 x
-# 530 from 124.9 to 87.3 us and 128 x 1,200 from 121.3 to 97.0, but 32 x 1,536 from 40.1 to 82.1 us, whose 256
-# programs leave most SMs with one warp. bf16 caches keep 4 warps: there W1 ran 3% slower with one.
-DECODE_CONFIG = dict(block_n=64, num_warps=4, num_stages=2, fp8_block_n=128, fp8_num_warps=4, fp8_num_stages=2,
-                     fp8_full_block_n=32, fp8_full_num_warps=1, fp8_full_num_stages=2, full_programs_per_sm=4, tma="split")
+DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split")
 DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
 
 
@@ -389,35 +382,22 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
     return PREFILL_SHORT_CONFIG if num_tokens < SHORT_QUERIES * num_seqs else PREFILL_CONFIG
 
 
-def decode_launch(num_seqs: int, num_kv_heads: int, splits: int, cache_dtype: torch.dtype, device: torch.device) -> dict:
-    """The decode kernel's block_n, num_warps and num_stages for a batch (DECODE_CONFIG): by the cache's dtype and,
-    over an FP8 cache, whether the batch fills the GPU. It depends on the batch size alone, as a CUDA graph needs."""
-    prefix = ""
-    if cache_dtype == torch.float8_e4m3fn:
-        full = device.type == "cuda" and splits == 1 and num_seqs * num_kv_heads >= DECODE_CONFIG["full_programs_per_sm"] * \
-            _num_sms(device.index if device.index is not None else torch.cuda.current_device())
-        prefix = "fp8_full_" if full else "fp8_"
-    return {key: DECODE_CONFIG[prefix + key] for key in ("block_n", "num_warps", "num_stages")}
-
-
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
-                           num_warps: int | None = None, num_stages: int | None = None, tma: bool | None = None):
+                           num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],
+                           tma: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size). With ``tma``,
     where pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy; otherwise rows are gathered
-    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches.
-    ``block_n``, ``num_warps`` and ``num_stages`` left None come from ``decode_launch``."""
+    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches."""
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
+    if block_n is None:
+        block_n = DECODE_CONFIG["fp8_block_n" if k_cache.dtype == torch.float8_e4m3fn else "block_n"]
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query) if out is None else out
     splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
-    launch = decode_launch(num_seqs, num_kv_heads, splits, k_cache.dtype, query.device)
-    block_n = launch["block_n"] if block_n is None else block_n
-    num_warps = launch["num_warps"] if num_warps is None else num_warps
-    num_stages = launch["num_stages"] if num_stages is None else num_stages
     block_d = _tile_width(head_dim)
     partial_out = partial_lse = out  # unused placeholders when not splitting
     if splits > 1:
