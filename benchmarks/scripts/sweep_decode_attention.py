@@ -12,6 +12,8 @@ sequences alone (interactive serving), where splitting the context matters.
                                                                       # as an engine's layer has (4.6 GB)
     python benchmarks/scripts/sweep_decode_attention.py --order   # contexts of unequal lengths, as W1's, in the
                                                                   # batch's order or the longest first
+    python benchmarks/scripts/sweep_decode_attention.py --order --order-launches 128x4x2,32x1x2 --order-kv-dtype fp8 \
+        --order-heads 32   # those orders under given launches, over a bf16 or FP8 cache
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def main() -> None:
     parser.add_argument("--cache-gb", type=float, default=4.6, help="with --placement: a layer's cache (W1's engine: 4.6)")
     parser.add_argument("--order", action="store_true", help="unequal contexts (W1's phases) in random order, longest "
                                                              "first, or shortest first; and equal ones of the same total")
+    parser.add_argument("--order-launches", default=None, help="with --order: block_n x warps x stages, comma-separated "
+                                                               "(e.g. 64x4x2,32x1x2), each gathered, over orders only")
+    parser.add_argument("--order-kv-dtype", default="bfloat16", choices=["bfloat16", "fp8"], help="with --order-launches")
+    parser.add_argument("--order-heads", type=int, default=HEADS, help="with --order-launches: query heads (8B: 32)")
     args = parser.parse_args()
     if args.policies:
         return compare_policies(args)
@@ -209,17 +215,13 @@ def sweep_order(args) -> None:
     random order with contexts sliced (slices of at least a given length, combined by the second kernel)."""
     from raygrid.bench.kernel_timing import cuda_graph_ms
 
+    if args.order_launches:
+        return sweep_order_launches(args)
     page, results = 64, []
-    gen = torch.Generator().manual_seed(0)
-    phases = [(256, 0, 100), (192, 0, 600), (128, 200, 1000), (64, 400, 1000)]  # sequences, generated: low, high
-    for num_seqs, low, high in phases:
-        lens = (torch.randint(100, 1025, (num_seqs,), generator=gen) + torch.randint(low, high + 1, (num_seqs,), generator=gen))
+    for num_seqs, low, high, lens in w1_phases():
         total = int(lens.sum())
         query, cache, tables, _ = make_case(num_seqs, int(lens.max()), page)  # pages for the longest context each
-        orders = {"random": torch.arange(num_seqs), "longest first": lens.argsort(descending=True),
-                  "shortest first": lens.argsort()}
-        cases = {name: (lens[order], 1, 64) for name, order in orders.items()}
-        cases["equal"] = (torch.full((num_seqs,), total // num_seqs), 1, 64)
+        cases = {name: (case_lens, 1, 64) for name, case_lens in orders(lens).items()}
         for splits, min_split in [(2, 512), (2, 768), (2, 1024), (4, 512)]:  # random order, long contexts sliced
             cases[f"random, {splits} slices of >= {min_split}"] = (lens, splits, min_split)
         line = []
@@ -235,6 +237,50 @@ def sweep_order(args) -> None:
                                 "min_split_tokens": min_split, "tma": tma, **timing(read, ms)})
                 line.append(f"{name} {'bulk' if tma else 'gathered'} {results[-1]['us']} us")
         print(f"{num_seqs} seqs, mean context {total // num_seqs}, max {int(lens.max())}: " + "; ".join(line), flush=True)
+    write_json(args.output_json, results)
+
+
+def w1_phases():
+    """Batches as W1's phases: (sequences, generated low, high, contexts), each prompt uniform in 100-1024 plus the
+    tokens generated so far, from one seed."""
+    gen = torch.Generator().manual_seed(0)
+    for num_seqs, low, high in [(256, 0, 100), (192, 0, 600), (128, 200, 1000), (64, 400, 1000)]:
+        yield num_seqs, low, high, torch.randint(100, 1025, (num_seqs,), generator=gen) + \
+            torch.randint(low, high + 1, (num_seqs,), generator=gen)
+
+
+def orders(lens: torch.Tensor) -> dict:
+    """The batch's contexts in random order, longest first, shortest first, and equal ones of the same total."""
+    cases = {"random": lens, "longest first": lens[lens.argsort(descending=True)], "shortest first": lens[lens.argsort()]}
+    cases["equal"] = torch.full_like(lens, int(lens.sum()) // lens.numel())
+    return cases
+
+
+def sweep_order_launches(args) -> None:
+    """W1's phases in each order under each of --order-launches, gathered, over a bf16 or an FP8 cache: whether a
+    launch that wins over equal contexts keeps its lead over W1's unequal ones."""
+    from raygrid.bench.kernel_timing import cuda_graph_ms
+
+    launches = [tuple(int(x) for x in launch.split("x")) for launch in args.order_launches.split(",")]
+    fp8 = args.order_kv_dtype == "fp8"
+    page, results = 64, []
+    for num_seqs, low, high, lens in w1_phases():
+        query, cache, tables, _ = make_case(num_seqs, int(lens.max()), page)
+        query = torch.randn(num_seqs, args.order_heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        if fp8:
+            cache = cache.to(torch.float8_e4m3fn)
+        line = []
+        for name, case_lens in orders(lens).items():
+            lens_dev = case_lens.to(torch.int32).cuda()
+            for block_n, warps, stages in launches:
+                ms = cuda_graph_ms(lambda: paged_attention_decode(query, cache, tables, lens_dev, HEAD_DIM**-0.5, block_n=block_n,
+                                                                  num_splits=1, num_warps=warps, num_stages=stages, tma=False))
+                read = kv_bytes(int(case_lens.sum())) // (2 if fp8 else 1)
+                results.append({"seqs": num_seqs, "generated": [low, high], "max_context": int(lens.max()), "order": name,
+                                "kv_dtype": args.order_kv_dtype, "heads": args.order_heads, "block_n": block_n,
+                                "warps": warps, "stages": stages, **timing(read, ms)})
+                line.append(f"{name} {block_n}x{warps}x{stages} {results[-1]['us']} us")
+        print(f"{num_seqs} seqs, mean context {int(lens.sum()) // num_seqs}, max {int(lens.max())}: " + "; ".join(line), flush=True)
     write_json(args.output_json, results)
 
 
