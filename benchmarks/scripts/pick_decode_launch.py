@@ -2,9 +2,10 @@
 for an A/B run of the engine:
 
     python benchmarks/scripts/pick_decode_launch.py SWEEP.json bfloat16 16x8x256x530,16x8x192x862
-    # -> {"block_n": 64, "num_warps": 2, "num_stages": 2}   (fp8: the fp8_ keys)
+    # -> {"block_n": 64, "num_warps": 2, "num_stages": 2}   (fp8: fp8_block_n)
 
-A launch counts only if it ran every case and its output stayed within 0.05 of the default launch's."""
+A launch counts only if it ran every case and its output stayed within 0.05 of the default launch's. The decode
+launch has one num_warps and num_stages for both cache dtypes, so an fp8 pick sets them for bf16 caches too."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def main() -> None:
         seen[launch] += 1
     block_n, warps, stages = min((launch for launch in total if seen[launch] == len(wanted)), key=total.__getitem__)
     prefix = "fp8_" if kv_dtype == "fp8" else ""
-    print(json.dumps({prefix + "block_n": block_n, prefix + "num_warps": warps, prefix + "num_stages": stages}))
+    print(json.dumps({prefix + "block_n": block_n, "num_warps": warps, "num_stages": stages}))
 
 
 if __name__ == "__main__":

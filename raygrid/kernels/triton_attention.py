@@ -328,8 +328,17 @@ def _dot_precision(query: torch.Tensor) -> str:
 # flight to approach the memory bandwidth. Measured on an H200 (benchmarks/README.md): splitting larger
 # batches gains nothing, since their programs already fill it. RAYGRID_DECODE_SPLIT_POLICY (JSON) overrides
 # it, for benchmarks; '{"max_splits": 1}' turns splitting off.
-DECODE_SPLIT_POLICY = dict(programs_per_sm=3, max_splits=64, min_split_tokens=256)
-DECODE_SPLIT_POLICY.update(json.loads(os.environ.get("RAYGRID_DECODE_SPLIT_POLICY", "{}")))
+def _overridden(defaults: dict, variable: str) -> dict:
+    """``defaults`` with the environment variable's JSON object over them; a key they lack is refused, by name (an
+    override that names no setting would otherwise leave a benchmark running the defaults unawares)."""
+    overrides = json.loads(os.environ.get(variable, "{}"))
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(f"{variable}: unknown keys {unknown}; the keys are {sorted(defaults)}")
+    return {**defaults, **overrides}
+
+
+DECODE_SPLIT_POLICY = _overridden(dict(programs_per_sm=3, max_splits=64, min_split_tokens=256), "RAYGRID_DECODE_SPLIT_POLICY")
 
 
 @functools.cache
@@ -358,16 +367,14 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # H200, bulk copies took batch-1 TPOT at 32k from 2.036 to 2.001 ms, but W1's decode steps of 64 to 256 sequences
 # ran 3% slower with them: over contexts of unequal lengths, as W1's, bulk copies lose by 4 to 5% at 192 and 256
 # sequences, though they win over equal ones (sweep_decode_attention.py --order).
-DECODE_CONFIG = dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split")
-DECODE_CONFIG.update(json.loads(os.environ.get("RAYGRID_DECODE_CONFIG", "{}")))
+DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split"), "RAYGRID_DECODE_CONFIG")
 
 
 # The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step, K/V tiles by bulk copy where a page
 # holds whole tiles (a GPU engine's 64-token pages: 11 to 14% faster than gathering rows). Chosen by
 # benchmarks/scripts/sweep_prefill_attention.py on an H200 (benchmarks/README.md). RAYGRID_PREFILL_CONFIG
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches.
-PREFILL_CONFIG = dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True)
-PREFILL_CONFIG.update(json.loads(os.environ.get("RAYGRID_PREFILL_CONFIG", "{}")))
+PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True), "RAYGRID_PREFILL_CONFIG")
 # A batch whose sequences bring few queries each (a mixed step: many decode rows beside a prompt or two) would
 # leave most of a 128-row tile empty, and its tiles are compute spent on nothing: it takes 16-row tiles. On an
 # H200, 256 decode rows of 640-token contexts beside two 512-token prompts: 192 us a layer against 289 us with
