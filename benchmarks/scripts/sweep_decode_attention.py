@@ -33,18 +33,19 @@ CASES = [(256, 530), (128, 1200), (32, 1536), (8, 1800), (4, 8192), (1, 16384)] 
 LONG_CASES = [(1, 32768), (1, 8192), (2, 16384), (4, 8192)]
 
 
-def make_case(num_seqs: int, context: int, page: int = PAGE):
+def make_case(num_seqs: int, context: int, page: int = PAGE, heads: int = HEADS):
     blocks_per_seq = -(-context // page)
     cache = torch.randn(2, num_seqs * blocks_per_seq + 1, page, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     tables = (1 + torch.randperm(num_seqs * blocks_per_seq, device="cuda")).view(num_seqs, blocks_per_seq).int()
-    query = torch.randn(num_seqs, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    query = torch.randn(num_seqs, heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     lens = torch.full((num_seqs,), context, dtype=torch.int32, device="cuda")
     return query, cache, tables, lens
 
 
-def kv_bytes(tokens: int) -> int:
-    """What decode reads of the cache for ``tokens`` context tokens: keys and values of every kv head, in bf16."""
-    return tokens * KV_HEADS * HEAD_DIM * 2 * 2
+def kv_bytes(tokens: int, element_size: int = 2) -> int:
+    """What decode reads of the cache for ``tokens`` context tokens: keys and values of every kv head (bf16 unless
+    told)."""
+    return tokens * KV_HEADS * HEAD_DIM * 2 * element_size
 
 
 def timing(read_bytes: int, ms: float) -> dict:
@@ -265,8 +266,7 @@ def sweep_order_launches(args) -> None:
     fp8 = args.order_kv_dtype == "fp8"
     page, results = 64, []
     for num_seqs, low, high, lens in w1_phases():
-        query, cache, tables, _ = make_case(num_seqs, int(lens.max()), page)
-        query = torch.randn(num_seqs, args.order_heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        query, cache, tables, _ = make_case(num_seqs, int(lens.max()), page, heads=args.order_heads)
         if fp8:
             cache = cache.to(torch.float8_e4m3fn)
         line = []
@@ -275,7 +275,7 @@ def sweep_order_launches(args) -> None:
             for block_n, warps, stages in launches:
                 ms = cuda_graph_ms(lambda: paged_attention_decode(query, cache, tables, lens_dev, HEAD_DIM**-0.5, block_n=block_n,
                                                                   num_splits=1, num_warps=warps, num_stages=stages, tma=False))
-                read = kv_bytes(int(case_lens.sum())) // (2 if fp8 else 1)
+                read = kv_bytes(int(case_lens.sum()), cache.element_size())
                 results.append({"seqs": num_seqs, "generated": [low, high], "max_context": int(lens.max()), "order": name,
                                 "kv_dtype": args.order_kv_dtype, "heads": args.order_heads, "block_n": block_n,
                                 "warps": warps, "stages": stages, **timing(read, ms)})
