@@ -153,6 +153,27 @@ def test_decode_attention_by_bulk_copies_of_whole_page_tiles(dtype):
                                **spike_tol(dtype))
 
 
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_programs_in_any_order_write_the_same_output(num_splits):
+    """The grid with kv heads fastest, and sequences started in a given order (the engine's: longest first), write
+    every row where it belongs: the same output as the plain launch."""
+    heads, kv_heads, head_dim, block_size = SHAPES[-1]
+    seq_lens = [1, 7, 33, 64, 5, 0] if not ON_GPU else [1, 17, 300, 1024, 2000, 77, 0]
+    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
+    cache = make_cache(num_blocks, block_size, kv_heads, head_dim, DTYPES[-1])
+    tables = random_block_tables(seq_lens, block_size, num_blocks)
+    query = torch.randn(len(seq_lens), heads, head_dim, dtype=DTYPES[-1], device=DEVICE)
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    plain = paged_attention_decode(query, cache, tables, lens, 0.1, block_n=16, num_splits=num_splits,
+                                   min_split_tokens=16, heads_fastest=False)
+    torch.testing.assert_close(plain, paged_attention_ref(query, cache, tables, seq_lens, list(range(len(seq_lens) + 1)), 0.1),
+                               **tol(DTYPES[-1]))
+    for heads_fastest, order in [(True, None), (False, torch.argsort(lens, descending=True)), (True, torch.randperm(len(seq_lens), device=DEVICE))]:
+        got = paged_attention_decode(query, cache, tables, lens, 0.1, block_n=16, num_splits=num_splits,
+                                     min_split_tokens=16, heads_fastest=heads_fastest, order=order)
+        assert torch.equal(got, plain), (heads_fastest, order)
+
+
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_decode_padding_rows_are_zero(num_splits):
     heads, kv_heads, head_dim, block_size = SHAPES[0]

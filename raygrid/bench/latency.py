@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from raygrid.bench.throughput import device_name, git_commit
+from raygrid.bench.throughput import device_name, git_commit, kernel_settings
 
 
 def add_latency_args(parser: argparse.ArgumentParser) -> None:
@@ -166,7 +166,7 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
     summary = {
         "backend": args.backend, "model": engine_kwargs["model"], "dtype": engine_kwargs.get("dtype", "auto"),
         "batch_size": args.batch_size, "output_len": args.output_len, "num_iters": args.num_iters, "results": rows,
-        "attention_kernels": _kernel_settings() if args.backend == "raygrid" else None,
+        "attention_kernels": kernel_settings() if args.backend == "raygrid" else None,
         "machine": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(), "command": " ".join(["raygrid"] + sys.argv[1:]),
     }
@@ -174,14 +174,6 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
     return summary
-
-
-def _kernel_settings() -> dict | None:
-    try:
-        from raygrid.kernels.triton_attention import DECODE_CONFIG, DECODE_SPLIT_POLICY, PREFILL_CONFIG, PREFILL_SHORT_CONFIG
-    except ImportError:  # no Triton: the torch references run
-        return None
-    return {"prefill": PREFILL_CONFIG, "prefill_short": PREFILL_SHORT_CONFIG, "decode": DECODE_CONFIG, "decode_splits": DECODE_SPLIT_POLICY}
 
 
 def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:

@@ -198,6 +198,15 @@ def provenance(program: str = "python") -> dict:
             "git_commit": git_commit(), "command": " ".join([program] + sys.argv)}
 
 
+def kernel_settings() -> dict | None:
+    """The attention kernels' launch settings this process runs (their environment overrides included)."""
+    try:
+        from raygrid.kernels.triton_attention import DECODE_CONFIG, DECODE_SPLIT_POLICY, PREFILL_CONFIG, PREFILL_SHORT_CONFIG
+    except ImportError:  # no Triton: the torch references run
+        return None
+    return {"prefill": PREFILL_CONFIG, "prefill_short": PREFILL_SHORT_CONFIG, "decode": DECODE_CONFIG, "decode_splits": DECODE_SPLIT_POLICY}
+
+
 def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict:
     from raygrid.models.default_model import resolve_model_path
     from raygrid.models.loader import load_hf_config
@@ -228,6 +237,7 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "decode_profiles": result.get("decode_profiles"),
         "memory": result.get("memory"),
         "eplb": result.get("eplb"),
+        "attention_kernels": kernel_settings() if args.backend == "raygrid" else None,
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),

@@ -107,20 +107,34 @@ def _attend_tile(
 
 @triton.jit
 def _decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, partial_out_ptr, partial_lse_ptr, scale,
-    stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+    scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, PDL: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, HEADS_FASTEST: tl.constexpr, ORDERED: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
     sequences use fewer slices) and writes its partial output and log-sum-exp for
     ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long. A context that fits in one
-    slice is written whole by its first program (no partial output, nothing for the combine kernel)."""
+    slice is written whole by its first program (no partial output, nothing for the combine kernel).
+
+    Programs start in grid order. With HEADS_FASTEST the grid is (kv heads, sequences, splits), so a sequence's kv
+    heads start together (the same pages read side by side); otherwise (sequences, kv heads, splits). With ORDERED
+    the sequences start in the order ``order_ptr`` lists them (longest first: the longest programs do not start last)."""
     pdl_wait(PDL)
-    b = tl.program_id(0)
-    kvh = tl.program_id(1)
+    if HEADS_FASTEST:
+        kvh = tl.program_id(0)
+        rank = tl.program_id(1)
+        num_kv_heads = tl.num_programs(0)
+    else:
+        rank = tl.program_id(0)
+        kvh = tl.program_id(1)
+        num_kv_heads = tl.num_programs(1)
+    if ORDERED:
+        b = tl.load(order_ptr + rank)
+    else:
+        b = rank
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b)
     per_split, slices = _slices(seq_len, SPLITS, BLOCK_N, MIN_SPLIT)
@@ -150,7 +164,7 @@ def _decode_kernel(
     if SPLITS == 1 or slices <= 1:
         tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
     else:
-        num_heads = tl.num_programs(1) * QUERIES_PER_KV
+        num_heads = num_kv_heads * QUERIES_PER_KV
         row = (b * num_heads + heads) * SPLITS + split
         lse = m_i + tl.log2(tl.maximum(l_i, 1.0))  # l_i >= 1 unless the split is empty, whose m_i is -inf
         tl.store(partial_out_ptr + row[:, None] * BLOCK_D + dims[None, :], out, mask=qmask)
@@ -367,7 +381,10 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # H200, bulk copies took batch-1 TPOT at 32k from 2.036 to 2.001 ms, but W1's decode steps of 64 to 256 sequences
 # ran 3% slower with them: over contexts of unequal lengths, as W1's, bulk copies lose by 4 to 5% at 192 and 256
 # sequences, though they win over equal ones (sweep_decode_attention.py --order).
-DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split"), "RAYGRID_DECODE_CONFIG")
+# heads_fastest: the grid's kv heads vary fastest (a sequence's heads start together); longest_first: the engine hands
+# the kernel its batch's rows by context length, longest first (``AttentionMetadata.longest_first``).
+DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", heads_fastest=False,
+                                 longest_first=False), "RAYGRID_DECODE_CONFIG")
 
 
 # The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step, K/V tiles by bulk copy where a page
@@ -392,11 +409,13 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
                            num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],
-                           tma: bool | None = None):
+                           tma: bool | None = None, order: torch.Tensor | None = None, heads_fastest: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size). With ``tma``,
     where pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy; otherwise rows are gathered
-    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches."""
+    through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches.
+    ``order`` (a permutation of the rows, ``[B]``) is the order in which the sequences' programs start;
+    ``heads_fastest`` (default ``DECODE_CONFIG``'s) starts a sequence's kv heads together."""
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     if block_n is None:
@@ -417,14 +436,16 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     # two pages.
     tma = tma and (splits == 1 or min_split_tokens % block_n == 0)
     keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
-    _decode_kernel[(num_seqs, num_kv_heads, splits)](
-        query, keys, values, block_tables, seq_lens, out, partial_out, partial_lse, scale,
+    heads_fastest = DECODE_CONFIG["heads_fastest"] if heads_fastest is None else heads_fastest
+    grid = (num_kv_heads, num_seqs, splits) if heads_fastest else (num_seqs, num_kv_heads, splits)
+    _decode_kernel[grid](
+        query, keys, values, block_tables, seq_lens, seq_lens if order is None else order, out, partial_out, partial_lse, scale,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
         DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
-        num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
+        HEADS_FASTEST=heads_fastest, ORDERED=order is not None, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
     if splits > 1:
         _combine_splits_kernel[(num_seqs, num_heads)](
