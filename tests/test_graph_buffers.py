@@ -25,9 +25,11 @@ def staged_step(staged: dict[str, torch.Tensor], query_lens: list[int]) -> tuple
     staged["seq_lens"][:b] = torch.tensor(query_lens, dtype=torch.int32) + 5
     staged["query_start_loc"][: b + 1] = starts
     staged["block_tables"][:b] = 7
+    staged["decode_order"][:b] = torch.arange(b - 1, -1, -1)  # as the runner stages it: a permutation of the rows
     meta = AttentionMetadata(slot_mapping=staged["slot_mapping"][:n], block_tables=staged["block_tables"][:b],
                              seq_lens=[], query_start_loc=[], max_query_len=max(query_lens),
-                             seq_lens_tensor=staged["seq_lens"][:b], query_start_loc_tensor=staged["query_start_loc"][: b + 1])
+                             seq_lens_tensor=staged["seq_lens"][:b], query_start_loc_tensor=staged["query_start_loc"][: b + 1],
+                             decode_order=staged["decode_order"][:b])
     return staged["input_ids"][:n], staged["positions"][:n], meta
 
 
@@ -36,7 +38,7 @@ def make_buffers() -> tuple[dict[str, torch.Tensor], GraphBuffers]:
     staged = {"input_ids": torch.zeros(MAX_TOKENS, dtype=torch.int64), "positions": torch.zeros(MAX_TOKENS, dtype=torch.int64),
               "slot_mapping": torch.zeros(MAX_TOKENS, dtype=torch.int64), "seq_lens": torch.zeros(MAX_SEQS, dtype=torch.int32),
               "query_start_loc": torch.zeros(MAX_SEQS + 1, dtype=torch.int32),
-              "block_tables": torch.zeros(MAX_SEQS, MAX_BLOCKS, dtype=torch.int32)}
+              "block_tables": torch.zeros(MAX_SEQS, MAX_BLOCKS, dtype=torch.int32), "decode_order": torch.zeros(MAX_SEQS, dtype=torch.int32)}
     return staged, GraphBuffers(staged, MAX_TOKENS, MAX_SEQS)
 
 
@@ -57,6 +59,10 @@ def test_a_replay_keeps_the_staged_rows_and_marks_only_the_padding():
     assert buffers.prepare(4, *staged_step(staged, [1, 1]), None, num_seqs=4) == 2
     assert buffers.slot_mapping[:4].tolist() == [40, 41, -1, -1]
     assert buffers.seq_lens.tolist() == [6, 6, 0, 0]
+    # The order the decode kernel starts them in: the step's permutation, then the padding rows, each once (the
+    # larger step before left its own order in those rows).
+    assert buffers.decode_order.tolist() == [1, 0, 2, 3]
+    assert buffers.metadata(4, 4, max_query_len=1).decode_order.data_ptr() == staged["decode_order"].data_ptr()
 
 
 def test_a_replay_refuses_inputs_not_staged_in_its_buffers():

@@ -74,7 +74,7 @@ class GraphBuffers:
     def __init__(self, staged: dict[str, torch.Tensor], max_tokens: int, max_seqs: int,
                  stage_input: tuple[int, torch.dtype] | None = None) -> None:
         """``staged``: the runner's device tensors by name (input_ids, positions, slot_mapping, seq_lens,
-        block_tables, query_start_loc), at least ``max_tokens`` rows and ``max_seqs`` sequences long.
+        block_tables, query_start_loc, decode_order), at least ``max_tokens`` rows and ``max_seqs`` sequences long.
         ``stage_input``: (hidden size, dtype) of the hidden states and residual a later pipeline stage receives."""
         self.max_tokens = max_tokens
         self.input_ids = staged["input_ids"][:max_tokens]
@@ -83,6 +83,11 @@ class GraphBuffers:
         self.seq_lens = staged["seq_lens"][:max_seqs]
         self.block_tables = staged["block_tables"][:max_seqs]
         self.query_start_loc = staged["query_start_loc"][: max_seqs + 1]
+        # A decode graph's padding sequences start after the step's, in their own order (the rows listed past the
+        # step's are reset from ``_rows`` before each replay).
+        self.decode_order = staged["decode_order"][:max_seqs]
+        self._rows = torch.arange(max_seqs, dtype=self.decode_order.dtype, device=self.decode_order.device)
+        self.decode_order.copy_(self._rows)
         # No sequence has queries and none is long until a step says so: a capture of T tokens over max_seqs
         # sequences must not address rows past T (the decode kernel does not read these).
         self.seq_lens.zero_()
@@ -108,6 +113,7 @@ class GraphBuffers:
             max_query_len=max_query_len,
             seq_lens_tensor=self.seq_lens[:num_seqs],
             query_start_loc_tensor=self.query_start_loc[: num_seqs + 1],
+            decode_order=self.decode_order[:num_seqs],
         )
 
     def prepare(self, padded: int, input_ids, positions, meta: AttentionMetadata, intermediate, num_seqs: int = 0,
@@ -126,6 +132,7 @@ class GraphBuffers:
         b = meta.seq_lens_tensor.shape[0]
         if num_seqs:
             self.seq_lens[b:num_seqs].zero_()
+            self.decode_order[b:num_seqs].copy_(self._rows[b:num_seqs])
         if queries:
             self.query_start_loc[b + 1 : num_seqs + 1].fill_(n)
         return n

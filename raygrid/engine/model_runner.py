@@ -64,6 +64,7 @@ class ModelRunner:
             "slot_mapping": ((max_tokens,), torch.int64),
             "logits_indices": ((max_reqs,), torch.int64),
             "seq_lens": ((max_reqs,), torch.int32),
+            "decode_order": ((max_reqs,), torch.int32),
             "query_start_loc": ((max_reqs + 1,), torch.int32),
             "block_tables": ((max_reqs, self.max_blocks_per_req), torch.int32),
             "placeholder_index": ((max_tokens,), torch.int64),
@@ -276,6 +277,7 @@ class ModelRunner:
             max_query_len=int(num_sched.max()),
             seq_lens_tensor=put("seq_lens", seq_lens),
             query_start_loc_tensor=put("query_start_loc", query_start_loc),
+            decode_order=put("decode_order", np.argsort(-seq_lens, kind="stable")) if total == n else None,
         )
         logits_indices = put("logits_indices", cu[sample_rows] - 1)
         return input_ids_dev, put("positions", positions), meta, logits_indices, sample_rows, seq_lens[sample_rows]

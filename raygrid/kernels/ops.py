@@ -185,7 +185,7 @@ def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | Non
         from raygrid.kernels.triton_attention import DECODE_CONFIG, paged_attention_decode, paged_attention_prefill
 
         if meta.decode_only:
-            order = meta.longest_first() if DECODE_CONFIG["longest_first"] else None
+            order = meta.decode_order if DECODE_CONFIG["longest_first"] else None
             return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale, out=out, order=order)
         return paged_attention_prefill(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
                                        scale, out=out)

@@ -383,8 +383,9 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # sequences, though they win over equal ones (sweep_decode_attention.py --order).
 # heads_fastest: the grid's kv heads vary fastest (a sequence's heads start together); longest_first: the engine hands
 # the kernel its batch's rows by context length, longest first (``AttentionMetadata.longest_first``).
+# fp8_narrow_from: from this many programs an SM (kv heads x sequences), FP8 launches step 32 keys with one warp (0: never).
 DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", heads_fastest=False,
-                                 longest_first=False), "RAYGRID_DECODE_CONFIG")
+                                 longest_first=False, fp8_narrow_from=0), "RAYGRID_DECODE_CONFIG")
 
 
 # The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step, K/V tiles by bulk copy where a page
@@ -408,7 +409,7 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
-                           num_warps: int = DECODE_CONFIG["num_warps"], num_stages: int = DECODE_CONFIG["num_stages"],
+                           num_warps: int | None = None, num_stages: int = DECODE_CONFIG["num_stages"],
                            tma: bool | None = None, order: torch.Tensor | None = None, heads_fastest: bool | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size). With ``tma``,
@@ -418,12 +419,17 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     ``heads_fastest`` (default ``DECODE_CONFIG``'s) starts a sequence's kv heads together."""
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
-    if block_n is None:
-        block_n = DECODE_CONFIG["fp8_block_n" if k_cache.dtype == torch.float8_e4m3fn else "block_n"]
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query) if out is None else out
     splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    narrow = (fp8 and splits == 1 and DECODE_CONFIG["fp8_narrow_from"] > 0 and query.is_cuda
+              and num_seqs * num_kv_heads >= DECODE_CONFIG["fp8_narrow_from"] * _num_sms(query.device.index or 0))
+    if block_n is None:
+        block_n = 32 if narrow else DECODE_CONFIG["fp8_block_n" if fp8 else "block_n"]
+    if num_warps is None:
+        num_warps = 1 if narrow else DECODE_CONFIG["num_warps"]
     block_d = _tile_width(head_dim)
     partial_out = partial_lse = out  # unused placeholders when not splitting
     if splits > 1:

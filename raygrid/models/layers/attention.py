@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
@@ -24,18 +24,12 @@ class AttentionMetadata:
     # The same on the device, for the kernels (and CUDA graphs, which cannot read Python lists).
     seq_lens_tensor: torch.Tensor | None = None  # [B] int32
     query_start_loc_tensor: torch.Tensor | None = None  # [B + 1] int32
-    _longest_first: torch.Tensor | None = field(default=None, repr=False)
+    # Decode steps: the rows by context length, longest first [B] int32 (the decode kernel starts them in this order).
+    decode_order: torch.Tensor | None = None
 
     @property
     def decode_only(self) -> bool:
         return self.max_query_len == 1
-
-    def longest_first(self) -> torch.Tensor:
-        """The rows by context length, longest first: sorted on the device once a pass, by the first layer that asks
-        (so a CUDA graph captures the sort once and replays it over each step's lengths)."""
-        if self._longest_first is None:
-            self._longest_first = torch.argsort(self.seq_lens_tensor, descending=True)
-        return self._longest_first
 
 
 # What attention does instead while a pass is captured in pieces (engine/piecewise_graphs.py): it receives the
