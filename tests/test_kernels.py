@@ -155,8 +155,8 @@ def test_decode_attention_by_bulk_copies_of_whole_page_tiles(dtype):
 
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_decode_programs_in_any_order_write_the_same_output(num_splits):
-    """The grid with kv heads fastest, and sequences started in a given order (the engine's: longest first), write
-    every row where it belongs: the same output as the plain launch."""
+    """Sequences started in a given order (the engine's: longest first) write every row where it belongs: the same
+    output as in the batch's order."""
     heads, kv_heads, head_dim, block_size = SHAPES[-1]
     seq_lens = [1, 7, 33, 64, 5, 0] if not ON_GPU else [1, 17, 300, 1024, 2000, 77, 0]
     num_blocks = sum(-(-n // block_size) for n in seq_lens) + 4
@@ -164,14 +164,13 @@ def test_decode_programs_in_any_order_write_the_same_output(num_splits):
     tables = random_block_tables(seq_lens, block_size, num_blocks)
     query = torch.randn(len(seq_lens), heads, head_dim, dtype=DTYPES[-1], device=DEVICE)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    plain = paged_attention_decode(query, cache, tables, lens, 0.1, block_n=16, num_splits=num_splits,
-                                   min_split_tokens=16, heads_fastest=False)
+    plain = paged_attention_decode(query, cache, tables, lens, 0.1, block_n=16, num_splits=num_splits, min_split_tokens=16)
     torch.testing.assert_close(plain, paged_attention_ref(query, cache, tables, seq_lens, list(range(len(seq_lens) + 1)), 0.1),
                                **tol(DTYPES[-1]))
-    for heads_fastest, order in [(True, None), (False, torch.argsort(lens, descending=True)), (True, torch.randperm(len(seq_lens), device=DEVICE))]:
+    for order in [torch.argsort(lens, descending=True), torch.randperm(len(seq_lens), device=DEVICE)]:
         got = paged_attention_decode(query, cache, tables, lens, 0.1, block_n=16, num_splits=num_splits,
-                                     min_split_tokens=16, heads_fastest=heads_fastest, order=order)
-        assert torch.equal(got, plain), (heads_fastest, order)
+                                     min_split_tokens=16, order=order.int())
+        assert torch.equal(got, plain), order
 
 
 @pytest.mark.parametrize("num_splits", [1, 4])
@@ -345,6 +344,10 @@ def test_fp8_kv_cache_store_decode_and_prefill(dtype):
     got = paged_attention_decode(query, stored, tables, lens, scale, block_n=16, num_splits=3, min_split_tokens=16)
     torch.testing.assert_close(got, expected, **close)
     torch.testing.assert_close(paged_attention_decode(query, stored, tables, lens, scale), expected, **close)  # the engine's launch
+    # and its launch for full batches (DECODE_CONFIG["fp8_narrow_from"]), longest first
+    narrow = paged_attention_decode(query, stored, tables, lens, scale, block_n=32, num_warps=1, num_splits=1,
+                                    order=torch.argsort(lens, descending=True).int())
+    torch.testing.assert_close(narrow, expected, **close)
     new = [min(n, 9) for n in seq_lens]  # the last tokens of each sequence, after a cached prefix
     starts = [0]
     for n in new:

@@ -13,8 +13,8 @@ sequences alone (interactive serving), where splitting the context matters.
     python benchmarks/scripts/sweep_decode_attention.py --order   # contexts of unequal lengths, as W1's, in the
                                                                   # batch's order or the longest first
     python benchmarks/scripts/sweep_decode_attention.py --order --order-launches 128x4x2,32x1x2 --order-kv-dtype fp8 \
-        --order-heads 32   # under given launches, over a bf16 or FP8 cache: grids with sequences or kv heads
-                           # fastest, started in the batch's order or longest first
+        --order-heads 32   # under given launches, over a bf16 or FP8 cache: sequences started in the batch's order
+                           # or longest first
 """
 
 from __future__ import annotations
@@ -259,10 +259,10 @@ def orders(lens: torch.Tensor) -> dict:
 
 
 def sweep_order_launches(args) -> None:
-    """W1's phases under each of --order-launches, gathered, over a bf16 or an FP8 cache, and in each grid: sequences
-    or kv heads fastest, the batch's order or longest first (the kernel's ``order``: the batch stays as it is), and
-    equal contexts of the same total. Whether a launch that wins over equal contexts keeps its lead over W1's unequal
-    ones, and what starting the longest programs first recovers."""
+    """W1's phases under each of --order-launches, gathered, over a bf16 or an FP8 cache: in the batch's order, longest
+    first (the kernel's ``order``: the batch stays as it is), and equal contexts of the same total. Whether a launch
+    that wins over equal contexts keeps its lead over W1's unequal ones, and what starting the longest programs first
+    recovers. (Until 9b1c7e0 the kernel's grid could also run sequences fastest: results/decode_order_h200/.)"""
     from raygrid.bench.kernel_timing import cuda_graph_ms
 
     launches = [tuple(int(x) for x in launch.split("x")) for launch in args.order_launches.split(",")]
@@ -274,17 +274,14 @@ def sweep_order_launches(args) -> None:
             cache = cache.to(torch.float8_e4m3fn)
         random_lens = lens.to(torch.int32).cuda()
         equal_lens = torch.full_like(random_lens, int(lens.sum()) // num_seqs)
-        longest_first = torch.argsort(random_lens, descending=True)
-        variants = {"random, seqs fastest": (random_lens, False, None), "random, heads fastest": (random_lens, True, None),
-                    "longest first, seqs fastest": (random_lens, False, longest_first),
-                    "longest first, heads fastest": (random_lens, True, longest_first),
-                    "equal, seqs fastest": (equal_lens, False, None), "equal, heads fastest": (equal_lens, True, None)}
+        longest_first = torch.argsort(random_lens, descending=True).int()
+        variants = {"random": (random_lens, None), "longest first": (random_lens, longest_first), "equal": (equal_lens, None)}
         line = []
         for block_n, warps, stages in launches:
-            for name, (case_lens, heads_fastest, order) in variants.items():
+            for name, (case_lens, order) in variants.items():
                 ms = cuda_graph_ms(lambda: paged_attention_decode(query, cache, tables, case_lens, HEAD_DIM**-0.5, block_n=block_n,
                                                                   num_splits=1, num_warps=warps, num_stages=stages, tma=False,
-                                                                  heads_fastest=heads_fastest, order=order))
+                                                                  order=order))
                 read = kv_bytes(int(case_lens.sum()), cache.element_size())
                 results.append({"seqs": num_seqs, "generated": [low, high], "max_context": int(lens.max()), "variant": name,
                                 "kv_dtype": args.order_kv_dtype, "heads": args.order_heads, "block_n": block_n,

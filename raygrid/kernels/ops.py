@@ -182,11 +182,11 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
 def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of the step's packed queries over the paged cache (see AttentionMetadata), into ``out`` if given."""
     if use_triton(query):
-        from raygrid.kernels.triton_attention import DECODE_CONFIG, paged_attention_decode, paged_attention_prefill
+        from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill
 
         if meta.decode_only:
-            order = meta.decode_order if DECODE_CONFIG["longest_first"] else None
-            return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale, out=out, order=order)
+            return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale, out=out,
+                                          order=meta.decode_order)
         return paged_attention_prefill(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
                                        scale, out=out)
     result = paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)

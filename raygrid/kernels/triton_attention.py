@@ -111,7 +111,7 @@ def _decode_kernel(
     scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, HEADS_FASTEST: tl.constexpr, ORDERED: tl.constexpr, PDL: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, ORDERED: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
@@ -119,18 +119,13 @@ def _decode_kernel(
     ``_combine_splits_kernel``; that keeps the GPU busy when a few sequences are long. A context that fits in one
     slice is written whole by its first program (no partial output, nothing for the combine kernel).
 
-    Programs start in grid order. With HEADS_FASTEST the grid is (kv heads, sequences, splits), so a sequence's kv
-    heads start together (the same pages read side by side); otherwise (sequences, kv heads, splits). With ORDERED
-    the sequences start in the order ``order_ptr`` lists them (longest first: the longest programs do not start last)."""
+    Programs start in grid order, (kv heads, sequences, splits): a sequence's kv heads start together. With ORDERED
+    the sequences start in the order ``order_ptr`` lists them: the engine's, longest first, so that the longest
+    contexts do not start last and leave a tail of few programs (benchmarks/README.md, "Decode programs in order")."""
     pdl_wait(PDL)
-    if HEADS_FASTEST:
-        kvh = tl.program_id(0)
-        rank = tl.program_id(1)
-        num_kv_heads = tl.num_programs(0)
-    else:
-        rank = tl.program_id(0)
-        kvh = tl.program_id(1)
-        num_kv_heads = tl.num_programs(1)
+    kvh = tl.program_id(0)
+    rank = tl.program_id(1)
+    num_kv_heads = tl.num_programs(0)
     if ORDERED:
         b = tl.load(order_ptr + rank)
     else:
@@ -381,11 +376,12 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # H200, bulk copies took batch-1 TPOT at 32k from 2.036 to 2.001 ms, but W1's decode steps of 64 to 256 sequences
 # ran 3% slower with them: over contexts of unequal lengths, as W1's, bulk copies lose by 4 to 5% at 192 and 256
 # sequences, though they win over equal ones (sweep_decode_attention.py --order).
-# heads_fastest: the grid's kv heads vary fastest (a sequence's heads start together); longest_first: the engine hands
-# the kernel its batch's rows by context length, longest first (``AttentionMetadata.longest_first``).
-# fp8_narrow_from: from this many programs an SM (kv heads x sequences), FP8 launches step 32 keys with one warp (0: never).
-DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", heads_fastest=False,
-                                 longest_first=False, fp8_narrow_from=0), "RAYGRID_DECODE_CONFIG")
+# fp8_narrow_from: from this many programs an SM (kv heads x sequences, unsplit), launches over an FP8 cache step 32 keys
+# with one warp (0: never). With the longest contexts started first, that launch took W1 on the 8B shape with FP8
+# weights and cache from 13,372 to 13,727 output tok/s; at 128 sequences (8 programs an SM) it lost to 128 keys with 4
+# warps in the sweep, at 192 and 256 it won by 18 to 26%.
+DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", fp8_narrow_from=10),
+                            "RAYGRID_DECODE_CONFIG")
 
 
 # The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step, K/V tiles by bulk copy where a page
@@ -410,13 +406,13 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
                            num_splits: int | None = None, min_split_tokens: int = DECODE_SPLIT_POLICY["min_split_tokens"],
                            num_warps: int | None = None, num_stages: int = DECODE_CONFIG["num_stages"],
-                           tma: bool | None = None, order: torch.Tensor | None = None, heads_fastest: bool | None = None):
+                           tma: bool | None = None, order: torch.Tensor | None = None):
     """One query token per sequence: query ``[B, heads, d]``, seq_lens ``[B]`` (int32 tensor). The context
     is cut into ``num_splits`` slices of at least ``min_split_tokens`` (default: from the batch size). With ``tma``,
     where pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy; otherwise rows are gathered
     through the block table. Left None, ``DECODE_CONFIG["tma"]`` decides: for 16-bit queries, in split launches.
-    ``order`` (a permutation of the rows, ``[B]``) is the order in which the sequences' programs start;
-    ``heads_fastest`` (default ``DECODE_CONFIG``'s) starts a sequence's kv heads together."""
+    ``order`` (a permutation of the rows, ``[B]``; None: the batch's) is the order in which the sequences' programs
+    start."""
     num_seqs, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     num_kv_heads = k_cache.shape[2]
@@ -442,16 +438,14 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     # two pages.
     tma = tma and (splits == 1 or min_split_tokens % block_n == 0)
     keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
-    heads_fastest = DECODE_CONFIG["heads_fastest"] if heads_fastest is None else heads_fastest
-    grid = (num_kv_heads, num_seqs, splits) if heads_fastest else (num_seqs, num_kv_heads, splits)
-    _decode_kernel[grid](
+    _decode_kernel[(num_kv_heads, num_seqs, splits)](
         query, keys, values, block_tables, seq_lens, seq_lens if order is None else order, out, partial_out, partial_lse, scale,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
         DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
-        HEADS_FASTEST=heads_fastest, ORDERED=order is not None, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
+        ORDERED=order is not None, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
     if splits > 1:
         _combine_splits_kernel[(num_seqs, num_heads)](
