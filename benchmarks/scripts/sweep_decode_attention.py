@@ -262,7 +262,7 @@ def sweep_order_launches(args) -> None:
     """W1's phases under each of --order-launches, gathered, over a bf16 or an FP8 cache: in the batch's order, longest
     first (the kernel's ``order``: the batch stays as it is), and equal contexts of the same total. Whether a launch
     that wins over equal contexts keeps its lead over W1's unequal ones, and what starting the longest programs first
-    recovers. (Until 9b1c7e0 the kernel's grid could also run sequences fastest: results/decode_order_h200/.)"""
+    recovers. (At d47a2ee the kernel's grid could also run sequences fastest: results/decode_order_h200/.)"""
     from raygrid.bench.kernel_timing import cuda_graph_ms
 
     launches = [tuple(int(x) for x in launch.split("x")) for launch in args.order_launches.split(",")]
