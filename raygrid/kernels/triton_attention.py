@@ -121,7 +121,8 @@ def _decode_kernel(
 
     Programs start in grid order, (kv heads, sequences, splits): a sequence's kv heads start together. With ORDERED
     the sequences start in the order ``order_ptr`` lists them: the engine's, longest first, so that the longest
-    contexts do not start last and leave a tail of few programs (benchmarks/README.md, "Decode programs in order")."""
+    contexts do not start last and leave a tail of few programs (benchmarks/README.md, "Decode programs started
+    longest first")."""
     pdl_wait(PDL)
     kvh = tl.program_id(0)
     rank = tl.program_id(1)
