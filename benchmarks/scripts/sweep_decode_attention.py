@@ -74,6 +74,8 @@ def main() -> None:
                                                                "(e.g. 64x4x2,32x1x2), each gathered, over orders only")
     parser.add_argument("--order-kv-dtype", default="bfloat16", choices=["bfloat16", "fp8"], help="with --order-launches")
     parser.add_argument("--order-heads", type=int, default=HEADS, help="with --order-launches: query heads (8B: 32)")
+    parser.add_argument("--order-bulk", action="store_true", help="with --order-launches: bulk copies too (longest first, "
+                                                                   "and equal contexts)")
     args = parser.parse_args()
     if args.policies:
         return compare_policies(args)
@@ -262,7 +264,7 @@ def sweep_order_launches(args) -> None:
     """W1's phases under each of --order-launches, gathered, over a bf16 or an FP8 cache: in the batch's order, longest
     first (the kernel's ``order``: the batch stays as it is), and equal contexts of the same total. Whether a launch
     that wins over equal contexts keeps its lead over W1's unequal ones, and what starting the longest programs first
-    recovers. (At d47a2ee the kernel's grid could also run sequences fastest: results/decode_order_h200/.)"""
+    recovers; with --order-bulk, whether bulk copies win then. (At d47a2ee the kernel's grid could also run sequences fastest: results/decode_order_h200/.)"""
     from raygrid.bench.kernel_timing import cuda_graph_ms
 
     launches = [tuple(int(x) for x in launch.split("x")) for launch in args.order_launches.split(",")]
@@ -275,12 +277,15 @@ def sweep_order_launches(args) -> None:
         random_lens = lens.to(torch.int32).cuda()
         equal_lens = torch.full_like(random_lens, int(lens.sum()) // num_seqs)
         longest_first = torch.argsort(random_lens, descending=True).int()
-        variants = {"random": (random_lens, None), "longest first": (random_lens, longest_first), "equal": (equal_lens, None)}
+        variants = {"random": (random_lens, None, False), "longest first": (random_lens, longest_first, False),
+                    "equal": (equal_lens, None, False)}
+        if args.order_bulk:
+            variants |= {"longest first, bulk": (random_lens, longest_first, True), "equal, bulk": (equal_lens, None, True)}
         line = []
         for block_n, warps, stages in launches:
-            for name, (case_lens, order) in variants.items():
+            for name, (case_lens, order, tma) in variants.items():
                 ms = cuda_graph_ms(lambda: paged_attention_decode(query, cache, tables, case_lens, HEAD_DIM**-0.5, block_n=block_n,
-                                                                  num_splits=1, num_warps=warps, num_stages=stages, tma=False,
+                                                                  num_splits=1, num_warps=warps, num_stages=stages, tma=tma,
                                                                   order=order))
                 read = kv_bytes(int(case_lens.sum()), cache.element_size())
                 results.append({"seqs": num_seqs, "generated": [low, high], "max_context": int(lens.max()), "variant": name,
