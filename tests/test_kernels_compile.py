@@ -74,7 +74,7 @@ def exercise_every_kernel() -> None:
             triton_attention.store_kv(key, key, cache, torch.tensor([4, -1, 9]))
             query = torch.randn(2, heads, dim, dtype=dtype)
             triton_attention.paged_attention_decode(query, cache, tables, lens, 0.25, block_n=16, num_splits=2,
-                                                    min_split_tokens=4)
+                                                    min_split_tokens=4, order=torch.tensor([1, 0], dtype=torch.int32))
             starts = torch.tensor([0, 2, 5], dtype=torch.int32)
             triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), cache, tables, lens, starts,
                                                      0.25, block_m=16, block_n=16, pack=2)

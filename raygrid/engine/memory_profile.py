@@ -110,6 +110,7 @@ def single_sequence_metadata(num_tokens: int, block_size: int, device: torch.dev
         max_query_len=num_tokens,
         seq_lens_tensor=torch.tensor([num_tokens], dtype=torch.int32, device=device),
         query_start_loc_tensor=torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
+        decode_order=torch.zeros(1, dtype=torch.int32, device=device),  # a decode pass (one token) launches as steps do
     )
 
 
