@@ -264,7 +264,8 @@ def sweep_order_launches(args) -> None:
     """W1's phases under each of --order-launches, gathered, over a bf16 or an FP8 cache: in the batch's order, longest
     first (the kernel's ``order``: the batch stays as it is), and equal contexts of the same total. Whether a launch
     that wins over equal contexts keeps its lead over W1's unequal ones, and what starting the longest programs first
-    recovers; with --order-bulk, whether bulk copies win then. (At d47a2ee the kernel's grid could also run sequences fastest: results/decode_order_h200/.)"""
+    recovers; with --order-bulk, whether bulk copies win then. (At d47a2ee the kernel's grid could also run sequences
+    fastest: results/decode_order_h200/.)"""
     from raygrid.bench.kernel_timing import cuda_graph_ms
 
     launches = [tuple(int(x) for x in launch.split("x")) for launch in args.order_launches.split(",")]
@@ -274,8 +275,8 @@ def sweep_order_launches(args) -> None:
         query, cache, tables, _ = make_case(num_seqs, int(lens.max()), page, heads=args.order_heads)
         if fp8:
             cache = cache.to(torch.float8_e4m3fn)
-        random_lens = lens.to(torch.int32).cuda()
-        equal_lens = torch.full_like(random_lens, int(lens.sum()) // num_seqs)
+        cases = orders(lens)
+        random_lens, equal_lens = (cases[name].to(torch.int32).cuda() for name in ("random", "equal"))
         longest_first = torch.argsort(random_lens, descending=True).int()
         variants = {"random": (random_lens, None, False), "longest first": (random_lens, longest_first, False),
                     "equal": (equal_lens, None, False)}

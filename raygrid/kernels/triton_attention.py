@@ -333,11 +333,6 @@ def _dot_precision(query: torch.Tensor) -> str:
     return "ieee" if query.dtype == torch.float32 else "tf32"
 
 
-# Split the context of each sequence when the batch alone has fewer (sequence, kv head) programs than the
-# GPU has SMs, into enough slices for a few programs per SM: one program each cannot keep enough reads in
-# flight to approach the memory bandwidth. Measured on an H200 (benchmarks/README.md): splitting larger
-# batches gains nothing, since their programs already fill it. RAYGRID_DECODE_SPLIT_POLICY (JSON) overrides
-# it, for benchmarks; '{"max_splits": 1}' turns splitting off.
 def _overridden(defaults: dict, variable: str) -> dict:
     """``defaults`` with the environment variable's JSON object over them; a key they lack is refused, by name (an
     override that names no setting would otherwise leave a benchmark running the defaults unawares)."""
@@ -348,12 +343,22 @@ def _overridden(defaults: dict, variable: str) -> dict:
     return {**defaults, **overrides}
 
 
+# Split the context of each sequence when the batch alone has fewer (sequence, kv head) programs than the
+# GPU has SMs, into enough slices for a few programs per SM: one program each cannot keep enough reads in
+# flight to approach the memory bandwidth. Measured on an H200 (benchmarks/README.md): splitting larger
+# batches gains nothing, since their programs already fill it. RAYGRID_DECODE_SPLIT_POLICY (JSON) overrides
+# it, for benchmarks; '{"max_splits": 1}' turns splitting off.
 DECODE_SPLIT_POLICY = _overridden(dict(programs_per_sm=3, max_splits=64, min_split_tokens=256), "RAYGRID_DECODE_SPLIT_POLICY")
 
 
 @functools.cache
-def _num_sms(device_index: int) -> int:
+def _sms_of_index(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _num_sms(device: torch.device) -> int:
+    """The SMs of a CUDA device (an index-less device is the current one)."""
+    return _sms_of_index(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, programs_per_sm: int | None = None,
@@ -362,7 +367,7 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
     stays valid whatever the sequence lengths)."""
     if device.type != "cuda" or num_seqs == 0:
         return 1
-    sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+    sms = _num_sms(device)
     if num_seqs * num_kv_heads >= sms:
         return 1
     wanted = (programs_per_sm or DECODE_SPLIT_POLICY["programs_per_sm"]) * sms
@@ -422,7 +427,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
     fp8 = k_cache.dtype == torch.float8_e4m3fn
     narrow = (fp8 and splits == 1 and DECODE_CONFIG["fp8_narrow_from"] > 0 and query.is_cuda
-              and num_seqs * num_kv_heads >= DECODE_CONFIG["fp8_narrow_from"] * _num_sms(query.device.index or 0))
+              and num_seqs * num_kv_heads >= DECODE_CONFIG["fp8_narrow_from"] * _num_sms(query.device))
     if block_n is None:
         block_n = 32 if narrow else DECODE_CONFIG["fp8_block_n" if fp8 else "block_n"]
     if num_warps is None:
