@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import openai
@@ -29,23 +30,41 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")  # the session's (conftest.p
 GREEDY = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
 
 
-def generate_with_faults(llm: LLM, prompts, params, faults: list[tuple[int, callable]]) -> list:
-    """``llm.generate`` through its LLMEngine's steps, calling each fault once the front end has received that
-    many output tokens in all; outputs in prompt order."""
-    engine, faults = llm.llm_engine, sorted(faults, key=lambda f: f[0])
+def generate_with_faults(llm: LLM, prompts, params, faults: list[tuple[int | Callable[[int], bool], Callable]]) -> list:
+    """``llm.generate`` through its LLMEngine's steps, calling each fault in turn once the front end has received
+    that many output tokens in all (or once its predicate of that number holds); outputs in prompt order."""
+    engine, faults = llm.llm_engine, list(faults)
     params = params if isinstance(params, list) else [params] * len(prompts)
     ids = []
     for prompt, p in zip(prompts, params):
         ids.append(engine.next_request_id())
         engine.add_request(ids[-1], prompt, p)
     start, finished = engine.num_generated_tokens, {}
+
+    def due(when) -> bool:
+        tokens = engine.num_generated_tokens - start
+        return when(tokens) if callable(when) else tokens >= when
+
     while engine.has_unfinished_requests():
         for output in engine.step(emit_unfinished=False):
             finished[output.request_id] = output
-        while faults and engine.num_generated_tokens - start >= faults[0][0]:
+        while faults and due(faults[0][0]):
             faults.pop(0)[1]()
     assert not faults, "the run ended before every fault"
     return [finished[i] for i in ids]
+
+
+def after_moves(llm: LLM, moves: int, tokens: int) -> Callable[[int], bool]:
+    """A fault's trigger: ``moves`` more migrations have been placed, and the front end has received ``tokens``
+    output tokens and 8 more after the moves (two steps of a replica serving 4 requests: the one in flight at
+    the moves and the one that sent the moved requests), so that the moved requests have reached their replica."""
+    target, moved_at = llm.get_stats().request_migrations + moves, []
+
+    def due(received: int) -> bool:
+        if not moved_at and llm.get_stats().request_migrations >= target:
+            moved_at.append(received)
+        return bool(moved_at) and received >= max(tokens, moved_at[0] + 8)
+    return due
 
 
 def wait_serving(llm: LLM, timeout_s: float = 120.0) -> None:
@@ -95,7 +114,7 @@ def test_killed_replicas_migrate_every_kind_of_request_and_limits_fail_requests_
         limited = [{"prompt_token_ids": p} for p in random_prompts(8, len(tokenizer), seed=42)]
         pids = [worker_pid(llm, replica, 0) for replica in (0, 1)]
         outputs = generate_with_faults(llm, limited, GREEDY, [(40, lambda: os.kill(pids[0], signal.SIGKILL)),
-                                                              (80, lambda: os.kill(pids[1], signal.SIGKILL))])
+                                                              (after_moves(llm, 4, 80), lambda: os.kill(pids[1], signal.SIGKILL))])
         for i, output in enumerate(outputs):  # the router alternates between the idle replicas, replica 0 first
             if i % 2 == 0:
                 assert "engine replica 1 failed" in output.error and "had moved 1 time(s): max_migrations is 1" in output.error
@@ -104,9 +123,17 @@ def test_killed_replicas_migrate_every_kind_of_request_and_limits_fail_requests_
                                                "after: engine replica 1 failed: execute_model failed on rank 0")
             assert 0 < len(output.outputs[0].token_ids) < 48
         wait_serving(llm)
+
+        # 3. Both replicas die at once: a request moved to the other replica but not yet sent to it when that one
+        # failed too waits again for a replica; its error still names the failure it was moving from.
+        both = [worker_pid(llm, replica, 0) for replica in (0, 1)]
+        outputs = generate_with_faults(llm, limited, GREEDY, [(40, lambda: [os.kill(pid, signal.SIGKILL) for pid in both])])
+        errors = [o.error for o in outputs]
+        assert all("had moved 1 time(s): max_migrations is 1" in e or " s after: engine replica " in e for e in errors), errors
+        wait_serving(llm)
         late = llm.generate(limited[:2], GREEDY, use_tqdm=False)
         assert all(o.error is None and len(o.outputs[0].token_ids) == 48 for o in late)
-        assert llm.get_stats().replica_rebuilds == 3
+        assert llm.get_stats().replica_rebuilds == 5
     finally:
         llm.shutdown()
 

@@ -136,6 +136,7 @@ class _Waiting:
     request: Request
     deadline: float
     cause: str | None = None  # the failure it migrates from (None: a new request)
+    counted: bool = False  # its move was counted and logged when it was first placed (it never reached that replica)
 
 
 class RayEngineClient:
@@ -254,10 +255,10 @@ class RayEngineClient:
         deadline = time.monotonic() + self.migration_timeout_s
         outputs = []
         for rid in held:
-            if rid in unsent:
-                self._waiting[rid] = _Waiting(unsent[rid], deadline)
+            if rid in unsent:  # it goes elsewhere as it came: a move it was making still is the one move
+                self._waiting[rid] = _Waiting(unsent[rid], deadline, cause=self._ledger.cause(rid), counted=True)
                 continue
-            resumed = self._ledger.migrate(rid)
+            resumed = self._ledger.migrate(rid, failure)
             if resumed is not None:
                 self._waiting[rid] = _Waiting(resumed, deadline, cause=failure)
             else:
@@ -275,7 +276,7 @@ class RayEngineClient:
             if serving:
                 index = self._router.assign(rid, serving)
                 self.replicas[index].adds.append(waiting.request)
-                if waiting.cause is not None:
+                if waiting.cause is not None and not waiting.counted:
                     self.num_migrations += 1
                     logger.warning("request %s migrates to engine replica %d with %d token(s) made (move %d of at most "
                                    "%d) after: %s", rid, index, waiting.request.num_output_tokens,

@@ -37,6 +37,7 @@ class Progress:
     num_prompt_logprobs: int = 0  # prompt logprob entries received (for prompt tokens 1, 2, ...)
     num_cached_tokens: int = -1  # as the first replica reported it (-1: no output yet)
     migrations: int = 0
+    cause: str | None = None  # the failure it last moved from
 
     def record(self, out: EngineCoreOutput) -> None:
         self.output_token_ids.extend(out.new_token_ids)
@@ -90,14 +91,21 @@ class RequestLedger:
     def forget(self, request_id: str) -> None:
         self._progress.pop(request_id, None)
 
-    def migrate(self, request_id: str) -> Request | None:
-        """The request to run elsewhere after its replica failed, or None when it has used up its
-        ``max_migrations`` (it is then forgotten: the caller fails it)."""
+    def migrate(self, request_id: str, cause: str) -> Request | None:
+        """The request to run elsewhere after its replica failed with ``cause``, or None when it has used up
+        its ``max_migrations`` (it is then forgotten: the caller fails it)."""
         progress = self._progress.get(request_id)
         resumed = progress.migrate(self.max_migrations) if progress is not None else None
         if resumed is None:
             self._progress.pop(request_id, None)
+        else:
+            progress.cause = cause
         return resumed
+
+    def cause(self, request_id: str) -> str | None:
+        """The failure the request last moved from (None: it has not moved)."""
+        progress = self._progress.get(request_id)
+        return progress.cause if progress is not None else None
 
     def migrations(self, request_id: str) -> int:
         progress = self._progress.get(request_id)
