@@ -98,6 +98,27 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         finally:
             offline.shutdown()
         assert all(abs(lp - truth[i][t].logprob) < 1e-4 for i, (t, lp) in enumerate(zip(prompt_ids, choice.logprobs.token_logprobs)) if i)
+        # vLLM's prompt_logprobs field: per prompt token its own entry and the top k, the offline engine's; beside echo's
+        # logprobs, each view keeps its own k; chat returns the rendered conversation's; a stream refuses it.
+        for echo_k, k in ((None, 2), (2, 1)):
+            echo = dict(echo=True, logprobs=echo_k) if echo_k else {}
+            asked = client.completions.create(model="tiny", prompt=prompt, max_tokens=1, **echo,
+                                              extra_body={"prompt_logprobs": k}).choices[0]
+            assert asked.prompt_logprobs[0] is None and len(asked.prompt_logprobs) == len(prompt_ids)
+            for i, (token_id, entry) in enumerate(zip(prompt_ids[1:], asked.prompt_logprobs[1:]), start=1):
+                want = {str(t): lp for t, lp in truth[i].items() if lp.rank <= k or t == token_id}
+                assert entry.keys() == want.keys() and str(token_id) in entry
+                assert all(abs(entry[t]["logprob"] - lp.logprob) < 1e-4 and entry[t]["rank"] == lp.rank
+                           and entry[t]["decoded_token"] == lp.decoded_token for t, lp in want.items())
+            if echo_k:
+                assert asked.logprobs.token_logprobs[: len(prompt_ids)] == choice.logprobs.token_logprobs
+        chat_asked = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                                    extra_body={"prompt_logprobs": 0})
+        assert len(chat_asked.prompt_logprobs) == chat_asked.usage.prompt_tokens and chat_asked.prompt_logprobs[0] is None
+        assert all(len(entry) == 1 for entry in chat_asked.prompt_logprobs[1:])
+        assert client.completions.create(model="tiny", prompt=prompt, max_tokens=1).choices[0].prompt_logprobs is None
+        with pytest.raises(openai.BadRequestError, match="prompt_logprobs is not available with stream=true"):
+            client.completions.create(model="tiny", prompt=prompt, max_tokens=1, stream=True, extra_body={"prompt_logprobs": 1})
         more = client.completions.create(model="tiny", prompt=prompt, echo=True, logprobs=1, max_tokens=3, extra_body={"ignore_eos": True})
         assert more.choices[0].text.startswith(prompt) and len(more.choices[0].logprobs.tokens) == len(prompt_ids) + 3
         assert more.choices[0].logprobs.token_logprobs[: len(prompt_ids)] == choice.logprobs.token_logprobs
@@ -122,18 +143,30 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         assert "".join(getattr(d, "reasoning_content", None) or "" for d in parts) == whole.choices[0].message.reasoning_content
         assert "".join(d.content or "" for d in parts) == ""
         with httpx.Client(timeout=30) as http:
-            for path, body, field in (
-                ("completions", {"model": "tiny", "prompt": "x", "toolz": 1}, "toolz"),
+            user = [{"role": "user", "content": "x"}]
+            for path, body, message, param in (  # the error's message, whole or its start, and the field at fault
+                ("completions", {"prompt": "x", "toolz": 1}, "toolz: is not supported by raygrid", "toolz"),
                 # tool_choice "auto" (the default with tools) needs --tool-call-parser, which this server lacks
-                ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}],
-                                      "tools": [{"type": "function", "function": {"name": "f"}}]}, "--tool-call-parser"),
-                ("completions", {"model": "tiny", "prompt": "x", "suffix": "y"}, "suffix"),
-                ("completions", {"model": "tiny", "prompt": "x", "best_of": 3}, "best_of"),
-                ("completions", {"model": "tiny", "prompt": "x", "logit_bias": {"not-a-token": 1}}, "logit_bias"),
+                ("chat/completions", {"messages": user, "tools": [{"type": "function", "function": {"name": "f"}}]},
+                 "tool_choice 'auto' (the default with tools) needs the server started with --tool-call-parser", "tool_choice"),
+                ("chat/completions", {"messages": user, "tools": [{"type": "function", "function": {"name": "f"}}],
+                                      "tool_choice": {"type": "function", "function": {"name": "g"}}},
+                 "tool_choice names function 'g', which is not among tools", "tool_choice"),
+                ("completions", {"prompt": "x", "suffix": "y"}, "suffix is not supported", "suffix"),
+                ("completions", {"prompt": "x", "best_of": 3}, "best_of (3) is not supported", "best_of"),
+                ("completions", {"prompt": "x", "logit_bias": {"not-a-token": 1}}, "logit_bias keys must be token ids", "logit_bias"),
+                ("completions", {"prompt": "x", "min_tokens": 5, "max_tokens": 3}, "min_tokens (5) must be <= max_tokens (3)", None),
+                ("chat/completions", {"messages": user, "max_completion_tokens": 0},
+                 "max_completion_tokens: Input should be greater than or equal to 1", "max_completion_tokens"),
+                ("chat/completions", {"messages": user, "top_logprobs": 2}, "top_logprobs requires logprobs to be true", "top_logprobs"),
+                ("chat/completions", {"messages": [{"role": "user"}]}, "messages.0: a user message needs content", "messages.0"),
+                ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]},
+                 "content parts of type 'image_url' are not supported (only 'text')", None),
             ):
-                response = http.post(f"{base}/v1/{path}", json=body)
+                response = http.post(f"{base}/v1/{path}", json=dict(body, model="tiny"))
                 assert response.status_code == 400, (body, response.text)
-                assert field in response.json()["error"]["message"], response.text
+                error = response.json()["error"]
+                assert message in error["message"] and (param is None or error["param"] == param), error
             # The other routes.
             card = http.get(f"{base}/v1/models/tiny").json()
             assert card["id"] == "tiny" and card["root"] == str(qwen3_dir)  # the positional MODEL was served

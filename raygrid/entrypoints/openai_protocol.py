@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from raygrid.engine.sampling_params import SamplingParams, StructuredOutputsParams
 from raygrid.entrypoints.tool_calls import forced_schema
@@ -27,6 +27,14 @@ def system_fingerprint() -> str:
 
 
 SYSTEM_FINGERPRINT = system_fingerprint()
+
+
+class FieldError(ValueError):
+    """A request the API refuses; ``param`` names the field at fault (the error's ``param``)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class _Strict(BaseModel):
@@ -55,7 +63,7 @@ class ResponseFormat(_Strict):
         if self.type == "json_object":
             return StructuredOutputsParams(json_object=True)
         if self.json_schema is None:
-            raise ValueError("response_format: type 'json_schema' needs a json_schema")
+            raise FieldError("response_format: type 'json_schema' needs a json_schema", "response_format")
         return StructuredOutputsParams(json=self.json_schema.schema_ if self.json_schema.schema_ is not None else {})
 
 
@@ -91,6 +99,8 @@ class _SamplingFields(_Strict):
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
     truncate_prompt_tokens: int | None = None
+    prompt_logprobs: int | None = Field(default=None, ge=0, description="the top logprobs of each prompt token, returned "
+                                        "as prompt_logprobs (not with stream)")
     cache_salt: str | None = Field(default=None, min_length=1, description="requests with different salts share no prefix-cache blocks")
     # Structured outputs: OpenAI's response_format, vLLM's structured_outputs, and vLLM's older guided_* fields.
     response_format: ResponseFormat | None = None
@@ -111,7 +121,7 @@ class _SamplingFields(_Strict):
             if getattr(self, name) is not None:
                 given[name] = StructuredOutputsParams(**{key: getattr(self, name)})
         if len(given) > 1:
-            raise ValueError(f"give one of response_format, structured_outputs and guided_*; got {sorted(given)}")
+            raise FieldError(f"give one of response_format, structured_outputs and guided_*; got {sorted(given)}", sorted(given)[0])
         return next(iter(given.values()), None)
 
     def _sampling_params(self, max_tokens: int | None, logprobs: int | None, defaults: SamplingParams | None,
@@ -153,7 +163,7 @@ class _SamplingFields(_Strict):
         try:
             return {int(token): bias for token, bias in self.logit_bias.items()}
         except ValueError:
-            raise ValueError(f"logit_bias keys must be token ids, got {sorted(self.logit_bias)[:3]}") from None
+            raise FieldError(f"logit_bias keys must be token ids, got {sorted(self.logit_bias)[:3]}", "logit_bias") from None
 
     def caller_fields(self) -> dict[str, Any]:
         """What the request says about its caller, for the log."""
@@ -177,13 +187,22 @@ class CompletionRequest(_SamplingFields):
     def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
         # echo_only still runs one step (a request samples once its prompt is computed); the token is dropped.
         max_tokens = 1 if self.echo_only else self.max_tokens
-        prompt_logprobs = self.logprobs if self.echo and self.logprobs is not None else None
-        return self._sampling_params(max_tokens, self.logprobs, defaults, prompt_logprobs)
+        # echo with logprobs shows the prompt's logprobs too: the engine computes the wider of the two asks, and
+        # each view keeps its own top entries.
+        asked = [k for k in (self.prompt_logprobs, self.logprobs if self.echo else None) if k is not None]
+        return self._sampling_params(max_tokens, self.logprobs, defaults, max(asked, default=None))
 
 
 class ChatContentPart(_Strict):
-    type: str
-    text: str | None = None
+    type: Literal["text"]
+    text: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("type") != "text":
+            raise ValueError(f"content parts of type {data.get('type')!r} are not supported (only 'text')")
+        return data
 
 
 class FunctionCall(_Strict):
@@ -225,6 +244,12 @@ class ChatMessage(_Strict):
     tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
     tool_call_id: str | None = None  # a tool message: the call it answers
 
+    @model_validator(mode="after")
+    def _content_given(self) -> ChatMessage:
+        if self.content is None and self.role != "assistant":  # only an assistant's (calling tools) may leave it out
+            raise ValueError(f"a {self.role} message needs content")
+        return self
+
     def for_template(self) -> dict[str, Any]:
         """The message as chat templates read it (an assistant's calls and a tool's call id kept)."""
         message: dict[str, Any] = {"role": self.role, "content": self.text()}
@@ -241,16 +266,13 @@ class ChatMessage(_Strict):
             return ""
         if isinstance(self.content, str):
             return self.content
-        unsupported = [part.type for part in self.content if part.type != "text"]
-        if unsupported:
-            raise ValueError(f"messages: content parts of type {unsupported[0]!r} are not supported (only 'text')")
-        return "".join(part.text or "" for part in self.content)
+        return "".join(part.text for part in self.content)
 
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     add_generation_prompt: bool = True
@@ -272,18 +294,21 @@ class ChatCompletionRequest(_SamplingFields):
 
     def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
-            raise ValueError("top_logprobs requires logprobs to be true")
+            raise FieldError("top_logprobs requires logprobs to be true", "top_logprobs")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        params = self._sampling_params(max_tokens, logprobs, defaults)
+        params = self._sampling_params(max_tokens, logprobs, defaults, self.prompt_logprobs)
         choice = self.effective_tool_choice
         if choice != "none" and not self.tools:
-            raise ValueError(f"tool_choice {choice!r} needs tools")
-        forced = forced_schema(self.tool_dicts(), choice)
+            raise FieldError(f"tool_choice {choice!r} needs tools", "tool_choice")
+        try:
+            forced = forced_schema(self.tool_dicts(), choice)
+        except ValueError as error:  # a named function that is not among the tools
+            raise FieldError(str(error), "tool_choice") from None
         if forced is not None:
             if params.structured_outputs is not None:
-                raise ValueError("tool_choice 'required' or a named function cannot be combined with response_format, "
-                                 "structured_outputs or guided_*")
+                raise FieldError("tool_choice 'required' or a named function cannot be combined with response_format, "
+                                 "structured_outputs or guided_*", "tool_choice")
             params = params.model_copy(update={"structured_outputs": forced})
         return params
 
@@ -301,12 +326,26 @@ class CompletionLogprobs(BaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
+class PromptLogprob(BaseModel):
+    """vLLM's shape for one token of a prompt position: its logprob, its rank there, its text."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+# vLLM's prompt_logprobs: one entry per prompt token, None for the first (nothing predicts it), each the prompt's
+# token and the top ``prompt_logprobs`` tokens by id.
+PromptLogprobs = list[dict[int, PromptLogprob] | None]
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -356,6 +395,7 @@ class ChatCompletionResponse(BaseModel):
     system_fingerprint: str | None = SYSTEM_FINGERPRINT
     choices: list[ChatCompletionChoice]
     usage: UsageInfo
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 # The streamed chat chunk's shape. The server writes these chunks as plain dicts (no pydantic per token);

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
 from raygrid.engine.outputs import RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
-from raygrid.entrypoints.openai_protocol import ChatCompletionRequest, CompletionRequest
+from raygrid.entrypoints.openai_protocol import ChatCompletionRequest, CompletionRequest, PromptLogprob, PromptLogprobs
 
 logger = logging.getLogger(__name__)
 encode_json = msgspec.json.Encoder().encode
@@ -41,9 +41,13 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
         loc = [str(p) for p in item.get("loc", ()) if p not in ("body",)]
         if item.get("type") == "json_invalid":
             loc = []  # the location is a character offset, not a field
+        problem = "is not supported by raygrid" if item.get("type") == "extra_forbidden" else item.get("msg", "")
+        problem = problem.removeprefix("Value error, ")  # pydantic's wrapping of a validator's ValueError
+        if not loc and item.get("type") == "value_error":  # a check across fields: its message names them
+            lines.append(problem)
+            continue
         field = ".".join(loc) or "body"
         first = first or field
-        problem = "is not supported by raygrid" if item.get("type") == "extra_forbidden" else item.get("msg")
         lines.append(f"{field}: {problem}")
     return "; ".join(lines) or str(error), first
 
@@ -64,13 +68,15 @@ class OpenAIServing:
     def make_params(self, request: CompletionRequest | ChatCompletionRequest) -> SamplingParams:
         if caller := request.caller_fields():
             logger.info("request from %s", caller)
+        if request.prompt_logprobs is not None and request.stream:
+            raise APIError(400, "prompt_logprobs is not available with stream=true", param="prompt_logprobs")
         try:
             return request.sampling_params(self.generation_defaults)
         except ValidationError as error:
             message, param = describe_validation_error(error)
             raise APIError(400, message, param=param) from None
         except ValueError as error:
-            raise APIError(400, str(error)) from None
+            raise APIError(400, str(error), param=getattr(error, "param", None)) from None
 
     def check_context(self, prompt_ids: list[int], params: SamplingParams, what: str) -> None:
         max_len = self.max_len
@@ -192,6 +198,15 @@ def merge_outputs(outputs: list[RequestOutput]) -> RequestOutput:
 def top_items(entry, k: int):
     """The (token id, Logprob) pairs of the k most likely tokens, most likely first."""
     return sorted(((t, lp) for t, lp in entry.items() if lp.rank <= k), key=lambda item: item[1].rank)
+
+
+def prompt_logprobs(entries, prompt_ids: list[int], k: int | None) -> PromptLogprobs | None:
+    """vLLM's prompt_logprobs field: per prompt token its own entry and the k most likely (None without the ask)."""
+    if k is None:
+        return None
+    return [None if entry is None else {token_id: PromptLogprob(logprob=lp.logprob, rank=lp.rank, decoded_token=lp.decoded_token)
+                                        for token_id, lp in entry.items() if lp.rank <= k or token_id == prompt_id}
+            for prompt_id, entry in zip(prompt_ids, entries or [])]
 
 
 def sse_json(payload: dict) -> bytes:

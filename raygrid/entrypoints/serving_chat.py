@@ -12,7 +12,7 @@ from fastapi import Request
 
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError
 from raygrid.engine.detokenizer import TokenBytes
-from raygrid.engine.outputs import CompletionOutput, RequestOutput
+from raygrid.engine.outputs import CompletionOutput
 from raygrid.engine.sampling_params import SamplingParams
 from raygrid.entrypoints.openai_protocol import (
     SYSTEM_FINGERPRINT,
@@ -29,7 +29,8 @@ from raygrid.entrypoints.openai_protocol import (
     random_id,
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
-from raygrid.entrypoints.serving_base import APIError, OpenAIServing, collect, merge, merge_outputs, sse, sse_json, streaming, top_items
+from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, merge, merge_outputs, prompt_logprobs, sse, sse_json,
+                                              streaming, top_items)
 from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls, tool_finish_reason
 
 
@@ -66,8 +67,8 @@ class ChatServing(OpenAIServing):
             return streaming(self.stream(request, request_id, prompt_ids, stream, params))
         opened = self.prompt_opens_thinking(prompt_ids)
         (outputs,) = await collect([stream], raw)
-        choices, completion_tokens = [], 0
-        for completion in merge_deltas(outputs):
+        choices, completion_tokens, merged = [], 0, merge_outputs(outputs)
+        for completion in merged.outputs:
             completion_tokens += len(completion.token_ids)
             message = self.assistant_message(completion.text, opened)
             message.content, message.tool_calls = reply_tool_calls(message.content or "", request.effective_tool_choice,
@@ -82,7 +83,8 @@ class ChatServing(OpenAIServing):
                 )
             )
         usage = UsageInfo(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens, total_tokens=len(prompt_ids) + completion_tokens)
-        return ChatCompletionResponse(id=request_id, model=request.model, choices=choices, usage=usage)
+        return ChatCompletionResponse(id=request_id, model=request.model, choices=choices, usage=usage,
+                                      prompt_logprobs=prompt_logprobs(merged.prompt_logprobs, prompt_ids, request.prompt_logprobs))
 
     def prompt_opens_thinking(self, prompt_ids: list[int]) -> bool:
         return self.reasoning is not None and self.reasoning.opens_thinking(self.engine.processor.tokenizer.decode(prompt_ids[-8:]))
@@ -155,11 +157,6 @@ def tool_delta(tools: ToolStream, delta: dict, last: bool) -> dict:
     if calls:
         delta["tool_calls"] = calls
     return delta
-
-
-def merge_deltas(outputs: list[RequestOutput]) -> list[CompletionOutput]:
-    """Fold a request's delta outputs back into one CompletionOutput per completion."""
-    return merge_outputs(outputs).outputs
 
 
 def chat_logprobs(completion: CompletionOutput, k: int, token_bytes: TokenBytes) -> ChatChoiceLogprobs:

@@ -23,7 +23,8 @@ from raygrid.entrypoints.openai_protocol import (
     UsageInfo,
     random_id,
 )
-from raygrid.entrypoints.serving_base import APIError, OpenAIServing, collect, merge, merge_outputs, sse, sse_json, streaming, top_items
+from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, merge, merge_outputs, prompt_logprobs, sse, sse_json,
+                                              streaming, top_items)
 
 
 class CompletionServing(OpenAIServing):
@@ -68,6 +69,7 @@ class CompletionServing(OpenAIServing):
                         logprobs=logprobs,
                         finish_reason=completion.finish_reason,
                         stop_reason=completion.stop_reason,
+                        prompt_logprobs=prompt_logprobs(merged.prompt_logprobs, prompts[i], request.prompt_logprobs),
                     )
                 )
         prompt_tokens = sum(len(p) for p in prompts)
