@@ -58,9 +58,10 @@ def test_bad_requests_fail_alone(llm, tokenizer):
         {"text": "wrong key"},  # malformed prompt
         good[2],
         good[0],
+        {"prompt_token_ids": [5, 6], "multi_modal_data": {}},  # a key raygrid does not take: refused, not dropped
     ]
     params = [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)] * len(prompts)
-    params[-1] = SamplingParams(max_tokens=8, logprobs=6)  # above max_logprobs
+    params[9] = SamplingParams(max_tokens=8, logprobs=6)  # above max_logprobs
     outputs = llm.generate(prompts, params, use_tqdm=False)
     errors = [o.error for o in outputs]
     assert errors[0] is None and errors[3] is None and errors[8] is None
@@ -69,12 +70,24 @@ def test_bad_requests_fail_alone(llm, tokenizer):
     assert f"[0, {vocab})" in errors[4] and f"[0, {vocab})" in errors[5]
     assert "prompt_token_ids" in errors[7]
     assert "max_logprobs (5)" in errors[9]
+    assert errors[10] == "a prompt dict takes cache_salt, prompt, prompt_token_ids; it has ['multi_modal_data']"
     for i in (0, 3, 8):
         assert len(outputs[i].outputs[0].token_ids) == 8
     stats = llm.get_stats()
     assert stats.num_free_blocks == stats.num_total_blocks
     # The engine goes on serving afterwards.
     assert llm.generate(good[1], SamplingParams(max_tokens=3), use_tqdm=False)[0].outputs[0].token_ids
+
+
+def test_arguments_of_the_wrong_type_name_what_was_given(llm):
+    for call, message in ((lambda: llm.generate(None), "prompts: a prompt (a string, {'prompt': str} or "
+                                                       "{'prompt_token_ids': [int, ...]}) or a list of them, not NoneType"),
+                          (lambda: llm.generate("hi", {"max_tokens": 2}), "sampling_params: a SamplingParams or a list of them, not dict"),
+                          (lambda: llm.generate(["a", "b"], [SamplingParams(), {"max_tokens": 2}]),
+                           "sampling_params: a list of SamplingParams, not of dict")):
+        with pytest.raises(TypeError) as info:
+            call()
+        assert str(info.value) == message
 
 
 def test_max_tokens_is_capped_by_the_context(llm):

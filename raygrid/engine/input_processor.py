@@ -21,6 +21,7 @@ from raygrid.engine.structured_output import GrammarCompiler, GrammarError
 from raygrid.models.loader import load_hf_config
 
 PromptType = str | dict[str, Any]
+PROMPT_KEYS = frozenset({"prompt", "prompt_token_ids", "cache_salt"})  # what a dict prompt may hold
 
 
 def build_engine_config(model: str, **engine_kwargs) -> EngineConfig:
@@ -104,6 +105,8 @@ class InputProcessor:
     def tokenize_prompt(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
             return prompt, self.tokenizer.encode(prompt)
+        if isinstance(prompt, dict) and (unknown := sorted(set(prompt) - PROMPT_KEYS)):
+            raise InvalidRequest(f"a prompt dict takes {', '.join(sorted(PROMPT_KEYS))}; it has {unknown}", "prompt")
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
             return prompt.get("prompt"), list(prompt["prompt_token_ids"])
         if isinstance(prompt, dict) and "prompt" in prompt:

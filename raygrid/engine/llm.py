@@ -50,6 +50,9 @@ class LLM:
         cannot take yields an output with ``error`` set and no completions; the others still run."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
+        elif not isinstance(prompts, Sequence):
+            raise TypeError(f"prompts: a prompt (a string, {{'prompt': str}} or {{'prompt_token_ids': [int, ...]}}) or a "
+                            f"list of them, not {type(prompts).__name__}")
         params_list = self._params_per_prompt(sampling_params, len(prompts))
         if priority is not None and len(priority) != len(prompts):
             raise ValueError(f"priority has {len(priority)} entries for {len(prompts)} prompts")
@@ -115,6 +118,10 @@ class LLM:
             return [self.get_default_sampling_params()] * count
         if isinstance(sampling_params, SamplingParams):
             return [sampling_params] * count
+        if not isinstance(sampling_params, Sequence):
+            raise TypeError(f"sampling_params: a SamplingParams or a list of them, not {type(sampling_params).__name__}")
+        if other := next((p for p in sampling_params if not isinstance(p, SamplingParams)), None):
+            raise TypeError(f"sampling_params: a list of SamplingParams, not of {type(other).__name__}")
         if len(sampling_params) != count:
             raise ValueError(f"sampling_params has {len(sampling_params)} entries for {count} prompts")
         return list(sampling_params)
