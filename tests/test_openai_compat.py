@@ -65,7 +65,7 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
     from tests.test_openai_server import start_server, stop_server
 
     proc, base = start_server(qwen3_dir, "--allowed-origins", "http://app.example", "--reasoning-parser", "qwen3",
-                              positional_model=True)
+                              "--max-logprobs", "25", positional_model=True)
     try:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
         forced = client.completions.create(model="tiny", prompt="hello", max_tokens=5, logit_bias={"77": 100}, user="u-1",
@@ -80,6 +80,9 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
         forced = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1,
                                                 logprobs=True, top_logprobs=2, logit_bias={str(partial): 100})
         (first,) = forced.choices[0].logprobs.content
+        wide = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                              logprobs=True, top_logprobs=25)  # above OpenAI's 20
+        assert len(wide.choices[0].logprobs.content[0].top_logprobs) == 25
         assert first.token == "\ufffd" and first.bytes == list(tokenizer.convert_ids_to_tokens(partial).encode("latin-1")) != [239, 191, 189]
         # (The top logprobs are the model's own, before the bias.) Whole tokens' bytes spell their text.
         assert all(bytes(top.bytes).decode("utf-8") == top.token for top in first.top_logprobs if top.token != "\ufffd")
@@ -159,6 +162,10 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
                 ("chat/completions", {"messages": user, "max_completion_tokens": 0},
                  "max_completion_tokens: Input should be greater than or equal to 1", "max_completion_tokens"),
                 ("chat/completions", {"messages": user, "top_logprobs": 2}, "top_logprobs requires logprobs to be true", "top_logprobs"),
+                # the server's --max-logprobs is the limit (25 here; OpenAI's 20 is not)
+                ("chat/completions", {"messages": user, "logprobs": True, "top_logprobs": 26},
+                 "logprobs (26) must be <= max_logprobs (25)", "logprobs"),
+                ("completions", {"prompt": "x", "logprobs": 26}, "logprobs (26) must be <= max_logprobs (25)", "logprobs"),
                 ("chat/completions", {"messages": [{"role": "user"}]}, "messages.0: a user message needs content", "messages.0"),
                 ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]},
                  "content parts of type 'image_url' are not supported (only 'text')", None),
