@@ -116,7 +116,8 @@ def test_grammar_threads_sets_how_many_threads_fill_the_masks():
 def test_a_bad_grammar_is_refused_by_name_and_the_engine_carries_on(qwen3_dir):
     llm = LLM(model=qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
     try:
-        for bad, words in ((Structured(regex="(unclosed"), "structured_outputs.regex does not compile"),
+        for bad, words in ((Structured(regex="(unclosed"), "structured_outputs.regex does not compile: at 1(8): invalid regex "
+                                                           '"(unclosed" (in regex): regex parse error: unclosed group'),
                            (Structured(grammar="start: undefined_rule"), "structured_outputs.grammar"),
                            (Structured(json={"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}}), "structured_outputs.json"),
                            (Structured(regex="a" * 70_000), "the limit is 65536")):
@@ -299,7 +300,8 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
             for body, words in (
                 (dict(chat, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#/no"}}}}}),
                  "structured_outputs.json"),
-                (dict(chat, structured_outputs={"regex": "(("}), "structured_outputs.regex does not compile"),
+                (dict(chat, structured_outputs={"regex": "(("}), "structured_outputs.regex does not compile: at 1(8): invalid regex "
+                                                                '"((" (in regex): regex parse error: unclosed group'),
                 (dict(chat, guided_grammar="x" * 70_000), "the limit is 65536"),
                 (dict(chat, guided_choice=["a"], guided_regex="b"), "give one of"),
                 (dict(chat, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}), "'nope', which is not among tools"),
@@ -310,6 +312,8 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
             ):
                 response = http.post(f"{base}/v1/chat/completions", json=body)
                 assert response.status_code == 400 and words in response.json()["error"]["message"], (body, response.text)
+                if "does not compile" in words:  # found by the engine's compile, and still named
+                    assert response.json()["error"]["param"] == "structured_outputs", response.text
             assert http.post(f"{base}/v1/chat/completions", json=dict(chat, max_tokens=3)).status_code == 200  # still serving
 
         # LangChain, through the same endpoints.

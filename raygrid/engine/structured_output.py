@@ -240,7 +240,13 @@ class GrammarCompiler:
 
 
 def first_line(message: str) -> str:
-    return message.strip().splitlines()[0] if message.strip() else message
+    """llguidance's error in one line: its first, with the reason a regex parse error prints further down
+    ("... regex parse error: unclosed group")."""
+    lines = [line.strip() for line in message.strip().splitlines()]
+    if not lines:
+        return message
+    reason = next((line.removeprefix("error:").strip() for line in lines[1:] if line.startswith("error:")), None)
+    return f"{lines[0]} {reason}" if reason and lines[0].endswith(":") else lines[0]
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ class OpenAIServing:
         except EngineDeadError as error:
             raise APIError(500, str(error), kind="server_error") from None
         except ValueError as error:
-            raise APIError(400, str(error)) from None
+            raise APIError(400, str(error), param=getattr(error, "param", None)) from None
 
         async def chained():
             try:
