@@ -156,6 +156,8 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
                                       "tool_choice": {"type": "function", "function": {"name": "g"}}},
                  "tool_choice names function 'g', which is not among tools", "tool_choice"),
                 ("completions", {"prompt": "x", "suffix": "y"}, "suffix is not supported", "suffix"),
+                ("completions", {"prompt": "x", "stream_options": {"include_usage": True}},
+                 "stream_options is only allowed with stream=true", "stream_options"),
                 ("completions", {"prompt": "x", "best_of": 3}, "best_of (3) is not supported", "best_of"),
                 ("completions", {"prompt": "x", "logit_bias": {"not-a-token": 1}}, "logit_bias keys must be token ids", "logit_bias"),
                 ("completions", {"prompt": "x", "min_tokens": 5, "max_tokens": 3}, "min_tokens (5) must be <= max_tokens (3)", None),

@@ -70,6 +70,8 @@ class OpenAIServing:
             logger.info("request from %s", caller)
         if request.prompt_logprobs is not None and request.stream:
             raise APIError(400, "prompt_logprobs is not available with stream=true", param="prompt_logprobs")
+        if request.stream_options is not None and not request.stream:  # as OpenAI and vLLM: not ignored
+            raise APIError(400, "stream_options is only allowed with stream=true", param="stream_options")
         try:
             return request.sampling_params(self.generation_defaults)
         except ValidationError as error:
