@@ -1,7 +1,7 @@
 """Request and response bodies of the OpenAI API (completions, chat completions, models, errors),
 with vLLM's extra sampling fields. A request field raygrid does not implement is refused with a 400 that
 names it, never dropped in silence; the fields that only describe the caller (``user``, ``metadata``,
-``store``, ``service_tier``, ``parallel_tool_calls``) are accepted and logged, as vLLM does."""
+``store``, ``service_tier``) are accepted and logged, as vLLM does."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ class _SamplingFields(_Strict):
 
     def caller_fields(self) -> dict[str, Any]:
         """What the request says about its caller, for the log."""
-        return {k: v for k in ("user", "metadata", "store", "service_tier", "parallel_tool_calls")
+        return {k: v for k in ("user", "metadata", "store", "service_tier")
                 if (v := getattr(self, k, None)) is not None}
 
 
@@ -280,7 +280,7 @@ class ChatCompletionRequest(_SamplingFields):
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None  # describes the caller's tools (none are run here): accepted and logged
+    parallel_tool_calls: bool = True  # false: at most one tool call in a reply
 
     @property
     def effective_tool_choice(self) -> str | dict:
@@ -302,7 +302,7 @@ class ChatCompletionRequest(_SamplingFields):
         if choice != "none" and not self.tools:
             raise FieldError(f"tool_choice {choice!r} needs tools", "tool_choice")
         try:
-            forced = forced_schema(self.tool_dicts(), choice)
+            forced = forced_schema(self.tool_dicts(), choice, self.parallel_tool_calls)
         except ValueError as error:  # a named function that is not among the tools
             raise FieldError(str(error), "tool_choice") from None
         if forced is not None:

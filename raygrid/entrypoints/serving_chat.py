@@ -72,7 +72,7 @@ class ChatServing(OpenAIServing):
             completion_tokens += len(completion.token_ids)
             message = self.assistant_message(completion.text, opened)
             message.content, message.tool_calls = reply_tool_calls(message.content or "", request.effective_tool_choice,
-                                                                    self.tool_call_parser is not None)
+                                                                    self.tool_call_parser is not None, request.parallel_tool_calls)
             choices.append(
                 ChatCompletionChoice(
                     index=completion.index,
@@ -117,7 +117,8 @@ class ChatServing(OpenAIServing):
         # With a reasoning parser, each choice's text goes through its own splitter into reasoning and answer.
         opened = self.prompt_opens_thinking(prompt_ids)
         splitters = [self.reasoning.stream(opened) for _ in range(params.n)] if self.reasoning is not None else None
-        tools = [ToolStream(request.effective_tool_choice, self.tool_call_parser is not None) for _ in range(params.n)]
+        tools = [ToolStream(request.effective_tool_choice, self.tool_call_parser is not None, request.parallel_tool_calls)
+                 for _ in range(params.n)]
         # The first chunk of each choice carries the role, as OpenAI's does; later deltas carry content only.
         yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
                      for i in range(params.n)])

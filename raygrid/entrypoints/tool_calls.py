@@ -7,6 +7,9 @@
   array of calls (``[{"name": ..., "parameters": {...}}]``) or to the named function's arguments, then read
   back as ``tool_calls``.
 - ``"none"``: the tools still reach the template, and the output is plain content.
+
+``parallel_tool_calls=false`` keeps a reply to one call: "required" is constrained to an array of one, and
+"auto" keeps the first block it parses (later ones are dropped, as vLLM does).
 """
 
 from __future__ import annotations
@@ -31,14 +34,16 @@ def tool_call(name: str, arguments: str, index: int | None = None) -> dict:
     return call if index is None else {"index": index, **call}
 
 
-def forced_schema(tools: list[dict], tool_choice) -> StructuredOutputsParams | None:
+def forced_schema(tools: list[dict], tool_choice, parallel: bool = True) -> StructuredOutputsParams | None:
     """The grammar that enforces ``tool_choice`` (None for "auto" and "none"). ``tools`` are OpenAI
-    function tools as dicts; a named choice is {"type": "function", "function": {"name": ...}}."""
+    function tools as dicts; a named choice is {"type": "function", "function": {"name": ...}}; ``parallel``
+    False allows one call."""
     if tool_choice == "required":
         one_call = [{"type": "object", "properties": {"name": {"type": "string", "enum": [t["function"]["name"]]},
                                                        "parameters": parameters_of(t)},
                      "required": ["name", "parameters"], "additionalProperties": False} for t in tools]
-        return StructuredOutputsParams(json={"type": "array", "minItems": 1, "items": {"anyOf": one_call}})
+        calls = {"type": "array", "minItems": 1, "items": {"anyOf": one_call}}
+        return StructuredOutputsParams(json=calls if parallel else dict(calls, maxItems=1))
     if isinstance(tool_choice, dict):
         return StructuredOutputsParams(json=parameters_of(named_tool(tools, tool_choice)))
     return None
@@ -68,10 +73,10 @@ def forced_calls(text: str, tool_choice) -> list[dict]:
     return [tool_call(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
 
 
-def parse_hermes(text: str) -> tuple[str | None, list[dict]]:
+def parse_hermes(text: str, parallel: bool = True) -> tuple[str | None, list[dict]]:
     """A whole reply -> (its content outside tool calls, or None if empty; its tool calls). A block whose
     JSON does not parse stays in the content, as the model wrote it."""
-    parser = HermesStream()
+    parser = HermesStream(limit=None if parallel else 1)
     content, calls = parser.feed(text)
     more_content, more_calls = parser.finish()
     content = (content + more_content).strip()
@@ -86,6 +91,7 @@ class HermesStream:
     buffer: str = ""
     in_call: bool = False
     calls: int = 0
+    limit: int | None = None  # the calls kept (parallel_tool_calls=false: 1); the blocks after them are dropped
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
         """New text -> (content to send now, tool calls completed now)."""
@@ -109,7 +115,7 @@ class HermesStream:
                 call = self._call(body)
                 if call is None:
                     content.append(OPEN + body + CLOSE)
-                else:
+                elif self._kept(call):
                     calls.append(call)
         return "".join(content), calls
 
@@ -119,8 +125,11 @@ class HermesStream:
         if self.in_call:
             self.in_call = False
             call = self._call(rest)
-            return ("", [call]) if call is not None else (OPEN + rest, [])
+            return ("", [call] if self._kept(call) else []) if call is not None else (OPEN + rest, [])
         return rest, []
+
+    def _kept(self, call: dict) -> bool:
+        return self.limit is None or call["index"] < self.limit
 
     def _call(self, body: str) -> dict | None:
         try:
@@ -143,13 +152,13 @@ def partial_tag_length(text: str, tag: str) -> int:
     return 0
 
 
-def reply_tool_calls(text: str, tool_choice, parse_auto: bool) -> tuple[str | None, list[dict]]:
+def reply_tool_calls(text: str, tool_choice, parse_auto: bool, parallel: bool = True) -> tuple[str | None, list[dict]]:
     """A whole reply -> (content, tool calls)."""
     if tool_choice == "required" or isinstance(tool_choice, dict):
         calls = forced_calls(text, tool_choice)
         return (None if calls else text), calls
     if parse_auto and tool_choice == "auto":
-        content, calls = parse_hermes(text)
+        content, calls = parse_hermes(text, parallel)
         return (content if calls else text), calls
     return text, []
 
@@ -164,10 +173,10 @@ class ToolStream:
     function's arguments stream as they come; "required" calls come whole at the end; "auto" parses Hermes
     blocks as they close."""
 
-    def __init__(self, tool_choice, parse_auto: bool) -> None:
+    def __init__(self, tool_choice, parse_auto: bool, parallel: bool = True) -> None:
         self.choice = tool_choice
         self.named = isinstance(tool_choice, dict)
-        self.hermes = HermesStream() if parse_auto and tool_choice == "auto" else None
+        self.hermes = HermesStream(limit=None if parallel else 1) if parse_auto and tool_choice == "auto" else None
         self.text: list[str] = []
         self.called = False
 
