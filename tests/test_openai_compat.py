@@ -156,6 +156,8 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
                                       "tool_choice": {"type": "function", "function": {"name": "g"}}},
                  "tool_choice names function 'g', which is not among tools", "tool_choice"),
                 ("completions", {"prompt": "x", "suffix": "y"}, "suffix is not supported", "suffix"),
+                *(("completions", {"prompt": bad}, "prompt: must be a string, a list of strings, a list of token ids or a list "
+                                                   "of token-id lists", "prompt") for bad in (["a", 5], [1.5, 2], [[1], "a"], [True], 7)),
                 ("completions", {"prompt": "x", "stream_options": {"include_usage": True}},
                  "stream_options is only allowed with stream=true", "stream_options"),
                 ("completions", {"prompt": "x", "best_of": 3}, "best_of (3) is not supported", "best_of"),

@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from raygrid.engine.sampling_params import SamplingParams, StructuredOutputsParams
 from raygrid.entrypoints.tool_calls import forced_schema
@@ -171,8 +171,21 @@ class _SamplingFields(_Strict):
                 if (v := getattr(self, k, None)) is not None}
 
 
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
 class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_shape(cls, value: Any) -> Any:
+        """One line for a prompt of none of the four shapes (not one per shape it failed)."""
+        if isinstance(value, str) or _token_ids(value) or (isinstance(value, list) and (
+                all(isinstance(p, str) for p in value) or all(_token_ids(p) for p in value))):
+            return value
+        raise ValueError("must be a string, a list of strings, a list of token ids or a list of token-id lists")
     max_tokens: int | None = 16
     logprobs: int | None = Field(default=None, ge=0)  # up to the server's --max-logprobs (the engine checks)
     echo: bool = False
