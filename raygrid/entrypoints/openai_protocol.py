@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from raygrid.engine.input_processor import InvalidRequest
 from raygrid.engine.sampling_params import SamplingParams, StructuredOutputsParams
 from raygrid.entrypoints.tool_calls import forced_schema
 
@@ -27,14 +28,6 @@ def system_fingerprint() -> str:
 
 
 SYSTEM_FINGERPRINT = system_fingerprint()
-
-
-class FieldError(ValueError):
-    """A request the API refuses; ``param`` names the field at fault (the error's ``param``)."""
-
-    def __init__(self, message: str, param: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 class _Strict(BaseModel):
@@ -63,7 +56,7 @@ class ResponseFormat(_Strict):
         if self.type == "json_object":
             return StructuredOutputsParams(json_object=True)
         if self.json_schema is None:
-            raise FieldError("response_format: type 'json_schema' needs a json_schema", "response_format")
+            raise InvalidRequest("response_format: type 'json_schema' needs a json_schema", "response_format")
         return StructuredOutputsParams(json=self.json_schema.schema_ if self.json_schema.schema_ is not None else {})
 
 
@@ -121,7 +114,7 @@ class _SamplingFields(_Strict):
             if getattr(self, name) is not None:
                 given[name] = StructuredOutputsParams(**{key: getattr(self, name)})
         if len(given) > 1:
-            raise FieldError(f"give one of response_format, structured_outputs and guided_*; got {sorted(given)}", sorted(given)[0])
+            raise InvalidRequest(f"give one of response_format, structured_outputs and guided_*; got {sorted(given)}", sorted(given)[0])
         return next(iter(given.values()), None)
 
     def _sampling_params(self, max_tokens: int | None, logprobs: int | None, defaults: SamplingParams | None,
@@ -163,7 +156,7 @@ class _SamplingFields(_Strict):
         try:
             return {int(token): bias for token, bias in self.logit_bias.items()}
         except ValueError:
-            raise FieldError(f"logit_bias keys must be token ids, got {sorted(self.logit_bias)[:3]}", "logit_bias") from None
+            raise InvalidRequest(f"logit_bias keys must be token ids, got {sorted(self.logit_bias)[:3]}", "logit_bias") from None
 
     def caller_fields(self) -> dict[str, Any]:
         """What the request says about its caller, for the log."""
@@ -177,6 +170,11 @@ def _token_ids(value: Any) -> bool:
 
 class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16
+    logprobs: int | None = Field(default=None, ge=0)  # up to the server's --max-logprobs (the engine checks)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -186,11 +184,6 @@ class CompletionRequest(_SamplingFields):
                 all(isinstance(p, str) for p in value) or all(_token_ids(p) for p in value))):
             return value
         raise ValueError("must be a string, a list of strings, a list of token ids or a list of token-id lists")
-    max_tokens: int | None = 16
-    logprobs: int | None = Field(default=None, ge=0)  # up to the server's --max-logprobs (the engine checks)
-    echo: bool = False
-    suffix: str | None = None
-    best_of: int | None = None
 
     @property
     def echo_only(self) -> bool:
@@ -307,20 +300,20 @@ class ChatCompletionRequest(_SamplingFields):
 
     def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
-            raise FieldError("top_logprobs requires logprobs to be true", "top_logprobs")
+            raise InvalidRequest("top_logprobs requires logprobs to be true", "top_logprobs")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         params = self._sampling_params(max_tokens, logprobs, defaults, self.prompt_logprobs)
         choice = self.effective_tool_choice
         if choice != "none" and not self.tools:
-            raise FieldError(f"tool_choice {choice!r} needs tools", "tool_choice")
+            raise InvalidRequest(f"tool_choice {choice!r} needs tools", "tool_choice")
         try:
             forced = forced_schema(self.tool_dicts(), choice, self.parallel_tool_calls)
         except ValueError as error:  # a named function that is not among the tools
-            raise FieldError(str(error), "tool_choice") from None
+            raise InvalidRequest(str(error), "tool_choice") from None
         if forced is not None:
             if params.structured_outputs is not None:
-                raise FieldError("tool_choice 'required' or a named function cannot be combined with response_format, "
+                raise InvalidRequest("tool_choice 'required' or a named function cannot be combined with response_format, "
                                  "structured_outputs or guided_*", "tool_choice")
             params = params.model_copy(update={"structured_outputs": forced})
         return params
