@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds .device/ for the GPU machine: ../shared/tools/device-bundle (Ray, Serve and what they need), then the
+# project's own dependencies that the GPU machine's image lacks. Without them the engine does not import there
+# (msgspec, pyzmq), and structured outputs (every GPU test's sampling parameters) need llguidance >= 1.9, whose
+# wheels are tagged manylinux_2_31, a platform the shared tool does not ask for (it would fetch 1.6.1, which
+# fails at engine start with "argument 'eos_token': 'list' object cannot be interpreted as an integer").
+#   bash benchmarks/scripts/device_bundle.sh     # then carry [".device"] and run `bash .device/install.sh` first
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+mkdir -p .device
+printf 'msgspec>=0.18\npyzmq>=25\nnvidia-ml-py>=12\n' > .device/extra.txt
+bash ../shared/tools/device-bundle
+rm -f .device/whl/llguidance-*.whl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_31_x86_64 -d .device/whl "llguidance>=1.9"
+ls .device/whl | grep -E '^(msgspec|pyzmq|nvidia_ml_py|llguidance)-'
+du -sh .device
