@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
 from raygrid import LLM, SamplingParams
+from raygrid.validation import InvalidArgument
 from tests.conftest import random_prompts
 
 
@@ -15,32 +15,33 @@ def llm(qwen3_dir):
 
 
 @pytest.mark.parametrize(
-    "kwargs, field",
+    "kwargs, line",
     [
-        (dict(temperature=-0.5), "temperature"),
-        (dict(top_p=0.0), "top_p"),
-        (dict(top_p=1.5), "top_p"),
-        (dict(top_k=-2), "top_k"),
-        (dict(min_p=2.0), "min_p"),
-        (dict(n=0), "n"),
-        (dict(max_tokens=0), "max_tokens"),
-        (dict(max_tokens=-3), "max_tokens"),
-        (dict(presence_penalty=3.0), "presence_penalty"),
-        (dict(frequency_penalty=-2.5), "frequency_penalty"),
-        (dict(repetition_penalty=0.0), "repetition_penalty"),
-        (dict(seed=2**63), "seed"),  # int64, as in vLLM: negative seeds are fine
-        (dict(logprobs=-1), "logprobs"),
-        (dict(stop=[""]), "stop"),
-        (dict(stop_token_ids=[-4]), "stop_token_ids"),
-        (dict(min_tokens=10, max_tokens=5), "min_tokens"),
-        (dict(temperature="hot"), "temperature"),
-        (dict(unknown_field=1), "unknown_field"),
+        (dict(temperature=-0.5), "temperature: must be >= 0.0 (got -0.5)"),
+        (dict(top_p=0.0), "top_p: must be > 0.0 (got 0.0)"),
+        (dict(top_p=1.5), "top_p: must be <= 1.0 (got 1.5)"),
+        (dict(top_k=-2), "top_k: must be >= -1 (got -2)"),
+        (dict(min_p=2.0), "min_p: must be <= 1.0 (got 2.0)"),
+        (dict(n=0), "n: must be >= 1 (got 0)"),
+        (dict(max_tokens=0), "max_tokens: must be >= 1 (got 0)"),
+        (dict(max_tokens=-3), "max_tokens: must be >= 1 (got -3)"),
+        (dict(presence_penalty=3.0), "presence_penalty: must be <= 2.0 (got 3.0)"),
+        (dict(frequency_penalty=-2.5), "frequency_penalty: must be >= -2.0 (got -2.5)"),
+        (dict(repetition_penalty=0.0), "repetition_penalty: must be > 0.0 (got 0.0)"),
+        (dict(seed=2**63), f"seed: must be < {2**63} (got {2**63})"),  # int64, as in vLLM: negative seeds are fine
+        (dict(logprobs=-1), "logprobs: must be >= 0 (got -1)"),
+        (dict(stop=[""]), "stop strings must not be empty"),
+        (dict(stop_token_ids=[-4]), "stop_token_ids must be >= 0"),
+        (dict(min_tokens=10, max_tokens=5), "min_tokens (10) must be <= max_tokens (5)"),
+        (dict(temperature="hot"), "temperature: input should be a valid number, unable to parse string as a number (got 'hot')"),
+        (dict(unknown_field=1), "unknown_field: is not an argument raygrid knows"),
+        (dict(top_k=-2, n=0), "n: must be >= 1 (got 0); top_k: must be >= -1 (got -2)"),
     ],
 )
-def test_invalid_sampling_params_name_the_field(kwargs, field):
-    with pytest.raises(ValidationError) as info:
+def test_invalid_sampling_params_raise_one_line_naming_the_field_and_limit(kwargs, line):
+    with pytest.raises(InvalidArgument) as info:
         SamplingParams(**kwargs)
-    assert field in str(info.value)
+    assert str(info.value) == line
     assert isinstance(info.value, ValueError)
 
 
@@ -98,20 +99,24 @@ def test_max_tokens_is_capped_by_the_context(llm):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(block_size=0), "block_size"),
-        (dict(max_num_seqs=0), "max_num_seqs"),
-        (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization"),
-        (dict(dtype="float8"), "dtype"),
-        (dict(max_model_len=100000), "max_position_embeddings"),
-        (dict(enable_chunked_prefill=False, max_num_batched_tokens=32, max_model_len=64), "max_num_batched_tokens"),
+        (dict(block_size=0), "block_size: must be >= 1 (got 0)"),
+        (dict(max_num_seqs=0), "max_num_seqs: must be >= 1 (got 0)"),
+        (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization: must be <= 1.0 (got 1.5)"),
+        (dict(dtype="float8"), "dtype: input should be 'auto', 'float32', 'bfloat16' or 'float16' (got 'float8')"),
+        (dict(kv_cache_dtype="int8"), "kv_cache_dtype: input should be 'auto', 'fp8' or 'fp8_e4m3' (got 'int8')"),
+        (dict(scheduling_policy="random"), "scheduling_policy: input should be 'fcfs' or 'priority' (got 'random')"),
+        (dict(tensor_parallel_size=0), "tensor_parallel_size: must be >= 1 (got 0)"),
+        (dict(eplb_config={"window_size": 0}), "eplb_config.window_size: must be >= 1 (got 0)"),
+        (dict(max_model_len=100000), "max_model_len (100000) is larger than the checkpoint's max_position_embeddings"),
+        (dict(enable_chunked_prefill=False, max_num_batched_tokens=32, max_model_len=64), "max_num_batched_tokens (32) must be >="),
         (dict(num_kv_blocks=3, max_model_len=64), "num_kv_blocks"),
-        (dict(scheduling_policy="random"), "policy"),
     ],
 )
-def test_bad_engine_arguments_name_the_field(qwen3_dir, kwargs, message):
+def test_bad_engine_arguments_name_the_field_in_one_line(qwen3_dir, kwargs, message):
     with pytest.raises(ValueError) as info:
         LLM(model=qwen3_dir, device="cpu", **kwargs)
-    assert message in str(info.value)
+    assert str(info.value).startswith(message) if ":" in message else message in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_unknown_model_path_and_architecture(tmp_path, qwen3_dir):

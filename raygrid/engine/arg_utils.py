@@ -15,8 +15,14 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import ValidationError
+
 from raygrid.config import CacheConfig, EngineConfig, EPLBConfig, ModelConfig, ParallelConfig, SchedulerConfig
 from raygrid.models.default_model import DEFAULT_MODEL_NAME, is_dummy_built_in, resolve_model_path
+from raygrid.validation import InvalidArgument
+
+# The configs' fields that the engine arguments name otherwise (vLLM's argument names).
+_ARGUMENT_NAMES = {"cache_dtype": "kv_cache_dtype", "policy": "scheduling_policy"}
 
 
 def _arg(default, help: str, short: str | None = None):  # noqa: A002 - argparse's word
@@ -100,16 +106,22 @@ class EngineArgs:
     # ------------------------------------------------------------------ the engine's configuration
 
     def parallel_config(self) -> ParallelConfig:
-        """The layout these arguments describe (checked: a bad value names its field)."""
-        return ParallelConfig(tensor_parallel_size=self.tensor_parallel_size, pipeline_parallel_size=self.pipeline_parallel_size,
-                              data_parallel_size=self.data_parallel_size,
-                              enable_expert_parallel=self.enable_expert_parallel, enable_eplb=self.enable_eplb,
-                              custom_all_reduce=self.custom_all_reduce,
-                              eplb_config=EPLBConfig(**(self.eplb_config or {})),
-                              distributed_executor_backend=self.distributed_executor_backend, ray_address=self.ray_address,
-                              ray_worker_cpus=self.ray_worker_cpus, step_timeout_s=self.step_timeout_s,
-                              compiled_graph=self.compiled_graph, max_migrations=self.max_migrations,
-                              migration_timeout_s=self.migration_timeout_s)
+        """The layout these arguments describe (checked: bad values raise an InvalidArgument naming each field)."""
+        try:
+            eplb_config = EPLBConfig(**(self.eplb_config or {}))
+        except ValidationError as error:
+            raise InvalidArgument.from_pydantic(error, within="eplb_config") from None
+        try:
+            return ParallelConfig(tensor_parallel_size=self.tensor_parallel_size, pipeline_parallel_size=self.pipeline_parallel_size,
+                                  data_parallel_size=self.data_parallel_size,
+                                  enable_expert_parallel=self.enable_expert_parallel, enable_eplb=self.enable_eplb,
+                                  custom_all_reduce=self.custom_all_reduce, eplb_config=eplb_config,
+                                  distributed_executor_backend=self.distributed_executor_backend, ray_address=self.ray_address,
+                                  ray_worker_cpus=self.ray_worker_cpus, step_timeout_s=self.step_timeout_s,
+                                  compiled_graph=self.compiled_graph, max_migrations=self.max_migrations,
+                                  migration_timeout_s=self.migration_timeout_s)
+        except ValidationError as error:
+            raise InvalidArgument.from_pydantic(error) from None
 
     def check(self) -> None:
         """The arguments' own limits, before anything heavy loads (no torch, no checkpoint): a bad value
@@ -147,22 +159,27 @@ class EngineArgs:
         return config.resolve(hf_config.max_position_embeddings)
 
     def _engine_config(self, model_path: str, load_format: str) -> EngineConfig:
-        """The pydantic configuration of these arguments, each field validated (not yet resolved against a checkpoint)."""
-        return EngineConfig(
-            model=ModelConfig(model=model_path, tokenizer=self.tokenizer, dtype=self.dtype, max_model_len=self.max_model_len,
-                              max_logprobs=self.max_logprobs, seed=self.seed, enforce_eager=self.enforce_eager,
-                              load_format=load_format, quantization=self.quantization),
-            cache=CacheConfig(block_size=self.block_size, num_kv_blocks=self.num_kv_blocks,
-                              enable_prefix_caching=self.enable_prefix_caching,
-                              prefix_caching_hash_seed=self.prefix_caching_hash_seed,
-                              gpu_memory_utilization=self.gpu_memory_utilization, cache_dtype=self.kv_cache_dtype),
-            scheduler=SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                                      enable_chunked_prefill=self.enable_chunked_prefill,
-                                      long_prefill_token_threshold=self.long_prefill_token_threshold,
-                                      policy=self.scheduling_policy, async_scheduling=self.async_scheduling),
-            parallel=self.parallel_config(),
-            device=self.device,
-        )
+        """The pydantic configuration of these arguments, each field validated (not yet resolved against a checkpoint);
+        bad values raise an InvalidArgument naming each field by its argument name."""
+        parallel = self.parallel_config()
+        try:
+            return EngineConfig(
+                model=ModelConfig(model=model_path, tokenizer=self.tokenizer, dtype=self.dtype, max_model_len=self.max_model_len,
+                                  max_logprobs=self.max_logprobs, seed=self.seed, enforce_eager=self.enforce_eager,
+                                  load_format=load_format, quantization=self.quantization),
+                cache=CacheConfig(block_size=self.block_size, num_kv_blocks=self.num_kv_blocks,
+                                  enable_prefix_caching=self.enable_prefix_caching,
+                                  prefix_caching_hash_seed=self.prefix_caching_hash_seed,
+                                  gpu_memory_utilization=self.gpu_memory_utilization, cache_dtype=self.kv_cache_dtype),
+                scheduler=SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                                          enable_chunked_prefill=self.enable_chunked_prefill,
+                                          long_prefill_token_threshold=self.long_prefill_token_threshold,
+                                          policy=self.scheduling_policy, async_scheduling=self.async_scheduling),
+                parallel=parallel,
+                device=self.device,
+            )
+        except ValidationError as error:
+            raise InvalidArgument.from_pydantic(error, renamed=_ARGUMENT_NAMES) from None
 
 
 def check_engine_kwargs(kwargs: dict, refused: dict[str, str], where: str) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from raygrid.validation import OneLineErrors
 
 # Below this temperature a request is sampled greedily (argmax), as in vLLM.
 GREEDY_TEMPERATURE = 1e-5
 
 
-class StructuredOutputsParams(BaseModel):
+class StructuredOutputsParams(OneLineErrors):
     """What the output must match (vLLM's fields): exactly one of a JSON schema, any JSON object, a regex,
     a choice of strings, or a Lark / GBNF grammar. Compiled by llguidance (engine/structured_output.py)."""
 
@@ -49,8 +51,9 @@ class StructuredOutputsParams(BaseModel):
         return "grammar", self.grammar
 
 
-class SamplingParams(BaseModel):
-    """Validated on construction: a bad value raises a ValueError naming the field and its limit."""
+class SamplingParams(OneLineErrors):
+    """Validated on construction: bad values raise an ``InvalidArgument`` (a ValueError) of one line naming each
+    field and its limit: ``temperature: must be >= 0.0 (got -1)``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

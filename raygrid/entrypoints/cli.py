@@ -7,10 +7,13 @@ import argparse
 import os
 import sys
 
+from pydantic import ValidationError
+
 from raygrid.engine.arg_utils import EngineArgs
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
 from raygrid.entrypoints.tool_calls import TOOL_CALL_PARSERS
 from raygrid.models.default_model import DEFAULT_MODEL_NAME
+from raygrid.validation import InvalidArgument
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
@@ -243,19 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def describe_error(error: Exception) -> str:
-    """One line per problem, naming the flag: pydantic's errors become '--temperature: must be >= 0 (got -1)'."""
-    errors = getattr(error, "errors", None)
-    if not callable(errors):
+    """One line per problem, naming the flag: '--temperature: must be >= 0.0 (got -1.0)'."""
+    if isinstance(error, ValidationError):
+        error = InvalidArgument.from_pydantic(error)
+    if not isinstance(error, InvalidArgument):
         return f"error: {error}"
-    lines = []
-    for item in errors():
-        field = str(item["loc"][-1]) if item.get("loc") else ""
-        ctx = item.get("ctx") or {}
-        limits = [f"{op} {ctx[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx]
-        message = "must be " + " and ".join(limits) if limits else item.get("msg", "is invalid").removeprefix("Value error, ")
-        flag = f"--{field.replace('_', '-')}: " if field else ""
-        lines.append(f"error: {flag}{message} (got {item.get('input')!r})" if "input" in item and field else f"error: {flag}{message}")
-    return "\n".join(lines)
+    return "\n".join(f"error: {flag(field)}: {message}" if field else f"error: {message}" for field, message in error.problems)
+
+
+def flag(field: str) -> str:
+    """An argument's flag: 'max_num_seqs' -> '--max-num-seqs'; 'eplb_config.window_size' -> '--eplb-config window_size'."""
+    name, _, inner = field.partition(".")
+    return f"--{name.replace('_', '-')}" + (f" {inner}" if inner else "")
 
 
 def main(argv: list[str] | None = None) -> int:
