@@ -27,7 +27,7 @@ from raygrid.engine.outputs import (
     SchedulerOutput,
 )
 from raygrid.engine.request import Request, RequestStatus
-from raygrid.engine.structured_output import GrammarCompiler, GrammarThread, GrammarVerdict, first_line
+from raygrid.engine.structured_output import GrammarCompiler, GrammarThread, GrammarVerdict, grammar_error_line
 
 
 @dataclass
@@ -204,7 +204,7 @@ class Scheduler:
             req.grammar = req.grammar_future.result()
             if req.output_token_ids and not req.grammar.consume_tokens(req.output_token_ids):
                 # A migrated request (engine/migration.py): its grammar catches up with the tokens made elsewhere.
-                error = f"its earlier output broke its grammar: {first_line(req.grammar.get_error())}"
+                error = f"its earlier output broke its grammar: {grammar_error_line(req.grammar.get_error())}"
                 self._finish(req, RequestStatus.FINISHED_ABORTED)
                 self._failed.append(EngineCoreOutput(req.request_id, [], [], finish_reason="abort", error=error))
                 continue

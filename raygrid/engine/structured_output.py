@@ -232,14 +232,14 @@ class GrammarCompiler:
         matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
         if matcher.is_error():
             kind = params.kind_and_spec()[0]
-            raise GrammarError(f"structured_outputs.{kind} does not compile: {first_line(matcher.get_error())}")
+            raise GrammarError(f"structured_outputs.{kind} does not compile: {grammar_error_line(matcher.get_error())}")
         return grammar
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def first_line(message: str) -> str:
+def grammar_error_line(message: str) -> str:
     """llguidance's error in one line: its first, with the reason a regex parse error prints further down
     ("... regex parse error: unclosed group")."""
     lines = [line.strip() for line in message.strip().splitlines()]
@@ -309,7 +309,7 @@ class GrammarThread:
                 if index and not matcher.consume_token(token):  # a step of several tokens (rare): one at a time
                     ok = False
                 if not ok:
-                    verdicts[req_id] = GrammarVerdict(index, token, first_line(matcher.get_error()))
+                    verdicts[req_id] = GrammarVerdict(index, token, grammar_error_line(matcher.get_error()))
                     break
                 if matcher.is_stopped():
                     verdicts[req_id] = GrammarVerdict(index)
