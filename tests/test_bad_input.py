@@ -91,6 +91,13 @@ def test_arguments_of_the_wrong_type_name_what_was_given(llm):
         assert str(info.value) == message
 
 
+def test_a_priority_under_fcfs_fails_its_request_not_ignored(llm):
+    """As vLLM: a priority means nothing to the fcfs policy, so the request fails rather than running unranked."""
+    outs = llm.generate(["a", "b"], SamplingParams(max_tokens=2), priority=[0, 3], use_tqdm=False)
+    assert outs[0].error is None and len(outs[0].outputs[0].token_ids) == 2
+    assert outs[1].error == "priority (3) needs the priority scheduling policy (--scheduling-policy priority); this engine schedules fcfs"
+
+
 def test_max_tokens_is_capped_by_the_context(llm):
     out = llm.generate({"prompt_token_ids": list(range(3, 3 + 60))}, SamplingParams(max_tokens=50, ignore_eos=True), use_tqdm=False)[0]
     assert len(out.outputs[0].token_ids) == 4 and out.outputs[0].finish_reason == "length"

@@ -177,6 +177,9 @@ class InputProcessor:
     def process(self, request_id: str, prompt: PromptType, params: SamplingParams, priority: int = 0, arrival_time: float | None = None) -> ProcessedRequest:
         """Tokenize and validate; a request with ``n > 1`` becomes n child requests (seeds seed, seed+1, ...,
         wrapping around within int64)."""
+        if priority != 0 and self.config.scheduler.policy != "priority":  # as vLLM: not ignored
+            raise InvalidRequest(f"priority ({priority}) needs the priority scheduling policy (--scheduling-policy priority); "
+                                 "this engine schedules fcfs", "priority")
         text, token_ids = self.tokenize_prompt(prompt)
         if params.truncate_prompt_tokens is not None and len(token_ids) > params.truncate_prompt_tokens:
             token_ids = token_ids[-params.truncate_prompt_tokens:]  # the prompt's end is what the model continues
