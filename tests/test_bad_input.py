@@ -85,7 +85,12 @@ def test_arguments_of_the_wrong_type_name_what_was_given(llm):
                                                        "{'prompt_token_ids': [int, ...]}) or a list of them, not NoneType"),
                           (lambda: llm.generate("hi", {"max_tokens": 2}), "sampling_params: a SamplingParams or a list of them, not dict"),
                           (lambda: llm.generate(["a", "b"], [SamplingParams(), {"max_tokens": 2}]),
-                           "sampling_params: a list of SamplingParams, not of dict")):
+                           "sampling_params: a list of SamplingParams, not of dict"),
+                          (lambda: llm.chat("hello"), "messages: a conversation (a list of {'role': ..., 'content': ...} "
+                                                      "dicts) or a list of them, not str"),
+                          (lambda: llm.chat([[{"role": "user", "content": "hi"}], ["hi"]]),
+                           "messages: a conversation (a list of {'role': ..., 'content': ...} dicts) or a list of them, "
+                           "not list of list of str")):
         with pytest.raises(TypeError) as info:
             call()
         assert str(info.value) == message
