@@ -172,13 +172,18 @@ def worker_pids_by_replica() -> dict[int, int]:
     return pids
 
 
-def stream_all(client: openai.OpenAI, prompts, faults: list[tuple[int, callable]] = ()) -> list[tuple[str, list[str], int]]:
-    """Every prompt as a streaming greedy completion of 64 tokens, all at once; each fault runs once the
-    streams have received that many chunks in all. Per prompt: the text, the tokens (from the logprobs)
-    and the usage's completion_tokens."""
-    faults, received, lock = sorted(faults, key=lambda f: f[0]), [0], threading.Lock()
+def stream_all(client: openai.OpenAI, prompts, faults: list[tuple] = ()) -> list[tuple[str, list[str], int]]:
+    """Every prompt as a streaming greedy completion of 64 tokens, all at once; each fault ``(trigger, action)`` runs
+    once, in order, when its trigger holds: an int is that many chunks received in all, a callable is asked with
+    the chunks each stream has received. Per prompt: the text, the tokens (from the logprobs) and the usage's
+    completion_tokens."""
+    faults, counts, lock = list(faults), [0] * len(prompts), threading.Lock()
 
-    def one(prompt):
+    def due(trigger) -> bool:
+        return trigger(counts) if callable(trigger) else sum(counts) >= trigger
+
+    def one(index_prompt):
+        index, prompt = index_prompt
         text, tokens, usage = "", [], None
         for chunk in client.completions.create(model="tiny", prompt=prompt, max_tokens=64, temperature=0, logprobs=0,
                                                stream=True, stream_options={"include_usage": True},
@@ -189,13 +194,13 @@ def stream_all(client: openai.OpenAI, prompts, faults: list[tuple[int, callable]
                 text += chunk.choices[0].text
                 tokens += chunk.choices[0].logprobs.tokens if chunk.choices[0].logprobs else []
                 with lock:
-                    received[0] += 1
-                    while faults and received[0] >= faults[0][0]:
+                    counts[index] += 1
+                    while faults and due(faults[0][0]):
                         faults.pop(0)[1]()
         return text, tokens, usage
 
     with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-        results = list(pool.map(one, prompts))
+        results = list(pool.map(one, enumerate(prompts)))
     assert not faults, "the streams ended before every fault"
     return results
 
