@@ -83,9 +83,8 @@ class LLM:
         """Generate replies to one conversation or a list of them, through the tokenizer's chat template
         (``chat_template_kwargs`` and OpenAI-style ``tools`` reach the template). Each output's ``prompt`` is the
         rendered conversation."""
-        conversations = [messages] if isinstance(messages, (list, tuple)) and messages and isinstance(messages[0], dict) else messages
-        if not isinstance(conversations, (list, tuple)) or not all(
-                isinstance(c, (list, tuple)) and all(isinstance(m, dict) for m in c) for c in conversations):
+        conversations = [messages] if messages and _is_conversation(messages) else messages
+        if not isinstance(conversations, (list, tuple)) or not all(_is_conversation(c) for c in conversations):
             raise TypeError(f"messages: a conversation (a list of {{'role': ..., 'content': ...}} dicts) or a list of them, "
                             f"not {_shape(messages)}")
         prompts = []
@@ -152,10 +151,14 @@ class LLM:
         return RequestOutput(request_id, text, list(token_ids) if isinstance(token_ids, list) else [], [], True, error=error)
 
 
+def _is_conversation(value) -> bool:
+    """A list of message dicts."""
+    return isinstance(value, (list, tuple)) and all(isinstance(m, dict) for m in value)
+
+
 def _shape(value) -> str:
     """What was given where a conversation or a list of them was expected: 'str', 'list of str', 'list of list of str'."""
     if not isinstance(value, (list, tuple)) or not value:
         return type(value).__name__
-    conversation = lambda v: isinstance(v, (list, tuple)) and all(isinstance(m, dict) for m in v)  # noqa: E731
-    bad = next((v for v in value if not isinstance(v, dict) and not conversation(v)), None)
+    bad = next((v for v in value if not isinstance(v, dict) and not _is_conversation(v)), None)
     return f"{type(value).__name__} of {_shape(bad)}" if bad is not None else f"{type(value).__name__} of messages and conversations"
