@@ -201,6 +201,11 @@ def test_prefill_attention_with_cached_prefix(dtype, heads, kv_heads, head_dim, 
         pack=pack,
     )
     torch.testing.assert_close(got, expected, **tol(dtype))
+    halves = paged_attention_prefill(  # each query tile held as two halves of 16 rows (SUBTILES=2)
+        query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+        torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale, block_m=32, block_n=16, pack=pack, subtiles=2,
+    )
+    torch.testing.assert_close(halves, expected, **tol(dtype))
     if pack == 2:  # the launch prefill_launch picks for this batch (short tiles here on the CPU, prompt tiles on a GPU)
         chosen = paged_attention_prefill(query, cache, tables, torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
                                          torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale)
@@ -233,10 +238,12 @@ def test_prefill_attention_by_bulk_copies_of_whole_page_tiles(dtype):
 
     scale = head_dim**-0.5
     expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
-    launches = [(16, 16, 2), (32, 32, 1)] if not ON_GPU else [(128, 64, 2), (128, 128, 2), (16, 64, 2)]  # (block_m, block_n, pack)
-    for block_m, block_n, pack in launches:
+    # (block_m, block_n, pack, subtiles): a query tile whole or as two halves
+    launches = ([(16, 16, 2, 1), (32, 32, 1, 1), (32, 16, 2, 2)] if not ON_GPU else
+                [(128, 64, 2, 1), (128, 128, 2, 1), (16, 64, 2, 1), (128, 64, 2, 2)])
+    for block_m, block_n, pack, subtiles in launches:
         assert _tma_fits(cache[0], block_n)
-        got = bulk(query, cache, tables, scale, block_m=block_m, block_n=block_n, pack=pack,
+        got = bulk(query, cache, tables, scale, block_m=block_m, block_n=block_n, pack=pack, subtiles=subtiles,
                    num_warps=4 if block_n < 128 else 8)
         torch.testing.assert_close(got, expected, **spike_tol(dtype))
     fp8 = cache.clamp(-448, 448).to(torch.float8_e4m3fn)  # an FP8 cache: its tiles come as float8, read as float16

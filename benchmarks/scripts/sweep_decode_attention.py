@@ -65,6 +65,9 @@ def main() -> None:
     parser.add_argument("--tma", action="store_true", help="64-token pages (a GPU engine's), 64-key tiles gathered by "
                                                            "rows or bulk copied, over warps and stages; 16-token pages "
                                                            "gathered by the old default alongside")
+    parser.add_argument("--long-bulk", action="store_true", help="batches of 1 or 2 long sequences over 64-token pages "
+                                                                 "by bulk copy (the engine's split launches): slices "
+                                                                 "from 1 to 8 programs an SM, their least length, stages")
     parser.add_argument("--placement", action="store_true", help="64-token pages packed in a cache just large enough, "
                                                                  "or spread at random or in order over --cache-gb")
     parser.add_argument("--cache-gb", type=float, default=4.6, help="with --placement: a layer's cache (W1's engine: 4.6)")
@@ -81,6 +84,8 @@ def main() -> None:
         return compare_policies(args)
     if args.tma:
         return sweep_tma(args)
+    if args.long_bulk:
+        return sweep_long_bulk(args)
     if args.placement:
         return sweep_placement(args)
     if args.order:
@@ -173,6 +178,38 @@ def sweep_tma(args) -> None:
         print(f"{num_seqs} x {context} ({splits} splits): page 16 {best(page=16)['us']} us; page 64 gathered "
               f"{best(page=64, tma=False, warps=4, stages=2)['us']} us (best {best(page=64, tma=False)}); bulk "
               f"{best(page=64, tma=True, warps=4, stages=2)['us']} us (best {best(page=64, tma=True)})", flush=True)
+    write_json(args.output_json, results)
+
+
+def sweep_long_bulk(args) -> None:
+    """A few long contexts as the engine runs them on a GPU (64-token pages, tiles by bulk copy, CUDA-graph timing,
+    the combine kernel included): the number of slices, as programs an SM (the policy's ``programs_per_sm``), their
+    least length and the pipeline's stages."""
+    from raygrid.bench.kernel_timing import cuda_graph_ms
+    from raygrid.kernels.triton_attention import _num_sms
+
+    sms = _num_sms(torch.device("cuda"))
+    results = []
+    for num_seqs, context in [(1, 32768), (1, 16384), (1, 8192), (2, 16384)]:
+        read = kv_bytes(num_seqs * context)
+        query, cache, tables, lens = make_case(num_seqs, context, 64)
+        auto = decode_splits(num_seqs, KV_HEADS, query.device)
+        for per_sm, min_split, stages in itertools.product((1, 2, 3, 4, 6, 8), (128, 256), (2, 3)):
+            splits = -(-per_sm * sms // (num_seqs * KV_HEADS))
+            row = {"seqs": num_seqs, "context": context, "page": 64, "tma": True, "programs_per_sm": per_sm,
+                   "splits": splits, "min_split": min_split, "stages": stages, "default": splits == auto and min_split == 256
+                   and stages == 2}
+            try:
+                ms = cuda_graph_ms(lambda: paged_attention_decode(query, cache, tables, lens, HEAD_DIM**-0.5, block_n=64,
+                                                                  num_splits=splits, min_split_tokens=min_split,
+                                                                  num_warps=4, num_stages=stages, tma=True))
+            except Exception as error:  # noqa: BLE001 - a launch that does not fit is recorded, not fatal
+                results.append({**row, "error": f"{type(error).__name__}: {error}"[:300]})
+                continue
+            results.append({**row, **timing(read, ms)})
+        mine = [r for r in results if r["seqs"] == num_seqs and r["context"] == context and "us" in r]
+        default = next((r for r in mine if r["default"]), None)
+        print(f"{num_seqs} x {context}: default {default}; best {min(mine, key=lambda r: r['us'])}", flush=True)
     write_json(args.output_json, results)
 
 

@@ -7,7 +7,7 @@ and batch sizes from decode to prefill:
 - ``quant_torch`` / ``quant_triton``: per-token activation quantization, the torch reference and the kernel;
 - ``mm_rowwise`` (and ``_fast``: ``use_fast_accum``): ``torch._scaled_mm`` with a scale per token and per channel
   (CUTLASS);
-- ``mm_tensorwise``: ``torch._scaled_mm`` with unit scales (cuBLASLt);
+- ``mm_tensorwise`` (and ``_fast``): ``torch._scaled_mm`` with unit scales (cuBLASLt);
 - ``layer_rowwise``, ``layer_tensorwise``: the whole FP8 layer (quantization, product, scales) either way;
 - ``fp8_layer``: ``ops.linear`` on the float8 weights, as the engine runs it (which way is FP8_TENSORWISE_MAX_M's).
 
@@ -68,6 +68,8 @@ def main() -> None:
                                                                      out_dtype=torch.bfloat16, use_fast_accum=True)),
                 "mm_tensorwise": graph_us(lambda: torch._scaled_mm(x_q, w_t, scale_a=one, scale_b=one,
                                                                    out_dtype=torch.bfloat16)),
+                "mm_tensorwise_fast": graph_us(lambda: torch._scaled_mm(x_q, w_t, scale_a=one, scale_b=one,
+                                                                        out_dtype=torch.bfloat16, use_fast_accum=True)),
                 "scale_epilogue": graph_us(lambda: scale_fp8_product(y_raw, x_scale, w_scale, None)),
                 "layer_rowwise": graph_us(lambda: ops.fp8_product_rowwise(*per_token_quant_fp8(x, MIN_SCALE), w_q, w_scale,
                                                                           None, x.dtype)),

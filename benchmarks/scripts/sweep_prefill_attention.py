@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 from raygrid.bench.throughput import provenance
-from raygrid.kernels.triton_attention import PREFILL_CONFIG, paged_attention_prefill
+from raygrid.kernels.triton_attention import PREFILL_CONFIG, _prefill_kernel, paged_attention_prefill
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16  # PAGE: the default of --page
 # (sequences, queries, cached prefix): whole prompts, then the last three chunks of a 32k prompt.
@@ -49,6 +49,17 @@ def make_case(num_seqs: int, length: int, prefix: int = 0, page_order: str = "ra
     lens = torch.full((num_seqs,), length, dtype=torch.int32, device="cuda")
     starts = torch.arange(0, (num_seqs + 1) * queries, queries, dtype=torch.int32, device="cuda")
     return (q, k, v), (packed, cache, tables, lens, starts)
+
+
+def compiled_kernels(fn) -> dict:
+    """The variants of a Triton kernel compiled so far in this process, by their cache key."""
+    return {key: kernel for entry in fn.device_caches.values() for key, kernel in entry[0].items()}
+
+
+def resources(kernel) -> dict:
+    """What a compiled variant holds of an SM: registers a thread, spilled registers, shared memory (bytes)."""
+    return {"regs": getattr(kernel, "n_regs", None), "spills": getattr(kernel, "n_spills", None),
+            "shared": getattr(getattr(kernel, "metadata", None), "shared", None)}
 
 
 def parse_case(text: str) -> tuple[int, int, int]:
@@ -83,6 +94,7 @@ def main() -> None:
                    for (m, n, w, s), pack in itertools.product(launches, (1, 2))] + [
                    dict(block_m=64, block_n=64, num_warps=4, num_stages=2, pack=1)]
     results = []
+    held = {}  # a configuration's compiled resources (registers, spills, shared memory), from its first compilation
     for num_seqs, length, prefix in cases:
         (q, k, v), (packed, cache, tables, lens, starts) = make_case(num_seqs, prefix + length, prefix, args.page_order, args.page)
         scale = HEAD_DIM**-0.5
@@ -105,12 +117,18 @@ def main() -> None:
                 return paged_attention_prefill(packed, cache, tables, lens, starts, scale, **config)
 
             try:
+                before = compiled_kernels(_prefill_kernel)
                 error = (ours().float() - expected.float()).abs().max().item()
+                new = [k for key, k in compiled_kernels(_prefill_kernel).items() if key not in before]
+                key = json.dumps(config, sort_keys=True)
+                if new:
+                    held[key] = resources(new[-1])
                 ms = do_bench(ours, warmup=5, rep=40)
             except Exception as exc:  # noqa: BLE001 - a configuration that does not compile or fit is recorded
                 results.append({**row, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 continue
-            results.append({**row, "ms": round(ms, 3), "tflop_per_s": round(flops / ms / 1e9, 1), "max_abs_error": error})
+            results.append({**row, "ms": round(ms, 3), "tflop_per_s": round(flops / ms / 1e9, 1), "max_abs_error": error,
+                            **held.get(key, {})})
         mine = [r for r in results if r.get("prefix") == prefix and r["seqs"] == num_seqs and r["len"] == length
                 and "ms" in r]
         for r in sorted(mine, key=lambda r: r["ms"])[:3]:

@@ -81,11 +81,16 @@ def _fp8_linear_quantized(x: Fp8Activation, weight, weight_scale, bias):
 # torch._scaled_mm's row-wise scaling (CUTLASS), which is slower than bf16 for small batches on an H200
 # (benchmarks/scripts/sweep_fp8_linear.py, benchmarks/README.md).
 FP8_TENSORWISE_MAX_M = int(os.environ.get("RAYGRID_FP8_TENSORWISE_MAX_M", "256"))
+# Hopper's FP8 products accumulate in the tensor cores' own precision, promoted to float32 only at the end with
+# use_fast_accum, as vLLM's CUTLASS kernels for sm90 do (its "FP8FastAccum" schedules); without it, every few
+# steps of K. RAYGRID_FP8_FAST_ACCUM=1 turns it on.
+FP8_FAST_ACCUM = os.environ.get("RAYGRID_FP8_FAST_ACCUM", "0") == "1"
 
 
 def fp8_product_rowwise(x_q, x_scale, weight, weight_scale, bias, dtype):
     """A scale per token of x and per output channel of the weight, applied in the GEMM's epilogue."""
-    y = torch._scaled_mm(x_q, weight.t(), scale_a=x_scale, scale_b=weight_scale.view(1, -1), out_dtype=dtype)
+    y = torch._scaled_mm(x_q, weight.t(), scale_a=x_scale, scale_b=weight_scale.view(1, -1), out_dtype=dtype,
+                         use_fast_accum=FP8_FAST_ACCUM)
     return y if bias is None else y + bias
 
 
@@ -94,8 +99,8 @@ def fp8_product_tensorwise(x_q, x_scale, weight, weight_scale, bias, dtype):
     from raygrid.kernels.triton_quant import scale_fp8_product
 
     one = _unit_scale(x_q.device)
-    return scale_fp8_product(torch._scaled_mm(x_q, weight.t(), scale_a=one, scale_b=one, out_dtype=dtype),
-                             x_scale, weight_scale, bias)
+    return scale_fp8_product(torch._scaled_mm(x_q, weight.t(), scale_a=one, scale_b=one, out_dtype=dtype,
+                                              use_fast_accum=FP8_FAST_ACCUM), x_scale, weight_scale, bias)
 
 
 @functools.cache

@@ -246,6 +246,55 @@ def _prefill_tile(
     return m_new, l_i, acc
 
 
+@triton.jit
+def _online_softmax(s, m_i, l_i, qk_scale):
+    """Scores ``s`` folded into the running max and sum: the probabilities, the new max and sum, and the factor the
+    output so far is rescaled by."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = tl.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    return p, m_new, l_i * alpha + tl.sum(p, 1), alpha
+
+
+@triton.jit
+def _prefill_tile_halves(
+    qa, qb, pos_a, pos_b, start, end, ma, la, acca, mb, lb, accb, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
+    stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr,
+):
+    """``_prefill_tile`` for a query tile held as two halves (``SUBTILES=2``): both halves' scores are asked for
+    before either's softmax, and the first half's product with V before the second's softmax, so that the tensor
+    cores can work on one half while the other's exponentials are computed."""
+    pos = start + tl.arange(0, BLOCK_N)
+    valid = pos < end
+    if TMA:
+        row = tl.load(table_row_ptr + start // PAGE) * PAGE + start % PAGE
+        k = k_cache.load([row, kvh * HEAD_DIM]).to(qa.dtype)
+    else:
+        if CAUSAL_MASK:
+            block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
+        else:
+            block = tl.load(table_row_ptr + pos // PAGE)
+        offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
+        k = _load_tile(k_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(qa.dtype)
+    sa = tl.dot(qa, tl.trans(k), input_precision=DOT_PRECISION)
+    sb = tl.dot(qb, tl.trans(k), input_precision=DOT_PRECISION)
+    if CAUSAL_MASK:
+        sa = tl.where(valid[None, :] & (pos[None, :] <= pos_a[:, None]), sa, float("-inf"))
+        sb = tl.where(valid[None, :] & (pos[None, :] <= pos_b[:, None]), sb, float("-inf"))
+    pa, ma, la, alpha_a = _online_softmax(sa, ma, la, qk_scale)
+    if TMA:
+        v = v_cache.load([row, kvh * HEAD_DIM]).to(qa.dtype)
+        if CAUSAL_MASK:  # slots past the sequence's end hold anything; p is 0 there, and 0 x NaN is not
+            v = tl.where(valid[:, None], v, 0.0)
+    else:
+        v = _load_tile(v_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(qa.dtype)
+    acca = tl.dot(pa.to(v.dtype), v, acca * alpha_a[:, None], input_precision=DOT_PRECISION)
+    pb, mb, lb, alpha_b = _online_softmax(sb, mb, lb, qk_scale)
+    accb = tl.dot(pb.to(v.dtype), v, accb * alpha_b[:, None], input_precision=DOT_PRECISION)
+    return ma, la, acca, mb, lb, accb
+
+
 # num_seqs and the block table's width vary from step to step. Left to Triton, a value of 1 or a multiple of 16
 # would each compile a variant of their own in the middle of serving (about 2 s on an H200), for no gain here.
 @triton.jit(do_not_specialize=["num_seqs", "stride_bt"])
@@ -254,7 +303,7 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, PDL: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, SUBTILES: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (pack of query heads, query tile): causal attention of the tile's queries, which are
     the last tokens of their sequence, over its cached keys. The tile's BLOCK_M rows are BLOCK_M / PACK
@@ -287,35 +336,79 @@ def _prefill_kernel(
         return
     seq_len = tl.load(seq_lens_ptr + b)
     context = seq_len - q_len
-    rows = tl.arange(0, BLOCK_M)
-    tokens = tile * TOKENS + rows // PACK
-    heads = first_head + rows % PACK
     dims = tl.arange(0, BLOCK_D)
-    qmask = (tokens < q_len)[:, None] & (dims[None, :] < HEAD_DIM)
-    q = tl.load(q_ptr + (q_start + tokens)[:, None] * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
-    if FP16_COMPUTE:
-        q = q.to(tl.float16)
     kvh = first_head // QUERIES_PER_KV
-    q_pos = context + tokens
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
     table_row = block_tables_ptr + b * stride_bt
     # Keys before the tile's first query are seen by every row: whole tiles, no masks. The rest, up to
     # the tile's last query, is the diagonal.
     unmasked_end = (context + tile * TOKENS + 1) // BLOCK_N * BLOCK_N
     end = tl.minimum(seq_len, context + (tile + 1) * TOKENS)
-    for start in range(0, unmasked_end, BLOCK_N):
-        m_i, l_i, acc = _prefill_tile(
-            q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
-            stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, False, DOT_PRECISION, TMA,
-        )
-    for start in range(unmasked_end, end, BLOCK_N):
-        m_i, l_i, acc = _prefill_tile(
-            q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
-            stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, True, DOT_PRECISION, TMA,
-        )
+    if SUBTILES == 1:
+        rows = tl.arange(0, BLOCK_M)
+        q, tokens, heads, qmask = _prefill_queries(q_ptr, q_start, q_len, tile, first_head, rows, dims, stride_qt, stride_qh,
+                                                   HEAD_DIM, TOKENS, PACK, FP16_COMPUTE)
+        q_pos = context + tokens
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        for start in range(0, unmasked_end, BLOCK_N):
+            m_i, l_i, acc = _prefill_tile(
+                q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
+                stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, False, DOT_PRECISION, TMA,
+            )
+        for start in range(unmasked_end, end, BLOCK_N):
+            m_i, l_i, acc = _prefill_tile(
+                q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
+                stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, True, DOT_PRECISION, TMA,
+            )
+        _prefill_store(out_ptr, q_start, tokens, heads, dims, qmask, acc, l_i, stride_ot, stride_oh)
+    else:
+        HALF: tl.constexpr = BLOCK_M // 2
+        rows_a = tl.arange(0, HALF)
+        rows_b = HALF + tl.arange(0, HALF)
+        qa, tokens_a, heads_a, qmask_a = _prefill_queries(q_ptr, q_start, q_len, tile, first_head, rows_a, dims, stride_qt,
+                                                          stride_qh, HEAD_DIM, TOKENS, PACK, FP16_COMPUTE)
+        qb, tokens_b, heads_b, qmask_b = _prefill_queries(q_ptr, q_start, q_len, tile, first_head, rows_b, dims, stride_qt,
+                                                          stride_qh, HEAD_DIM, TOKENS, PACK, FP16_COMPUTE)
+        pos_a = context + tokens_a
+        pos_b = context + tokens_b
+        ma = tl.full([HALF], float("-inf"), dtype=tl.float32)
+        la = tl.zeros([HALF], dtype=tl.float32)
+        acca = tl.zeros([HALF, BLOCK_D], dtype=tl.float32)
+        mb = tl.full([HALF], float("-inf"), dtype=tl.float32)
+        lb = tl.zeros([HALF], dtype=tl.float32)
+        accb = tl.zeros([HALF, BLOCK_D], dtype=tl.float32)
+        for start in range(0, unmasked_end, BLOCK_N):
+            ma, la, acca, mb, lb, accb = _prefill_tile_halves(
+                qa, qb, pos_a, pos_b, start, end, ma, la, acca, mb, lb, accb, k_cache_ptr, v_cache_ptr, table_row, kvh,
+                qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, False, DOT_PRECISION, TMA,
+            )
+        for start in range(unmasked_end, end, BLOCK_N):
+            ma, la, acca, mb, lb, accb = _prefill_tile_halves(
+                qa, qb, pos_a, pos_b, start, end, ma, la, acca, mb, lb, accb, k_cache_ptr, v_cache_ptr, table_row, kvh,
+                qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, True, DOT_PRECISION, TMA,
+            )
+        _prefill_store(out_ptr, q_start, tokens_a, heads_a, dims, qmask_a, acca, la, stride_ot, stride_oh)
+        _prefill_store(out_ptr, q_start, tokens_b, heads_b, dims, qmask_b, accb, lb, stride_ot, stride_oh)
+
+
+@triton.jit
+def _prefill_queries(q_ptr, q_start, q_len, tile, first_head, rows, dims, stride_qt, stride_qh, HEAD_DIM: tl.constexpr,
+                     TOKENS: tl.constexpr, PACK: tl.constexpr, FP16_COMPUTE: tl.constexpr):
+    """The queries of a tile's ``rows`` (row r: token r // PACK of the tile, head first_head + r % PACK), with
+    their tokens, heads and mask."""
+    tokens = tile * TOKENS + rows // PACK
+    heads = first_head + rows % PACK
+    qmask = (tokens < q_len)[:, None] & (dims[None, :] < HEAD_DIM)
+    q = tl.load(q_ptr + (q_start + tokens)[:, None] * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
+    if FP16_COMPUTE:
+        q = q.to(tl.float16)
+    return q, tokens, heads, qmask
+
+
+@triton.jit
+def _prefill_store(out_ptr, q_start, tokens, heads, dims, qmask, acc, l_i, stride_ot, stride_oh):
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     tl.store(out_ptr + (q_start + tokens)[:, None] * stride_ot + heads[:, None] * stride_oh + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=qmask)
@@ -394,7 +487,8 @@ DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_s
 # holds whole tiles (a GPU engine's 64-token pages: 11 to 14% faster than gathering rows). Chosen by
 # benchmarks/scripts/sweep_prefill_attention.py on an H200 (benchmarks/README.md). RAYGRID_PREFILL_CONFIG
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches.
-PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True), "RAYGRID_PREFILL_CONFIG")
+PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=1,
+                                   maxnreg=None), "RAYGRID_PREFILL_CONFIG")
 # A batch whose sequences bring few queries each (a mixed step: many decode rows beside a prompt or two) would
 # leave most of a 128-row tile empty, and its tiles are compute spent on nothing: it takes 16-row tiles. On an
 # H200, 256 decode rows of 640-token contexts beside two 512-token prompts: 192 us a layer against 289 us with
@@ -464,7 +558,8 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
 
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=None,
                             block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-                            num_stages: int | None = None, pack: int | None = None, tma: bool | None = None):
+                            num_stages: int | None = None, pack: int | None = None, tma: bool | None = None,
+                            subtiles: int | None = None, maxnreg: int | None = None):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
     query heads of one kv head share a program (at most the group size, and a divisor of it). With ``tma``, where
     pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy (the default for 16-bit queries;
@@ -483,6 +578,10 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     num_warps = launch["num_warps"] if num_warps is None else num_warps
     num_stages = launch["num_stages"] if num_stages is None else num_stages
     pack = launch["pack"] if pack is None else pack
+    subtiles = launch.get("subtiles", 1) if subtiles is None else subtiles
+    maxnreg = launch.get("maxnreg") if maxnreg is None else maxnreg
+    if subtiles not in (1, 2) or block_m // subtiles < 16:
+        raise ValueError(f"subtiles: 1, or 2 where block_m // 2 >= 16 (got {subtiles} with block_m {block_m})")
     if tma is None:  # float32 tiles of the default shape would not fit shared memory's pipeline stages
         tma = launch.get("tma", False) and query.element_size() == 2
     group = num_heads // num_kv_heads
@@ -496,7 +595,8 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=_tile_width(head_dim),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
-        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
+        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, SUBTILES=subtiles, num_warps=num_warps,
+        num_stages=num_stages, **({} if maxnreg is None else {"maxnreg": maxnreg}), **pdl_launch(query.device),
     )
     return out
 
