@@ -315,6 +315,12 @@ def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():
     assert prefill_launch(256 + 2 * 512, 258) is PREFILL_SHORT_CONFIG
     assert prefill_launch(16 * 512, 16) is PREFILL_CONFIG
     assert prefill_launch(2048, 1) is PREFILL_CONFIG
+    # A launch given 16-row tiles keeps them whole, whatever the chosen launch's subtiles (halves need 16 rows each).
+    cache, tables, seq_lens, starts, query = prefill_case([(0, 128)], 16, 4, 2, 16, torch.float32)
+    lens, query_starts = (torch.tensor(v, dtype=torch.int32, device=DEVICE) for v in (seq_lens, starts))
+    assert prefill_launch(128, 1) is PREFILL_CONFIG and PREFILL_CONFIG["subtiles"] == 2
+    got = paged_attention_prefill(query, cache, tables, lens, query_starts, 0.25, block_m=16, block_n=16)
+    torch.testing.assert_close(got, paged_attention_ref(query, cache, tables, seq_lens, starts, 0.25), **tol(torch.float32))
     assert PREFILL_SHORT_CONFIG["block_m"] < PREFILL_CONFIG["block_m"]
 
 

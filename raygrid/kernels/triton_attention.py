@@ -579,7 +579,8 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     num_warps = launch["num_warps"] if num_warps is None else num_warps
     num_stages = launch["num_stages"] if num_stages is None else num_stages
     pack = launch["pack"] if pack is None else pack
-    subtiles = launch.get("subtiles", 1) if subtiles is None else subtiles
+    if subtiles is None:  # the launch's, where a tile of block_m rows has halves of at least 16 (tl.dot's least)
+        subtiles = launch.get("subtiles", 1) if block_m >= 32 else 1
     maxnreg = launch.get("maxnreg") if maxnreg is None else maxnreg
     if subtiles not in (1, 2) or block_m // subtiles < 16:
         raise ValueError(f"subtiles: 1, or 2 where block_m // 2 >= 16 (got {subtiles} with block_m {block_m})")
