@@ -79,8 +79,12 @@ def exercise_every_kernel() -> None:
             triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), cache, tables, lens, starts,
                                                      0.25, block_m=16, block_n=16, pack=2)
             whole_pages = torch.randn(2, 3, 16, kv_heads, dim).to(cache_dtype)  # tiles of one page: bulk copies
-            triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), whole_pages, tables[:, :1] % 3,
-                                                     lens, starts, 0.25, block_m=16, block_n=16, pack=2, tma=True)
+            for block_m, subtiles in ((16, 1), (32, 2)):  # query tiles whole, and in two halves
+                triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), whole_pages,
+                                                         tables[:, :1] % 3, lens, starts, 0.25, block_m=block_m, block_n=16,
+                                                         pack=2, tma=True, subtiles=subtiles)
+            triton_attention.paged_attention_prefill(torch.randn(5, heads, dim, dtype=dtype), cache, tables, lens, starts,
+                                                     0.25, block_m=32, block_n=16, pack=2, subtiles=2)
             triton_attention.paged_attention_decode(query, whole_pages, tables[:, :1] % 3, lens, 0.25, block_n=16,
                                                     num_splits=2, min_split_tokens=16, tma=True)
     for dtype in (torch.float32, torch.bfloat16):

@@ -208,42 +208,35 @@ def _load_tile(ptr, offsets, valid, dims, HEAD_DIM: tl.constexpr, BLOCK_D: tl.co
 
 
 @triton.jit
-def _prefill_tile(
-    q, q_pos, start, end, m_i, l_i, acc, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
-    stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr,
-):
-    """Online softmax over the keys at [start, start + BLOCK_N): only the tiles on the diagonal
-    (CAUSAL_MASK) pay for masks; the ones below it are read and used whole. With TMA the tile lies in one
-    page and ``k_cache``/``v_cache`` are tensor descriptors over the cache's [slots, kv_heads * head_dim] rows:
-    the copy engine brings the tile in one bulk copy."""
-    pos = start + tl.arange(0, BLOCK_N)
-    valid = pos < end
+def _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_cb, stride_cs, stride_ch, dtype: tl.constexpr,
+                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr, CAUSAL_MASK: tl.constexpr,
+                  TMA: tl.constexpr):
+    """The key tile at positions ``pos`` (``start`` on), in ``dtype``, and where it lies, for ``_prefill_values``:
+    with TMA its first row in the cache (one bulk copy), otherwise each row's offset (rows gathered through the
+    block table)."""
     if TMA:
         row = tl.load(table_row_ptr + start // PAGE) * PAGE + start % PAGE
-        k = k_cache.load([row, kvh * HEAD_DIM]).to(q.dtype)
+        return k_cache.load([row, kvh * HEAD_DIM]).to(dtype), row
     else:
         if CAUSAL_MASK:
             block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
         else:
             block = tl.load(table_row_ptr + pos // PAGE)
         offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
-        k = _load_tile(k_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(q.dtype)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-    if CAUSAL_MASK:
-        s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-    p = tl.exp2(s * qk_scale - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
+        return _load_tile(k_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(dtype), offsets
+
+
+@triton.jit
+def _prefill_values(v_cache, where, valid, kvh, dims, dtype: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                    CAUSAL_MASK: tl.constexpr, TMA: tl.constexpr):
+    """The value tile that ``_prefill_keys`` found ``where``."""
     if TMA:
-        v = v_cache.load([row, kvh * HEAD_DIM]).to(q.dtype)
+        v = v_cache.load([where, kvh * HEAD_DIM]).to(dtype)
         if CAUSAL_MASK:  # slots past the sequence's end hold anything; p is 0 there, and 0 x NaN is not
             v = tl.where(valid[:, None], v, 0.0)
+        return v
     else:
-        v = _load_tile(v_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(q.dtype)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
-    return m_new, l_i, acc
+        return _load_tile(v_cache, where, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(dtype)
 
 
 @triton.jit
@@ -257,6 +250,29 @@ def _online_softmax(s, m_i, l_i, qk_scale):
 
 
 @triton.jit
+def _prefill_tile(
+    q, q_pos, start, end, m_i, l_i, acc, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
+    stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr,
+):
+    """Online softmax over the keys at [start, start + BLOCK_N): only the tiles on the diagonal
+    (CAUSAL_MASK) pay for masks; the ones below it are read and used whole. With TMA the tile lies in one
+    page and ``k_cache``/``v_cache`` are tensor descriptors over the cache's [slots, kv_heads * head_dim] rows:
+    the copy engine brings the tile in one bulk copy."""
+    pos = start + tl.arange(0, BLOCK_N)
+    valid = pos < end
+    k, where = _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_cb, stride_cs, stride_ch,
+                             q.dtype, HEAD_DIM, BLOCK_D, PAGE, CAUSAL_MASK, TMA)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    if CAUSAL_MASK:
+        s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
+    p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, qk_scale)
+    v = _prefill_values(v_cache, where, valid, kvh, dims, q.dtype, HEAD_DIM, BLOCK_D, CAUSAL_MASK, TMA)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _prefill_tile_halves(
     qa, qb, pos_a, pos_b, start, end, ma, la, acca, mb, lb, accb, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
     stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
@@ -264,31 +280,19 @@ def _prefill_tile_halves(
 ):
     """``_prefill_tile`` for a query tile held as two halves (``SUBTILES=2``): both halves' scores are asked for
     before either's softmax, and the first half's product with V before the second's softmax, so that the tensor
-    cores can work on one half while the other's exponentials are computed."""
+    cores work on one half while the other's exponentials are computed. On an H200 this took the kernel from 477
+    to 528 TFLOP/s at 32k tokens (benchmarks/README.md)."""
     pos = start + tl.arange(0, BLOCK_N)
     valid = pos < end
-    if TMA:
-        row = tl.load(table_row_ptr + start // PAGE) * PAGE + start % PAGE
-        k = k_cache.load([row, kvh * HEAD_DIM]).to(qa.dtype)
-    else:
-        if CAUSAL_MASK:
-            block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
-        else:
-            block = tl.load(table_row_ptr + pos // PAGE)
-        offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
-        k = _load_tile(k_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(qa.dtype)
+    k, where = _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_cb, stride_cs, stride_ch,
+                             qa.dtype, HEAD_DIM, BLOCK_D, PAGE, CAUSAL_MASK, TMA)
     sa = tl.dot(qa, tl.trans(k), input_precision=DOT_PRECISION)
     sb = tl.dot(qb, tl.trans(k), input_precision=DOT_PRECISION)
     if CAUSAL_MASK:
         sa = tl.where(valid[None, :] & (pos[None, :] <= pos_a[:, None]), sa, float("-inf"))
         sb = tl.where(valid[None, :] & (pos[None, :] <= pos_b[:, None]), sb, float("-inf"))
     pa, ma, la, alpha_a = _online_softmax(sa, ma, la, qk_scale)
-    if TMA:
-        v = v_cache.load([row, kvh * HEAD_DIM]).to(qa.dtype)
-        if CAUSAL_MASK:  # slots past the sequence's end hold anything; p is 0 there, and 0 x NaN is not
-            v = tl.where(valid[:, None], v, 0.0)
-    else:
-        v = _load_tile(v_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(qa.dtype)
+    v = _prefill_values(v_cache, where, valid, kvh, dims, qa.dtype, HEAD_DIM, BLOCK_D, CAUSAL_MASK, TMA)
     acca = tl.dot(pa.to(v.dtype), v, acca * alpha_a[:, None], input_precision=DOT_PRECISION)
     pb, mb, lb, alpha_b = _online_softmax(sb, mb, lb, qk_scale)
     accb = tl.dot(pb.to(v.dtype), v, accb * alpha_b[:, None], input_precision=DOT_PRECISION)
