@@ -16,6 +16,7 @@ import json
 import numpy as np
 
 from raygrid.bench.throughput import provenance
+from raygrid.kernels.ops import FP8_FAST_ACCUM
 
 
 def score(model: str, prompts, **kwargs):
@@ -74,7 +75,7 @@ def main() -> None:
     if "fp8" in all_tokens and "bfloat16" in all_tokens:
         fp8, bf16 = all_tokens["fp8"], all_tokens["bfloat16"]
         report["variants"]["fp8"]["first_token_matches_bf16"] = float(np.mean([f[0] == b[0] for f, b in zip(fp8, bf16)]))
-    report["fp8_fast_accum"] = __import__("raygrid.kernels.ops", fromlist=["FP8_FAST_ACCUM"]).FP8_FAST_ACCUM
+    report["fp8_fast_accum"] = FP8_FAST_ACCUM
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
 

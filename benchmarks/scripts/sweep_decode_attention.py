@@ -186,16 +186,14 @@ def sweep_long_bulk(args) -> None:
     the combine kernel included): the number of slices, as programs an SM (the policy's ``programs_per_sm``), their
     least length and the pipeline's stages."""
     from raygrid.bench.kernel_timing import cuda_graph_ms
-    from raygrid.kernels.triton_attention import _num_sms
 
-    sms = _num_sms(torch.device("cuda"))
     results = []
     for num_seqs, context in [(1, 32768), (1, 8192)]:
         read = kv_bytes(num_seqs * context)
         query, cache, tables, lens = make_case(num_seqs, context, 64)
         auto = decode_splits(num_seqs, KV_HEADS, query.device)
         for per_sm, min_split, stages in itertools.product((1, 2, 3, 4, 6, 8), (128, 256), (2, 3)):
-            splits = -(-per_sm * sms // (num_seqs * KV_HEADS))
+            splits = decode_splits(num_seqs, KV_HEADS, query.device, programs_per_sm=per_sm, max_splits=1024)  # uncapped
             row = {"seqs": num_seqs, "context": context, "page": 64, "tma": True, "programs_per_sm": per_sm,
                    "splits": splits, "min_split": min_split, "stages": stages, "default": splits == auto and min_split == 256
                    and stages == 2}

@@ -492,8 +492,8 @@ DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_s
 # benchmarks/scripts/sweep_prefill_attention.py on an H200 (benchmarks/README.md). RAYGRID_PREFILL_CONFIG
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches. subtiles=2 holds each 128-row tile as
 # two halves whose softmax and products interleave: 528 against 477 TFLOP/s at 32k tokens on an H200.
-PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=2,
-                                   maxnreg=None), "RAYGRID_PREFILL_CONFIG")
+PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=2),
+                             "RAYGRID_PREFILL_CONFIG")
 # A batch whose sequences bring few queries each (a mixed step: many decode rows beside a prompt or two) would
 # leave most of a 128-row tile empty, and its tiles are compute spent on nothing: it takes 16-row tiles. On an
 # H200, 256 decode rows of 640-token contexts beside two 512-token prompts: 192 us a layer against 289 us with
@@ -564,12 +564,13 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=None,
                             block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                             num_stages: int | None = None, pack: int | None = None, tma: bool | None = None,
-                            subtiles: int | None = None, maxnreg: int | None = None):
+                            subtiles: int | None = None):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
     query heads of one kv head share a program (at most the group size, and a divisor of it). With ``tma``, where
     pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy (the default for 16-bit queries;
-    otherwise rows are gathered through the block table). A launch parameter left None comes from
-    ``prefill_launch`` for this batch.
+    otherwise rows are gathered through the block table). ``subtiles=2`` holds each query tile as two halves
+    (``_prefill_tile_halves``; tiles of 32 rows or more). A launch parameter left None comes from ``prefill_launch``
+    for this batch.
 
     The launch depends on the shapes alone, so a CUDA graph may capture it: rows past ``query_start_loc[-1]``
     belong to no sequence (their output is left as it was), and sequences with no queries are skipped."""
@@ -585,7 +586,6 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     pack = launch["pack"] if pack is None else pack
     if subtiles is None:  # the launch's, where a tile of block_m rows has halves of at least 16 (tl.dot's least)
         subtiles = launch.get("subtiles", 1) if block_m >= 32 else 1
-    maxnreg = launch.get("maxnreg") if maxnreg is None else maxnreg
     if subtiles not in (1, 2) or block_m // subtiles < 16:
         raise ValueError(f"subtiles: 1, or 2 where block_m // 2 >= 16 (got {subtiles} with block_m {block_m})")
     if tma is None:  # float32 tiles of the default shape would not fit shared memory's pipeline stages
@@ -602,7 +602,7 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=_tile_width(head_dim),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
         FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, SUBTILES=subtiles, num_warps=num_warps,
-        num_stages=num_stages, **({} if maxnreg is None else {"maxnreg": maxnreg}), **pdl_launch(query.device),
+        num_stages=num_stages, **pdl_launch(query.device),
     )
     return out
 
