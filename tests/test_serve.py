@@ -82,6 +82,18 @@ def engine_replicas() -> dict[int, list[int]]:
     return {r: [pid for pid, ppid, cmd in table if ppid == r and b"spawn_main" in cmd] for r in replicas}
 
 
+def busiest(pids: list[int], window_s: float = 0.3) -> int:
+    """Of these processes, the one that used the most CPU time over the next ``window_s`` (an engine generating,
+    against one whose requests have all finished)."""
+    def cpu_ticks(pid: int) -> int:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    before = {pid: cpu_ticks(pid) for pid in pids}
+    time.sleep(window_s)
+    return max(pids, key=lambda pid: cpu_ticks(pid) - before[pid])
+
+
 def test_openai_routes_through_serve(app, qwen3_dir, tokenizer):
     client = openai.OpenAI(base_url=f"{app}/v1", api_key="unused", max_retries=0)
     assert [m.id for m in client.models.list().data] == ["tiny"]
@@ -152,11 +164,20 @@ def test_killed_engine_process_is_replaced_and_the_app_keeps_answering(app, toke
     expected = stream_all(client, prompts)
     before = engine_replicas()
     assert len(before) == 2 and all(len(pids) == 1 for pids in before.values()), before
-    victim, (pid,) = next(iter(before.items()))
-    # Killed once every stream has a token: each request has then been heard from its replica, so the victim's requests
-    # move as migrations (a request whose replica dies before its first output is sent again, and not counted).
-    every_stream_started = lambda counts: min(counts) >= 1  # noqa: E731
-    assert stream_all(client, prompts, [(every_stream_started, lambda: os.kill(pid, signal.SIGKILL))]) == expected
+    killed = {}
+
+    def kill_a_busy_engine():
+        # Early in the streams (32 of their about 1,000 chunks), the engine busier over 0.3 s: it is generating, so its
+        # requests have been heard from by the ingress and are far from done, and they move as migrations (a request
+        # whose replica dies before its first output is sent again, and not counted). A fixed replica may have had
+        # none heard from yet; waiting for every stream's first token came too late: with 8 sequences and 24 KV
+        # blocks a replica, streams start in waves, and the last started after one replica had finished its own.
+        pid = busiest([pid for (pid,) in before.values()])
+        killed["replica"] = next(replica for replica, pids in before.items() if pids == [pid])
+        os.kill(pid, signal.SIGKILL)
+
+    assert stream_all(client, prompts, [(32, kill_a_busy_engine)]) == expected
+    victim = killed["replica"]
     # The ingress counts its migrations on Ray's metrics endpoint, under the dashboard's name.
     deadline, migrated = time.monotonic() + 60, []
     while not migrated and time.monotonic() < deadline:
