@@ -91,19 +91,21 @@ def test_seeded_sampling_on_gpu_does_not_depend_on_the_batch(model_dirs, tokeniz
         llm.shutdown()
 
 
-@pytest.mark.parametrize("model,kv_cache_dtype", [("qwen3", "auto"), ("llama", "auto"), ("qwen3", "fp8")])
-def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_parameter(model_dirs, tokenizer, model, kv_cache_dtype):
+@pytest.mark.parametrize("model,quantized", [("qwen3", {}), ("llama", {}), ("qwen3", dict(kv_cache_dtype="fp8")),
+                                             ("llama", dict(quantization="fp8"))], ids=["qwen3", "llama", "qwen3-fp8-kv", "llama-fp8"])
+def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_parameter(model_dirs, tokenizer, model, quantized):
     """The plain engine (synchronous, eager) against async scheduling with CUDA graphs, on the GPU, for the
     sampling features of the CPU test: penalties, min_tokens and stop tokens, top-k/top-p/min-p, seeds,
     logprobs, n; float32, and logprobs compared within a tolerance (the two batchings round differently).
-    Also over the FP8 KV cache (its own decode launch)."""
+    Also over the FP8 KV cache (its own decode launch) and FP8 weights (torch._scaled_mm, products scaled by the
+    kernel after)."""
     from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
 
     prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=35)]
     results = []
     for mode in (dict(async_scheduling=False, enforce_eager=True), dict(async_scheduling=True)):
         llm = LLM(model=model_dirs[model], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32",
-                  kv_cache_dtype=kv_cache_dtype, **mode)
+                  **quantized, **mode)
         try:
             stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
             results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
@@ -113,6 +115,32 @@ def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_p
         finally:
             llm.shutdown()
     assert_same_outputs(results[0], results[1])
+
+
+def test_fp8_products_scaled_by_the_next_kernel_equal_their_own_launch(model_dirs, tokenizer, monkeypatch):
+    """FP8 weights in bf16 with CUDA graphs: the small batches' products scaled by the kernel that reads them next
+    (RMSNorm, SiLU-and-mul: ops.Fp8Product) against each scaled by a launch of its own (RAYGRID_FP8_DEFER_SCALE=0),
+    for every sampling parameter of the CPU test: the same tokens and logprobs, bit for bit, since the kernels
+    scale each value as scale_fp8_product does."""
+    from raygrid.kernels import ops
+    from tests.test_execution_modes import params_per_prompt, summarize
+
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=41)]
+    results = []
+    for defer in (False, True):
+        monkeypatch.setattr(ops, "FP8_DEFER_SCALE", defer)
+        llm = LLM(model=model_dirs["llama"], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="bfloat16",
+                  quantization="fp8", async_scheduling=True)
+        try:
+            mlp = llm.engine.executor.worker.runner.model.layers[0].mlp
+            x = torch.randn(4, mlp.gate_up_proj.weight.shape[1], dtype=torch.bfloat16, device="cuda")
+            assert isinstance(mlp.gate_up_proj(x, defer_scale=True), ops.Fp8Product) == defer
+            del mlp, x
+            stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
+            results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
+        finally:
+            llm.shutdown()
+    assert results[0] == results[1]
 
 
 @pytest.mark.parametrize("model", ["qwen3", "llama"])

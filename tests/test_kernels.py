@@ -751,3 +751,105 @@ def test_rms_norm_and_silu_and_mul_hand_fp8_layers_their_input_quantized(dtype):
                                atol=2e-2, rtol=2e-2)
     with pytest.raises(ValueError, match="needs FP8 weights"):
         ops.linear(act, weight.float())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fp8_products_scaled_by_the_kernel_that_reads_them(dtype):
+    """An FP8 layer's product with unit scales (ops.Fp8Product) read by RMSNorm (with and without the residual add,
+    with and without an FP8 output) and by SiLU-and-mul (FP8 output or not, rows of more than ONE_PASS_MAX), each
+    scaling it as it loads it: bit for bit what they make of it scaled first by scale_fp8_product. Through ops: small
+    batches' FP8 layers hand over an Fp8Product on a GPU when asked (a plain tensor above FP8_TENSORWISE_MAX_M rows,
+    with a bias, and on CPU), and ops.rms_norm and ops.silu_and_mul take it on any device."""
+    from raygrid.kernels import ops
+    from raygrid.kernels.elementwise_ref import MIN_SCALE
+    from raygrid.kernels.triton_quant import ONE_PASS_MAX, scale_fp8_product
+    from raygrid.models.layers.fp8 import quantize_per_channel
+
+    def same(got, expected):
+        if isinstance(got, tuple):  # (values, scales), or (norm, residual)
+            assert isinstance(expected, tuple) and len(got) == len(expected)
+            return [same(g, e) for g, e in zip(got, expected)]
+        g, e = got, expected
+        assert g.dtype == e.dtype and g.shape == e.shape
+        if g.dtype == torch.float8_e4m3fn:
+            g, e = g.view(torch.uint8), e.view(torch.uint8)
+        if ON_GPU and dtype == torch.float32:
+            # float32 models: nothing rounds between the scaling and what follows, which the compiler may contract
+            # into FMAs; a value may then land one float8 step away.
+            if g.dtype != torch.uint8:
+                torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+            return
+        assert torch.equal(g, e)
+
+    def product(m, n):
+        return torch.randn(m, n, device=DEVICE).to(dtype) * 300, torch.rand(m, 1, device=DEVICE) / 100, torch.rand(n, device=DEVICE) / 50
+
+    hidden, inters = (4096, [14336, ONE_PASS_MAX + 8]) if ON_GPU else (64, [48, ONE_PASS_MAX + 8])
+    y, xs, ws = product(9, hidden)
+    w = torch.randn(hidden, dtype=dtype, device=DEVICE)
+    r = torch.randn(9, hidden, dtype=dtype, device=DEVICE)
+    first = scale_fp8_product(y.clone(), xs, ws, None)
+    for residual in (None, r):
+        for fp8 in (None, MIN_SCALE):
+            same(rms_norm(y, w, 1e-6, residual, fp8_min_scale=fp8, product_scales=(xs, ws)),
+                 rms_norm(first, w, 1e-6, residual, fp8_min_scale=fp8))
+    for n in inters:
+        gate_up, xs, ws = product(5, 2 * n)
+        first = scale_fp8_product(gate_up.clone(), xs, ws, None)
+        for fp8 in (None, MIN_SCALE):
+            same(silu_and_mul(gate_up.clone(), fp8_min_scale=fp8, product_scales=(xs, ws)), silu_and_mul(first, fp8_min_scale=fp8))
+
+    # The qkv product: rotary (Llama) and q/k norms with rotary (Qwen3) scale q and k as they read them, v in place.
+    heads, kv_heads, head_dim = (32, 8, 128) if ON_GPU else (4, 2, 16)
+    width = (heads + 2 * kv_heads) * head_dim
+    positions = torch.randint(0, 64, (7,), device=DEVICE)
+    angles = torch.rand(64, head_dim // 2, device=DEVICE).repeat(1, 2)  # the two halves rotate by the same angles
+    cos, sin = angles.cos(), angles.sin()
+    qw, kw = torch.randn(head_dim, dtype=dtype, device=DEVICE), torch.randn(head_dim, dtype=dtype, device=DEVICE)
+
+    def split(qkv):
+        q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        return q.view(7, heads, head_dim), k.view(7, kv_heads, head_dim), v.view(7, kv_heads, head_dim)
+
+    qkv, xs, ws = product(7, width)
+    for norms in (False, True):
+        first, fused = split(scale_fp8_product(qkv.clone(), xs, ws, None)), split(qkv.clone())
+        if norms:
+            expected = qk_norm_rotary(positions, *first[:2], qw, kw, 1e-6, cos, sin) + first[2:]
+            got = qk_norm_rotary(positions, *fused[:2], qw, kw, 1e-6, cos, sin, fused[2], (xs, ws)) + fused[2:]
+        else:
+            expected = rotary_inplace(positions, *first[:2], cos, sin) + first[2:]
+            got = rotary_inplace(positions, *fused[:2], cos, sin, fused[2], (xs, ws)) + fused[2:]
+        same(got, expected)
+        # Through ops (on CPU: the reference, which scales first).
+        fused = split(qkv.clone())
+        got = (ops.qk_norm_rotary(positions, *fused[:2], qw, kw, 1e-6, cos, sin, fused[2], (xs, ws)) if norms
+               else ops.rotary(positions, *fused[:2], cos, sin, fused[2], (xs, ws))) + fused[2:]
+        torch.testing.assert_close(tuple(g.float() for g in got), tuple(e.float() for e in expected), **tol(dtype))
+    q, k, v = split(qkv.clone())
+    with pytest.raises(ValueError, match="slices of one product"):
+        rotary_inplace(positions, q, k, cos, sin, v.clone(), (xs, ws))
+
+    def copy(p):  # scaled() scales in place (a product is read once)
+        return ops.Fp8Product(p.values.clone(), p.x_scale, p.weight_scale)
+
+    weight, scale = quantize_per_channel(torch.randn(hidden, 96, device=DEVICE) / 32)
+    bias = torch.randn(hidden, dtype=dtype, device=DEVICE)
+    for m in (3, 300):
+        x = torch.randn(m, 96, dtype=dtype, device=DEVICE)
+        res = torch.randn(m, hidden, dtype=dtype, device=DEVICE)
+        deferred = ops.linear(x, weight, None, scale, defer_scale=True)
+        assert isinstance(deferred, ops.Fp8Product) == (ON_GPU and m <= ops.FP8_TENSORWISE_MAX_M), m
+        assert not isinstance(ops.linear(x, weight, bias, scale, defer_scale=True), ops.Fp8Product)
+        plain = ops.linear(x, weight, None, scale)
+        if isinstance(deferred, ops.Fp8Product):
+            same(copy(deferred).scaled(), plain)
+        same(ops.rms_norm(deferred, w, 1e-6, res), ops.rms_norm(plain, w, 1e-6, res))
+        # On CPU the layer's reference made a tensor: an Fp8Product to read comes from here.
+        deferred = ops.Fp8Product(*product(m, 2 * hidden))
+        torch.testing.assert_close(copy(deferred).scaled().float(), deferred.values.float() * deferred.x_scale * deferred.weight_scale,
+                                   **tol(dtype))
+        for fp8 in (False, True):
+            got, expected = ops.silu_and_mul(copy(deferred), fp8=fp8), ops.silu_and_mul(copy(deferred).scaled(), fp8=fp8)
+            same(tuple(got[:2]) if fp8 else got, tuple(expected[:2]) if fp8 else expected)
+        same(ops.rms_norm(copy(deferred), w.repeat(2), 1e-6, fp8=False), ops.rms_norm(copy(deferred).scaled(), w.repeat(2), 1e-6))

@@ -38,17 +38,43 @@ class Fp8Activation(NamedTuple):
     dtype: torch.dtype  # the model's, which the product comes back in
 
 
+class Fp8Product(NamedTuple):
+    """An FP8 layer's output before its scales: ``values [T, N]``, the product of the float8 input and weight with
+    unit scales in the model's dtype, to be scaled by ``x_scale [T, 1]`` per token and ``weight_scale [N]`` per
+    channel (as ``triton_quant.scale_fp8_product`` does). Small batches' FP8 layers hand this over when asked
+    (``linear(..., defer_scale=True)``) so that the kernel reading the output next, RMSNorm or SiLU-and-mul, scales
+    it as it loads it instead of a launch of its own (``scaled`` gives the plain tensor, in place: a product is read
+    once)."""
+
+    values: torch.Tensor
+    x_scale: torch.Tensor
+    weight_scale: torch.Tensor
+
+    def scaled(self) -> torch.Tensor:
+        if use_triton(self.values):
+            from raygrid.kernels.triton_quant import scale_fp8_product
+
+            return scale_fp8_product(self.values, self.x_scale, self.weight_scale, None)
+        return (self.values.float() * self.x_scale * self.weight_scale).to(self.values.dtype)
+
+
+def scaled(x: torch.Tensor | Fp8Product) -> torch.Tensor:
+    """``x`` as a plain tensor (an ``Fp8Product`` scaled)."""
+    return x.scaled() if isinstance(x, Fp8Product) else x
+
+
 def linear(x: torch.Tensor | Fp8Activation, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           weight_scale: torch.Tensor | None = None) -> torch.Tensor:
+           weight_scale: torch.Tensor | None = None, defer_scale: bool = False) -> torch.Tensor | Fp8Product:
     """``x @ weight.T + bias``. FP8 weights (with per-channel ``weight_scale``) go through ``torch._scaled_mm`` on a
     GPU, their reference elsewhere, and take ``x`` quantized already (``Fp8Activation``) or quantize it here; small
-    decode batches through the skinny Triton kernel; the rest through cuBLAS."""
+    decode batches through the skinny Triton kernel; the rest through cuBLAS. ``defer_scale``: the caller takes an
+    ``Fp8Product`` where the FP8 product would be scaled by a launch of its own (small batches on a GPU, no bias)."""
     if isinstance(x, Fp8Activation):
         if weight_scale is None:
             raise ValueError("linear: an Fp8Activation input needs FP8 weights (weight_scale)")
-        return _fp8_linear_quantized(x, weight, weight_scale, bias)
+        return _fp8_linear_quantized(x, weight, weight_scale, bias, defer_scale)
     if weight_scale is not None:
-        return _fp8_linear(x, weight, weight_scale, bias)
+        return _fp8_linear(x, weight, weight_scale, bias, defer_scale)
     if (use_triton(x) and x.dim() == 2 and x.shape[0] <= _SKINNY_MAX_M and weight.numel() <= _SKINNY_MAX_WEIGHT
             and x.dtype in (torch.bfloat16, torch.float16)):
         from raygrid.kernels.triton_linear import skinny_linear
@@ -57,24 +83,28 @@ def linear(x: torch.Tensor | Fp8Activation, weight: torch.Tensor, bias: torch.Te
     return F.linear(x, weight, bias)
 
 
-def _fp8_linear(x, weight, weight_scale, bias):
+def _fp8_linear(x, weight, weight_scale, bias, defer_scale=False):
     from raygrid.kernels.triton_quant import per_token_quant_fp8
     from raygrid.models.layers.fp8 import fp8_linear_ref
 
     if not use_triton(x):
         return fp8_linear_ref(x, weight, weight_scale, bias)
     x2 = x.reshape(-1, x.shape[-1])
-    y = _fp8_linear_quantized(Fp8Activation(*per_token_quant_fp8(x2, MIN_SCALE), x.dtype), weight, weight_scale, bias)
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    y = _fp8_linear_quantized(Fp8Activation(*per_token_quant_fp8(x2, MIN_SCALE), x.dtype), weight, weight_scale, bias,
+                              defer_scale and x.dim() == 2)
+    return y if isinstance(y, Fp8Product) else y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def _fp8_linear_quantized(x: Fp8Activation, weight, weight_scale, bias):
+def _fp8_linear_quantized(x: Fp8Activation, weight, weight_scale, bias, defer_scale=False):
     from raygrid.models.layers.fp8 import fp8_product_ref
 
     if not use_triton(x.values):
         return fp8_product_ref(x.values, x.scale, weight, weight_scale, bias, x.dtype)
-    product = fp8_product_tensorwise if x.values.shape[0] <= FP8_TENSORWISE_MAX_M else fp8_product_rowwise
-    return product(x.values, x.scale, weight, weight_scale, bias, x.dtype)
+    if x.values.shape[0] > FP8_TENSORWISE_MAX_M:
+        return fp8_product_rowwise(x.values, x.scale, weight, weight_scale, bias, x.dtype)
+    if defer_scale and bias is None and FP8_DEFER_SCALE:
+        return Fp8Product(fp8_product_unscaled(x.values, weight, x.dtype), x.scale, weight_scale)
+    return fp8_product_tensorwise(x.values, x.scale, weight, weight_scale, bias, x.dtype)
 
 
 # Rows up to which FP8 layers multiply with unit scales (cuBLASLt) and scale the product after, instead of
@@ -86,6 +116,9 @@ FP8_TENSORWISE_MAX_M = int(os.environ.get("RAYGRID_FP8_TENSORWISE_MAX_M", "256")
 # steps of K. On an H200 it took W1 on the 8B shape (FP8 weights and cache) from 13,868 to 14,336 output tok/s
 # (benchmarks/README.md). RAYGRID_FP8_FAST_ACCUM=0 turns it off.
 FP8_FAST_ACCUM = os.environ.get("RAYGRID_FP8_FAST_ACCUM", "1") == "1"
+# Whether those small batches' layers may leave their product's scaling to the kernel that reads it next
+# (Fp8Product): RAYGRID_FP8_DEFER_SCALE=0 scales every product in a launch of its own, for A/B runs.
+FP8_DEFER_SCALE = os.environ.get("RAYGRID_FP8_DEFER_SCALE", "1") == "1"
 
 
 def fp8_product_rowwise(x_q, x_scale, weight, weight_scale, bias, dtype):
@@ -99,9 +132,12 @@ def fp8_product_tensorwise(x_q, x_scale, weight, weight_scale, bias, dtype):
     """Unit scales, then both scales (and the bias) applied by one small kernel."""
     from raygrid.kernels.triton_quant import scale_fp8_product
 
+    return scale_fp8_product(fp8_product_unscaled(x_q, weight, dtype), x_scale, weight_scale, bias)
+
+
+def fp8_product_unscaled(x_q, weight, dtype):
     one = _unit_scale(x_q.device)
-    return scale_fp8_product(torch._scaled_mm(x_q, weight.t(), scale_a=one, scale_b=one, out_dtype=dtype,
-                                              use_fast_accum=FP8_FAST_ACCUM), x_scale, weight_scale, bias)
+    return torch._scaled_mm(x_q, weight.t(), scale_a=one, scale_b=one, out_dtype=dtype, use_fast_accum=FP8_FAST_ACCUM)
 
 
 @functools.cache
@@ -109,17 +145,25 @@ def _unit_scale(device: torch.device) -> torch.Tensor:
     return torch.ones((), dtype=torch.float32, device=device)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, fp8: bool = False):
+def rms_norm(x: torch.Tensor | Fp8Product, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+             fp8: bool = False):
     """``norm(x)``, or ``(norm(x + residual), x + residual)``; with ``fp8`` the norm comes as an ``Fp8Activation``
-    for the FP8 layer it feeds (one kernel on a GPU: the norm is not written in the model's dtype first)."""
+    for the FP8 layer it feeds (one kernel on a GPU: the norm is not written in the model's dtype first). An
+    ``Fp8Product`` ``x`` is scaled as the kernel loads it."""
+    product_scales = None
+    if isinstance(x, Fp8Product):
+        x, product_scales = x.values, (x.x_scale, x.weight_scale)
     if use_triton(x):
         from raygrid.kernels.triton_ops import rms_norm as triton_rms_norm
 
-        result = triton_rms_norm(x, weight, eps, residual, fp8_min_scale=MIN_SCALE if fp8 else None)
+        result = triton_rms_norm(x, weight, eps, residual, fp8_min_scale=MIN_SCALE if fp8 else None,
+                                 product_scales=product_scales)
         normed = result if residual is None else result[0]
         if fp8:
             normed = Fp8Activation(*normed, x.dtype)
         return normed if residual is None else (normed, result[1])
+    if product_scales is not None:
+        x = Fp8Product(x, *product_scales).scaled()
     if residual is not None:
         x = x + residual
     normed = rms_norm_ref(x, weight, eps)
@@ -128,14 +172,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     return normed if residual is None else (normed, x)
 
 
-def silu_and_mul(x: torch.Tensor, fp8: bool = False) -> torch.Tensor | Fp8Activation:
-    """SiLU(gate) * up of ``[T, 2n]``; with ``fp8``, as an ``Fp8Activation`` for the FP8 layer it feeds."""
+def silu_and_mul(x: torch.Tensor | Fp8Product, fp8: bool = False) -> torch.Tensor | Fp8Activation:
+    """SiLU(gate) * up of ``[T, 2n]``; with ``fp8``, as an ``Fp8Activation`` for the FP8 layer it feeds. An
+    ``Fp8Product`` ``x`` is scaled as the kernel loads it."""
+    product_scales = None
+    if isinstance(x, Fp8Product):
+        x, product_scales = x.values, (x.x_scale, x.weight_scale)
     if use_triton(x):
         from raygrid.kernels.triton_ops import silu_and_mul as triton_silu_and_mul
 
         if fp8:
-            return Fp8Activation(*triton_silu_and_mul(x, fp8_min_scale=MIN_SCALE), x.dtype)
-        return triton_silu_and_mul(x)
+            return Fp8Activation(*triton_silu_and_mul(x, fp8_min_scale=MIN_SCALE, product_scales=product_scales), x.dtype)
+        return triton_silu_and_mul(x, product_scales=product_scales)
+    if product_scales is not None:
+        x = Fp8Product(x, *product_scales).scaled()
     y = silu_and_mul_ref(x)
     return Fp8Activation(*quantize_per_token(y), x.dtype) if fp8 else y
 
@@ -150,23 +200,40 @@ def fused_moe(hidden, w13, w2, topk_weights, topk_ids, experts_elsewhere: bool =
     return fused_moe_ref(hidden, w13, w2, topk_weights, topk_ids)
 
 
-def rotary(positions, q, k, cos_cache, sin_cache):
+def rotary(positions, q, k, cos_cache, sin_cache, v=None, product_scales=None):
+    """Rotary on q ``[T, heads, d]`` and k ``[T, kv_heads, d]``. With ``v`` and ``product_scales`` (``x_scale
+    [T, 1]``, ``weight_scale``), q, k and v are the slices of an FP8 qkv product (``Fp8Product``) scaled here too,
+    v in place."""
     if use_triton(q):
         from raygrid.kernels.triton_ops import rotary_inplace
 
-        return rotary_inplace(positions, q, k, cos_cache, sin_cache)
+        return rotary_inplace(positions, q, k, cos_cache, sin_cache, v, product_scales)
+    if product_scales is not None:
+        q, k = _scale_qkv_ref(q, k, v, *product_scales)
     cos = cos_cache[positions].to(q.dtype).unsqueeze(1)
     sin = sin_cache[positions].to(q.dtype).unsqueeze(1)
     return apply_rotary_ref(q, cos, sin), apply_rotary_ref(k, cos, sin)
 
 
-def qk_norm_rotary(positions, q, k, q_weight, k_weight, eps: float, cos_cache, sin_cache):
-    """Per-head RMSNorm of q and k (Qwen3), then rotary: new q ``[T, heads, d]`` and k ``[T, kv_heads, d]``."""
+def qk_norm_rotary(positions, q, k, q_weight, k_weight, eps: float, cos_cache, sin_cache, v=None, product_scales=None):
+    """Per-head RMSNorm of q and k (Qwen3), then rotary: new q ``[T, heads, d]`` and k ``[T, kv_heads, d]``. ``v``
+    and ``product_scales``: an FP8 qkv product, as ``rotary`` takes it."""
     if use_triton(q):
         from raygrid.kernels.triton_ops import qk_norm_rotary as triton_qk_norm_rotary
 
-        return triton_qk_norm_rotary(positions, q, k, q_weight, k_weight, eps, cos_cache, sin_cache)
+        return triton_qk_norm_rotary(positions, q, k, q_weight, k_weight, eps, cos_cache, sin_cache, v, product_scales)
+    if product_scales is not None:
+        q, k = _scale_qkv_ref(q, k, v, *product_scales)
     return rotary(positions, rms_norm_ref(q, q_weight, eps), rms_norm_ref(k, k_weight, eps), cos_cache, sin_cache)
+
+
+def _scale_qkv_ref(q, k, v, x_scale, weight_scale):
+    """The slices of an FP8 qkv product scaled: new q and k, v in place."""
+    scaled = []
+    for part, scale in zip((q, k, v), weight_scale.split([q.shape[1] * q.shape[2], k.shape[1] * k.shape[2], v.shape[1] * v.shape[2]])):
+        scaled.append(Fp8Product(part.reshape(part.shape[0], -1), x_scale, scale).scaled().view(part.shape))
+    v.copy_(scaled[2])
+    return scaled[0], scaled[1]
 
 
 def store_kv(key, value, kv_cache, slot_mapping) -> None:

@@ -8,7 +8,9 @@
 - ``quantize_row``: the same quantization of one row held in registers, which RMSNorm and SiLU-and-mul
   (``triton_ops``) call to hand an FP8 layer its input already quantized, instead of writing it in the model's
   dtype for this kernel to read again.
-- ``scale_fp8_product``: the scaling after a product with unit scales (the small batches' path in ``ops.linear``).
+- ``scale_fp8_product``: the scaling after a product with unit scales (the small batches' path in ``ops.linear``),
+  and ``scale_product_row``, the same scaling of one row as a kernel that reads such a product loads it (RMSNorm and
+  SiLU-and-mul, instead of a launch of its own: ``ops.Fp8Product``).
 - ``round_to_e4m3``: float32 to the nearest float8 value, for the float8 casts here and in the FP8 KV cache's
   store (``triton_attention``) under the interpreter (``ROUND_BEFORE_FP8_CAST``).
 """
@@ -56,6 +58,15 @@ def quantize_row(x, q_ptrs, mask, scale_ptr, FP8_MAX: tl.constexpr, MIN_SCALE: t
         q = round_to_e4m3(q)
     tl.store(q_ptrs, q.to(q_ptrs.dtype.element_ty), mask=mask)
     tl.store(scale_ptr, scale)
+
+
+@triton.jit
+def scale_product_row(y, x_scale_ptr, w_scale_ptr, row, cols, mask, dtype: tl.constexpr):
+    """One row of an FP8 layer's product with unit scales (``ops.Fp8Product``) scaled as ``scale_fp8_product``
+    scales it (per token, then per channel, in float32), back in the product's dtype: for kernels that read such a
+    product and scale it as they load it."""
+    y = y.to(tl.float32) * tl.load(x_scale_ptr + row)
+    return (y * tl.load(w_scale_ptr + cols, mask=mask, other=0.0)).to(dtype)
 
 
 @triton.jit

@@ -68,17 +68,21 @@ class DecoderAttention(nn.Module):
         """FP8 weights: the norm before hands its output over quantized (``ops.Fp8Activation``)."""
         return self.qkv_proj.weight_scale is not None
 
-    def forward(self, positions, hidden, kv_cache, meta: AttentionMetadata) -> torch.Tensor:
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+    def forward(self, positions, hidden, kv_cache, meta: AttentionMetadata) -> torch.Tensor | ops.Fp8Product:
+        qkv = self.qkv_proj(hidden, defer_scale=True)
+        scales = None  # an FP8 product's, applied by the rotary kernel (q and k as it rotates them, v in place)
+        if isinstance(qkv, ops.Fp8Product):
+            qkv, scales = qkv.values, (qkv.x_scale, qkv.weight_scale)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:  # Qwen3: per-head norms, fused with the rotation
             q, k = ops.qk_norm_rotary(positions, q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
-                                      self.rotary.cos_cache, self.rotary.sin_cache)
+                                      self.rotary.cos_cache, self.rotary.sin_cache, v, scales)
         else:
-            q, k = self.rotary(positions, q, k)
-        return self.o_proj(self.attn(q, k, v, kv_cache, meta))
+            q, k = self.rotary(positions, q, k, v, scales)
+        return self.o_proj(self.attn(q, k, v, kv_cache, meta), defer_scale=True)  # scaled by the norm after
 
 
 class DecoderMLP(nn.Module):
@@ -96,8 +100,10 @@ class DecoderMLP(nn.Module):
         """FP8 weights: the norm before hands its output over quantized, and so does SiLU-and-mul to down_proj."""
         return self.gate_up_proj.weight_scale is not None
 
-    def forward(self, x: torch.Tensor | ops.Fp8Activation) -> torch.Tensor:
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x), fp8=self.down_proj.weight_scale is not None))
+    def forward(self, x: torch.Tensor | ops.Fp8Activation) -> torch.Tensor | ops.Fp8Product:
+        """FP8 products of small batches are scaled by the kernel that reads them: SiLU-and-mul, then the next norm."""
+        gate_up = self.gate_up_proj(x, defer_scale=True)
+        return self.down_proj(ops.silu_and_mul(gate_up, fp8=self.down_proj.weight_scale is not None), defer_scale=True)
 
 
 class DecoderLayer(nn.Module):
@@ -157,7 +163,7 @@ class LlamaForCausalLM(nn.Module):
         for layer, kv_cache in zip(self.layers, kv_caches):
             hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
         if not self.is_last_stage:
-            return hidden, residual
+            return ops.scaled(hidden), residual
         hidden, _ = self.norm(hidden, residual)
         return hidden
 

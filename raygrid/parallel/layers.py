@@ -47,9 +47,11 @@ class ColumnParallelLinear(nn.Module):
         n = self.out_per_rank
         param.data.copy_(loaded.narrow(0, self.tp.rank_in_group * n, n))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = ops.linear(x, self.weight, self.bias, self.weight_scale)
-        return self.tp.all_gather(y, dim=-1) if self.gather_output else y
+    def forward(self, x: torch.Tensor, defer_scale: bool = False) -> torch.Tensor | ops.Fp8Product:
+        """``defer_scale``: the caller reads an ``ops.Fp8Product`` (FP8 weights, small batches)."""
+        if self.gather_output:
+            return self.tp.all_gather(ops.linear(x, self.weight, self.bias, self.weight_scale), dim=-1)
+        return ops.linear(x, self.weight, self.bias, self.weight_scale, defer_scale=defer_scale)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -111,7 +113,11 @@ class RowParallelLinear(nn.Module):
         n = self.in_per_rank
         param.data.copy_(loaded.narrow(1, self.tp.rank_in_group * n, n))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, defer_scale: bool = False) -> torch.Tensor | ops.Fp8Product:
+        """``defer_scale``: the caller reads an ``ops.Fp8Product`` (FP8 weights, small batches), if this rank holds the
+        whole sum: each rank's product has its own input scales, so the all-reduce needs them applied."""
+        if defer_scale and self.tp.world_size == 1 and self.bias is None:
+            return ops.linear(x, self.weight, weight_scale=self.weight_scale, defer_scale=True)
         y = self.tp.all_reduce(ops.linear(x, self.weight, weight_scale=self.weight_scale))
         return y if self.bias is None else y + self.bias
 

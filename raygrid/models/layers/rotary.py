@@ -40,7 +40,9 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cache", (emb.cos() * scaling).to(device), persistent=False)
         self.register_buffer("sin_cache", (emb.sin() * scaling).to(device), persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate q ``[T, heads, d]`` and k ``[T, kv_heads, d]`` to their token positions ``[T]``."""
-        return ops.rotary(positions, q, k, self.cos_cache, self.sin_cache)
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None,
+                product_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q ``[T, heads, d]`` and k ``[T, kv_heads, d]`` to their token positions ``[T]`` (``v`` and
+        ``product_scales``: the slices of an FP8 qkv product, scaled too, as ``ops.rotary`` takes them)."""
+        return ops.rotary(positions, q, k, self.cos_cache, self.sin_cache, v, product_scales)
 
