@@ -357,10 +357,11 @@ def test_fp8_kv_cache_store_decode_and_prefill(dtype):
     got = paged_attention_decode(query, stored, tables, lens, scale, block_n=16, num_splits=3, min_split_tokens=16)
     torch.testing.assert_close(got, expected, **close)
     torch.testing.assert_close(paged_attention_decode(query, stored, tables, lens, scale), expected, **close)  # the engine's launch
-    # and its launch for full batches (DECODE_CONFIG["fp8_narrow_from"]), longest first
-    narrow = paged_attention_decode(query, stored, tables, lens, scale, block_n=32, num_warps=1, num_splits=1,
-                                    order=torch.argsort(lens, descending=True).int())
-    torch.testing.assert_close(narrow, expected, **close)
+    # and its launches for fuller batches (DECODE_CONFIG["fp8_medium_from"], ["fp8_narrow_from"]), longest first
+    for block_n, warps in ((64, 2), (32, 1)):
+        narrow = paged_attention_decode(query, stored, tables, lens, scale, block_n=block_n, num_warps=warps, num_splits=1,
+                                        order=torch.argsort(lens, descending=True).int())
+        torch.testing.assert_close(narrow, expected, **close)
     new = [min(n, 9) for n in seq_lens]  # the last tokens of each sequence, after a cached prefix
     starts = [0]
     for n in new:

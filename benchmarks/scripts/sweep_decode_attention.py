@@ -77,6 +77,10 @@ def main() -> None:
                                                                "(e.g. 64x4x2,32x1x2), each gathered, over orders only")
     parser.add_argument("--order-kv-dtype", default="bfloat16", choices=["bfloat16", "fp8"], help="with --order-launches")
     parser.add_argument("--order-heads", type=int, default=HEADS, help="with --order-launches: query heads (8B: 32)")
+    parser.add_argument("--order-seqs", default=None, help="with --order-launches: batch sizes (comma-separated) in place of "
+                                                           "W1's four phases, each with the middle phase's contexts")
+    parser.add_argument("--order-variants", default=None, help="with --order-launches: only these orders (comma-separated: "
+                                                               "random, longest first, equal)")
     parser.add_argument("--order-bulk", action="store_true", help="with --order-launches: bulk copies too (longest first, "
                                                                    "and equal contexts)")
     args = parser.parse_args()
@@ -279,11 +283,13 @@ def sweep_order(args) -> None:
     write_json(args.output_json, results)
 
 
-def w1_phases():
+def w1_phases(sizes: list[int] | None = None):
     """Batches as W1's phases: (sequences, generated low, high, contexts), each prompt uniform in 100-1024 plus the
-    tokens generated so far, from one seed."""
+    tokens generated so far, from one seed. ``sizes``: batches of those sizes instead, each with the middle phase's
+    generated tokens (200 to 1,000)."""
     gen = torch.Generator().manual_seed(0)
-    for num_seqs, low, high in [(256, 0, 100), (192, 0, 600), (128, 200, 1000), (64, 400, 1000)]:
+    phases = [(n, 200, 1000) for n in sizes] if sizes else [(256, 0, 100), (192, 0, 600), (128, 200, 1000), (64, 400, 1000)]
+    for num_seqs, low, high in phases:
         yield num_seqs, low, high, torch.randint(100, 1025, (num_seqs,), generator=gen) + \
             torch.randint(low, high + 1, (num_seqs,), generator=gen)
 
@@ -306,7 +312,8 @@ def sweep_order_launches(args) -> None:
     launches = [tuple(int(x) for x in launch.split("x")) for launch in args.order_launches.split(",")]
     fp8 = args.order_kv_dtype == "fp8"
     page, results = 64, []
-    for num_seqs, low, high, lens in w1_phases():
+    sizes = [int(n) for n in args.order_seqs.split(",")] if args.order_seqs else None
+    for num_seqs, low, high, lens in w1_phases(sizes):
         query, cache, tables, _ = make_case(num_seqs, int(lens.max()), page, heads=args.order_heads)
         if fp8:
             cache = cache.to(torch.float8_e4m3fn)
@@ -317,6 +324,8 @@ def sweep_order_launches(args) -> None:
                     "equal": (equal_lens, None, False)}
         if args.order_bulk:
             variants |= {"longest first, bulk": (random_lens, longest_first, True), "equal, bulk": (equal_lens, None, True)}
+        if args.order_variants:
+            variants = {name: variants[name] for name in args.order_variants.split(",")}
         line = []
         for block_n, warps, stages in launches:
             for name, (case_lens, order, tma) in variants.items():

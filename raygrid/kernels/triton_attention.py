@@ -483,8 +483,21 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # with one warp (0: never). With the longest contexts started first, that launch took W1 on the 8B shape with FP8
 # weights and cache from 13,372 to 13,727 output tok/s; at 128 sequences (8 programs an SM) it lost to 128 keys with 4
 # warps in the sweep, at 192 and 256 it won by 18 to 26%.
-DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", fp8_narrow_from=10),
-                            "RAYGRID_DECODE_CONFIG")
+# fp8_medium_from: from this many programs an SM up to fp8_narrow_from, 64 keys with two warps (0: never). In the same
+# sweep, at 128 sequences (7.75 programs an SM) that launch took 106.8 us against 117.1 with 128 keys and 4 warps; at
+# 64 (3.9 an SM) it lost, 84.9 against 62.9.
+DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", fp8_narrow_from=10,
+                                 fp8_medium_from=6), "RAYGRID_DECODE_CONFIG")
+
+
+def _fp8_launch(num_seqs: int, num_kv_heads: int, splits: int, device: torch.device) -> tuple[int, int]:
+    """Keys a step and warps of a decode launch over an FP8 cache: the more programs an SM (unsplit), the narrower."""
+    if splits == 1 and device.type == "cuda":
+        per_sm = num_seqs * num_kv_heads / _num_sms(device)
+        for tier, launch in (("fp8_narrow_from", (32, 1)), ("fp8_medium_from", (64, 2))):
+            if 0 < DECODE_CONFIG[tier] <= per_sm:
+                return launch
+    return DECODE_CONFIG["fp8_block_n"], DECODE_CONFIG["num_warps"]
 
 
 # The prefill kernel's launch: BLOCK_M query rows against BLOCK_N keys a step, K/V tiles by bulk copy where a page
@@ -525,12 +538,9 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     out = torch.empty_like(query) if out is None else out
     splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    narrow = (fp8 and splits == 1 and DECODE_CONFIG["fp8_narrow_from"] > 0 and query.is_cuda
-              and num_seqs * num_kv_heads >= DECODE_CONFIG["fp8_narrow_from"] * _num_sms(query.device))
-    if block_n is None:
-        block_n = 32 if narrow else DECODE_CONFIG["fp8_block_n" if fp8 else "block_n"]
-    if num_warps is None:
-        num_warps = 1 if narrow else DECODE_CONFIG["num_warps"]
+    launch = _fp8_launch(num_seqs, num_kv_heads, splits, query.device) if fp8 else (DECODE_CONFIG["block_n"], DECODE_CONFIG["num_warps"])
+    block_n = launch[0] if block_n is None else block_n
+    num_warps = launch[1] if num_warps is None else num_warps
     block_d = _tile_width(head_dim)
     partial_out = partial_lse = out  # unused placeholders when not splitting
     if splits > 1:
