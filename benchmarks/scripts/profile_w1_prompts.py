@@ -9,6 +9,7 @@ workload) three times on one engine: the first warms it, the second is timed ste
 - the caching allocator's counters over each run (a retry frees every cached block and synchronizes).
 
     python benchmarks/scripts/profile_w1_prompts.py OUT.json [--model random-qwen3-0.6b] [--steps 24]
+        [--quantization fp8 --kv-cache-dtype fp8]
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def main() -> None:
     parser.add_argument("--model", default="random-qwen3-0.6b")
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--quantization", default=None, help="fp8: FP8 weights")
+    parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--steps", type=int, default=24, help="steps profiled at the start of the third run")
     parser.add_argument("--decode-at", type=int, default=300, help="and ten decode steps from this one on")
     args = parser.parse_args()
@@ -49,7 +52,8 @@ def main() -> None:
     model_path = resolve_model_path(args.model)
     prompts, output_lens = make_workload(args.num_prompts, None, None, (100, 1024), 0, load_hf_config(model_path).vocab_size)
     longest = max(len(p) + n for p, n in zip(prompts, output_lens))
-    llm = LLM(model=model_path, dtype=args.dtype, max_model_len=max(longest, 2048))
+    llm = LLM(model=model_path, dtype=args.dtype, max_model_len=max(longest, 2048), quantization=args.quantization,
+              kv_cache_dtype=args.kv_cache_dtype)
     engine, core = llm.llm_engine, llm.engine
     params = [SamplingParams(temperature=0.6, max_tokens=n, ignore_eos=True, detokenize=False) for n in output_lens]
 

@@ -101,8 +101,10 @@ class DecoderMLP(nn.Module):
         return self.gate_up_proj.weight_scale is not None
 
     def forward(self, x: torch.Tensor | ops.Fp8Activation) -> torch.Tensor | ops.Fp8Product:
-        """FP8 products of small batches are scaled by the kernel that reads them: SiLU-and-mul, then the next norm."""
-        gate_up = self.gate_up_proj(x, defer_scale=True)
+        """down_proj's FP8 product (small batches) is scaled by the next norm. gate_up_proj's is scaled by a launch of
+        its own: SiLU-and-mul keeps a whole row in registers, and a row's weight scales beside it made the kernel
+        twice as slow as that launch costs (benchmarks/README.md)."""
+        gate_up = self.gate_up_proj(x)
         return self.down_proj(ops.silu_and_mul(gate_up, fp8=self.down_proj.weight_scale is not None), defer_scale=True)
 
 
