@@ -16,8 +16,8 @@ one w1_8b_fp8_gate_up_own_1 175 "${w[*]}" "${f[*]}"
 rewrite raygrid/models/llama.py "$own" "$fused" && one w1_8b_fp8_gate_up_fused_1 85 "${w[*]}" "${f[*]}"
 rewrite raygrid/models/llama.py "$fused" "$own" && one w1_8b_fp8_gate_up_own_2 85 "${w[*]}" "${f[*]}"
 one w1_8b_bf16_1 90 "${w[*]}"
-timeout 100 python3 benchmarks/scripts/profile_w1_prompts.py "$R/prompts_8b_fp8.json" --model random-llama3-8b --quantization fp8 \
+tar -C "$R" -czf "$OUTDIR/results.tgz" .  # again at the end, with the profile
+timeout 75 python3 benchmarks/scripts/profile_w1_prompts.py "$R/prompts_8b_fp8.json" --model random-llama3-8b --quantization fp8 \
   --kv-cache-dtype fp8 > "$R/prompts_8b_fp8.log" 2>&1; echo "profile exit $?"
-git diff --stat raygrid
 tar -C "$R" -czf "$OUTDIR/results.tgz" .
 true
