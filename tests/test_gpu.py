@@ -119,7 +119,7 @@ def test_async_scheduling_and_graphs_equal_the_plain_engine_for_every_sampling_p
 
 def test_fp8_products_scaled_by_the_next_kernel_equal_their_own_launch(model_dirs, tokenizer, monkeypatch):
     """FP8 weights in bf16 with CUDA graphs: the small batches' products scaled by the kernel that reads them next
-    (RMSNorm, SiLU-and-mul: ops.Fp8Product) against each scaled by a launch of its own (RAYGRID_FP8_DEFER_SCALE=0),
+    (RMSNorm, rotary: ops.Fp8Product) against each scaled by a launch of its own (RAYGRID_FP8_DEFER_SCALE=0),
     for every sampling parameter of the CPU test: the same tokens and logprobs, bit for bit, since the kernels
     scale each value as scale_fp8_product does."""
     from raygrid.kernels import ops
@@ -132,10 +132,10 @@ def test_fp8_products_scaled_by_the_next_kernel_equal_their_own_launch(model_dir
         llm = LLM(model=model_dirs["llama"], max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="bfloat16",
                   quantization="fp8", async_scheduling=True)
         try:
-            mlp = llm.engine.executor.worker.runner.model.layers[0].mlp
-            x = torch.randn(4, mlp.gate_up_proj.weight.shape[1], dtype=torch.bfloat16, device="cuda")
-            assert isinstance(mlp.gate_up_proj(x, defer_scale=True), ops.Fp8Product) == defer
-            del mlp, x
+            qkv_proj = llm.engine.executor.worker.runner.model.layers[0].self_attn.qkv_proj
+            x = torch.randn(4, qkv_proj.weight.shape[1], dtype=torch.bfloat16, device="cuda")
+            assert isinstance(qkv_proj(x, defer_scale=True), ops.Fp8Product) == defer
+            del qkv_proj, x
             stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
             results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
         finally:

@@ -102,7 +102,6 @@ def exercise_every_kernel() -> None:
         # FP8 products with unit scales, scaled by the kernels that read them (ops.Fp8Product)
         x_scale = torch.rand(3, 1)
         triton_ops.rms_norm(x, w, 1e-6, x.clone(), fp8_min_scale=1e-12, product_scales=(x_scale, torch.rand(64)))
-        triton_ops.silu_and_mul(x, fp8_min_scale=1e-12, product_scales=(x_scale, torch.rand(64)))
         qkv = torch.randn(3, (heads + 2 * kv_heads) * dim, dtype=dtype)
         q, k, v = (part.view(3, -1, dim) for part in qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1))
         scales = (x_scale, torch.rand(qkv.shape[1]))

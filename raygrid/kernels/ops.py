@@ -42,9 +42,9 @@ class Fp8Product(NamedTuple):
     """An FP8 layer's output before its scales: ``values [T, N]``, the product of the float8 input and weight with
     unit scales in the model's dtype, to be scaled by ``x_scale [T, 1]`` per token and ``weight_scale [N]`` per
     channel (as ``triton_quant.scale_fp8_product`` does). Small batches' FP8 layers hand this over when asked
-    (``linear(..., defer_scale=True)``) so that the kernel reading the output next, RMSNorm or SiLU-and-mul, scales
-    it as it loads it instead of a launch of its own (``scaled`` gives the plain tensor, in place: a product is read
-    once)."""
+    (``linear(..., defer_scale=True)``) so that the kernel reading the output next scales it as it loads it instead
+    of a launch of its own: RMSNorm after o_proj and down_proj, rotary (or Qwen3's q/k norms with rotary) after
+    qkv_proj. ``scaled`` gives the plain tensor, in place: a product is read once."""
 
     values: torch.Tensor
     x_scale: torch.Tensor
@@ -172,20 +172,14 @@ def rms_norm(x: torch.Tensor | Fp8Product, weight: torch.Tensor, eps: float, res
     return normed if residual is None else (normed, x)
 
 
-def silu_and_mul(x: torch.Tensor | Fp8Product, fp8: bool = False) -> torch.Tensor | Fp8Activation:
-    """SiLU(gate) * up of ``[T, 2n]``; with ``fp8``, as an ``Fp8Activation`` for the FP8 layer it feeds. An
-    ``Fp8Product`` ``x`` is scaled as the kernel loads it."""
-    product_scales = None
-    if isinstance(x, Fp8Product):
-        x, product_scales = x.values, (x.x_scale, x.weight_scale)
+def silu_and_mul(x: torch.Tensor, fp8: bool = False) -> torch.Tensor | Fp8Activation:
+    """SiLU(gate) * up of ``[T, 2n]``; with ``fp8``, as an ``Fp8Activation`` for the FP8 layer it feeds."""
     if use_triton(x):
         from raygrid.kernels.triton_ops import silu_and_mul as triton_silu_and_mul
 
         if fp8:
-            return Fp8Activation(*triton_silu_and_mul(x, fp8_min_scale=MIN_SCALE, product_scales=product_scales), x.dtype)
-        return triton_silu_and_mul(x, product_scales=product_scales)
-    if product_scales is not None:
-        x = Fp8Product(x, *product_scales).scaled()
+            return Fp8Activation(*triton_silu_and_mul(x, fp8_min_scale=MIN_SCALE), x.dtype)
+        return triton_silu_and_mul(x)
     y = silu_and_mul_ref(x)
     return Fp8Activation(*quantize_per_token(y), x.dtype) if fp8 else y
 

@@ -11,7 +11,7 @@ import triton.language as tl
 
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import (FP8_MAX, ONE_PASS_MAX, ROUND_BEFORE_FP8_CAST, per_token_quant_fp8, quantize_row,
-                                          scale_fp8_product, scale_product_row)
+                                          scale_product_row)
 
 
 @triton.jit
@@ -233,44 +233,32 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, n, BLOCK: tl.conste
 
 
 @triton.jit
-def _silu_and_mul_fp8_kernel(x_ptr, q_ptr, scale_ptr, x_scale_ptr, w_scale_ptr, stride_x, stride_q, n, BLOCK: tl.constexpr,
-                             SCALED_IN: tl.constexpr, MIN_SCALE: tl.constexpr, ROUND_FIRST: tl.constexpr):
-    """A whole row a program: SiLU-and-mul in the model's dtype (of an FP8 product scaled as it is loaded, with
-    ``SCALED_IN``), then its per-token FP8 quantization."""
+def _silu_and_mul_fp8_kernel(x_ptr, q_ptr, scale_ptr, stride_x, stride_q, n, BLOCK: tl.constexpr,
+                             MIN_SCALE: tl.constexpr, ROUND_FIRST: tl.constexpr):
+    """A whole row a program: SiLU-and-mul in the model's dtype, then its per-token FP8 quantization."""
     t = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n
-    gate = tl.load(x_ptr + t * stride_x + cols, mask=mask, other=0.0)
+    gate = tl.load(x_ptr + t * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + t * stride_x + n + cols, mask=mask, other=0.0)
-    if SCALED_IN:
-        gate = scale_product_row(gate, x_scale_ptr, w_scale_ptr, t, cols, mask, x_ptr.dtype.element_ty)
-        up = scale_product_row(up, x_scale_ptr, w_scale_ptr, t, n + cols, mask, x_ptr.dtype.element_ty)
-    gate = gate.to(tl.float32)
     y = ((gate / (1.0 + tl.exp(-gate))).to(up.dtype) * up).to(up.dtype)
     quantize_row(y.to(tl.float32), q_ptr + t * stride_q + cols, mask, scale_ptr + t, FP8_MAX, MIN_SCALE, ROUND_FIRST)
 
 
-def silu_and_mul(x: torch.Tensor, fp8_min_scale: float | None = None,
-                 product_scales: tuple[torch.Tensor, torch.Tensor] | None = None):
+def silu_and_mul(x: torch.Tensor, fp8_min_scale: float | None = None):
     """``[T, 2n]`` (gate then up) -> ``[T, n]``; with ``fp8_min_scale``, quantized per token:
-    ``(float8 values [T, n], float32 scales [T, 1])``. With ``product_scales`` (``x_scale [T, 1]``,
-    ``weight_scale [2n]``), ``x`` is an FP8 layer's product with unit scales, scaled as ``scale_fp8_product`` would
-    scale it first (in the kernel where the output is quantized, in place before it otherwise)."""
+    ``(float8 values [T, n], float32 scales [T, 1])``."""
     num_tokens, two_n = x.shape
     n = two_n // 2
-    if product_scales is not None and (fp8_min_scale is None or n > ONE_PASS_MAX):
-        return silu_and_mul(scale_fp8_product(x, *product_scales, None), fp8_min_scale)
     if fp8_min_scale is not None and n > ONE_PASS_MAX:  # a row too long for one program's registers
         return per_token_quant_fp8(silu_and_mul(x), fp8_min_scale)
     if fp8_min_scale is not None:
         q = torch.empty((num_tokens, n), dtype=torch.float8_e4m3fn, device=x.device)
         scale = torch.empty((num_tokens, 1), dtype=torch.float32, device=x.device)
-        x_scale, w_scale = product_scales if product_scales is not None else (scale, scale)
         block = triton.next_power_of_2(n)
         if num_tokens:
-            _silu_and_mul_fp8_kernel[(num_tokens,)](x, q, scale, x_scale, w_scale, x.stride(0), q.stride(0), n, BLOCK=block,
-                                                    SCALED_IN=product_scales is not None, MIN_SCALE=fp8_min_scale,
-                                                    ROUND_FIRST=ROUND_BEFORE_FP8_CAST,
+            _silu_and_mul_fp8_kernel[(num_tokens,)](x, q, scale, x.stride(0), q.stride(0), n, BLOCK=block,
+                                                    MIN_SCALE=fp8_min_scale, ROUND_FIRST=ROUND_BEFORE_FP8_CAST,
                                                     num_warps=min(16, max(4, block // 1024)))
         return q, scale
     out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)

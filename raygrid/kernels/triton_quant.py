@@ -10,7 +10,7 @@
   dtype for this kernel to read again.
 - ``scale_fp8_product``: the scaling after a product with unit scales (the small batches' path in ``ops.linear``),
   and ``scale_product_row``, the same scaling of one row as a kernel that reads such a product loads it (RMSNorm and
-  SiLU-and-mul, instead of a launch of its own: ``ops.Fp8Product``).
+  rotary, instead of a launch of its own: ``ops.Fp8Product``).
 - ``round_to_e4m3``: float32 to the nearest float8 value, for the float8 casts here and in the FP8 KV cache's
   store (``triton_attention``) under the interpreter (``ROUND_BEFORE_FP8_CAST``).
 """
