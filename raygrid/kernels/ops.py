@@ -224,7 +224,8 @@ def qk_norm_rotary(positions, q, k, q_weight, k_weight, eps: float, cos_cache, s
 def _scale_qkv_ref(q, k, v, x_scale, weight_scale):
     """The slices of an FP8 qkv product scaled: new q and k, v in place."""
     scaled = []
-    for part, scale in zip((q, k, v), weight_scale.split([q.shape[1] * q.shape[2], k.shape[1] * k.shape[2], v.shape[1] * v.shape[2]])):
+    widths = [part.shape[1] * part.shape[2] for part in (q, k, v)]
+    for part, scale in zip((q, k, v), weight_scale.split(widths)):
         scaled.append(Fp8Product(part.reshape(part.shape[0], -1), x_scale, scale).scaled().view(part.shape))
     v.copy_(scaled[2])
     return scaled[0], scaled[1]

@@ -538,9 +538,10 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     out = torch.empty_like(query) if out is None else out
     splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    launch = _fp8_launch(num_seqs, num_kv_heads, splits, query.device) if fp8 else (DECODE_CONFIG["block_n"], DECODE_CONFIG["num_warps"])
-    block_n = launch[0] if block_n is None else block_n
-    num_warps = launch[1] if num_warps is None else num_warps
+    launch_n, launch_warps = (_fp8_launch(num_seqs, num_kv_heads, splits, query.device) if fp8
+                              else (DECODE_CONFIG["block_n"], DECODE_CONFIG["num_warps"]))
+    block_n = launch_n if block_n is None else block_n
+    num_warps = launch_warps if num_warps is None else num_warps
     block_d = _tile_width(head_dim)
     partial_out = partial_lse = out  # unused placeholders when not splitting
     if splits > 1:

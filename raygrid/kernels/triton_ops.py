@@ -141,8 +141,10 @@ def _qkv_product(q, k, v, product_scales):
     in that order (``product_scales``: ``x_scale [T, 1]``, ``weight_scale`` over all three)."""
     if product_scales is None:
         return q, q, q, False
-    size = q.element_size()
-    if v is None or k.data_ptr() != q.data_ptr() + q.shape[1] * q.shape[2] * size or v.data_ptr() != k.data_ptr() + k.shape[1] * k.shape[2] * size:
+    def follows(part, before):  # ``part``'s columns start where ``before``'s end, in each row
+        return part.data_ptr() == before.data_ptr() + before.shape[1] * before.shape[2] * before.element_size()
+
+    if v is None or not (follows(k, q) and follows(v, k)):
         raise ValueError("an FP8 qkv product's scales need q, k and v as the slices of one product, in that order")
     return v, *product_scales, True
 
