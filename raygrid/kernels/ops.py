@@ -150,20 +150,17 @@ def rms_norm(x: torch.Tensor | Fp8Product, weight: torch.Tensor, eps: float, res
     """``norm(x)``, or ``(norm(x + residual), x + residual)``; with ``fp8`` the norm comes as an ``Fp8Activation``
     for the FP8 layer it feeds (one kernel on a GPU: the norm is not written in the model's dtype first). An
     ``Fp8Product`` ``x`` is scaled as the kernel loads it."""
-    product_scales = None
-    if isinstance(x, Fp8Product):
-        x, product_scales = x.values, (x.x_scale, x.weight_scale)
-    if use_triton(x):
+    values, product_scales = (x.values, (x.x_scale, x.weight_scale)) if isinstance(x, Fp8Product) else (x, None)
+    if use_triton(values):
         from raygrid.kernels.triton_ops import rms_norm as triton_rms_norm
 
-        result = triton_rms_norm(x, weight, eps, residual, fp8_min_scale=MIN_SCALE if fp8 else None,
+        result = triton_rms_norm(values, weight, eps, residual, fp8_min_scale=MIN_SCALE if fp8 else None,
                                  product_scales=product_scales)
         normed = result if residual is None else result[0]
         if fp8:
-            normed = Fp8Activation(*normed, x.dtype)
+            normed = Fp8Activation(*normed, values.dtype)
         return normed if residual is None else (normed, result[1])
-    if product_scales is not None:
-        x = Fp8Product(x, *product_scales).scaled()
+    x = scaled(x)
     if residual is not None:
         x = x + residual
     normed = rms_norm_ref(x, weight, eps)
