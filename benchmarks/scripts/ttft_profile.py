@@ -1,11 +1,13 @@
-"""Where a short request's time to first token goes, on one GPU.
+"""Where a request's time to first token goes, on one GPU.
 
-    python3 benchmarks/scripts/ttft_profile.py OUT_DIR [--input-len 512] [--model random-qwen3-0.6b]
+    python3 benchmarks/scripts/ttft_profile.py OUT_DIR [--input-len 512] [--model random-qwen3-0.6b] [--variants ...] [--no-trace]
 
-For each engine variant (default; async scheduling off; eager), after warm-up runs, a few fresh prompts
+For each engine variant (default; async scheduling off; eager; both off; a step budget of 16k or 32k tokens, so
+that a long prompt is prefilled in fewer chunks), after warm-up runs, a few fresh prompts
 run alone and every ``engine.step()`` is timed: which step returns the first token, and how long each
 step took. Then one more request runs under cProfile and one under torch.profiler (host and device).
-Writes OUT_DIR/ttft_profile.json, OUT_DIR/cprofile_<variant>.txt and OUT_DIR/torch_<variant>.txt.
+Writes OUT_DIR/ttft_profile.json, OUT_DIR/cprofile_<variant>.txt, OUT_DIR/torch_<variant>.txt and, without
+--no-trace, OUT_DIR/trace_<variant>.json.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=16)
     parser.add_argument("--variants", nargs="+", default=["default", "sync", "eager"])
+    parser.add_argument("--no-trace", action="store_true", help="skip the Chrome traces (large for long prompts)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -61,7 +64,8 @@ def main() -> None:
     from raygrid.engine.llm_engine import LLMEngine
 
     variant_kwargs = {"default": {}, "sync": {"async_scheduling": False}, "eager": {"enforce_eager": True},
-                      "sync_eager": {"async_scheduling": False, "enforce_eager": True}}
+                      "sync_eager": {"async_scheduling": False, "enforce_eager": True},
+                      "budget16k": {"max_num_batched_tokens": 16384}, "budget32k": {"max_num_batched_tokens": 32768}}
     rng = np.random.default_rng(0)
     report = {**provenance(), "variants": {}}
     for name in args.variants:
@@ -87,7 +91,8 @@ def main() -> None:
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
         table += "\n\n" + prof.key_averages().table(sort_by="self_device_time_total", row_limit=30)
         (out / f"torch_{name}.txt").write_text(table)
-        prof.export_chrome_trace(str(out / f"trace_{name}.json"))
+        if not args.no_trace:
+            prof.export_chrome_trace(str(out / f"trace_{name}.json"))
         report["variants"][name] = {"runs": runs, "ttft_median_ms": float(np.median([r["ttft_ms"] for r in runs]))}
         print(name, json.dumps(report["variants"][name]["ttft_median_ms"]), runs[0], flush=True)
         engine.shutdown()
