@@ -1,0 +1,105 @@
+"""The prefill attention kernel compiled for an H100/H200 (sm_90a) without a GPU: what ptxas says about it.
+
+    PYTHONPATH=TREE python benchmarks/scripts/wgmma_check.py [--triton-only]
+
+For each kernel: registers, spills, shared memory, ptxas's "Potential Performance Loss" notes, and a count of
+the SASS opcodes that matter for attention (HGMMA, WARPGROUP arrive/wait, MUFU.EX2, shuffles, shared and local
+memory). ptxas keeps Hopper's matrix products (wgmma) asynchronous only when no other instruction writes a
+product's inputs, or reads its accumulator, between its issue and a wait for all products in flight; otherwise
+it waits after every instruction (note C7513 or C7514), and no softmax overlaps a product. Checking this needs no
+GPU: a schedule can be fixed before its device command.
+
+Runs the engine's Triton kernel (``triton_attention._prefill_kernel``, the prompt launch) and, where the tree
+has ``raygrid.kernels.gluon_attention`` (the candidate in
+``benchmarks/results/prefill_gluon_h200/candidate_gluon_pairs_fa3_schedule.diff``), its Gluon kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+TARGET = GPUTarget("cuda", 90, 32)
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+OPCODES = ["HGMMA", "WARPGROUP", "MUFU", "SHFL", "LDS", "STS", "LDSM", "LDL", "STL", "BAR", "SYNCS", "UTMALDG"]
+
+
+def signature(kernel, constexprs: dict, descriptor: str) -> tuple[dict, dict]:
+    sig, values = {}, {}
+    for param in kernel.params:
+        if param.is_constexpr:
+            sig[param.name], values[param.name] = "constexpr", constexprs[param.name]
+        elif param.name in ("k_cache_ptr", "v_cache_ptr") or param.name.endswith("_desc"):
+            sig[param.name] = descriptor
+        elif param.name.endswith("_ptr"):
+            sig[param.name] = "*bf16" if param.name in ("q_ptr", "out_ptr") else "*i32"
+        else:
+            sig[param.name] = "fp32" if param.name == "scale" else "i32"
+    return sig, values
+
+
+def report(name: str, compiled) -> None:
+    work = tempfile.mkdtemp()
+    with open(os.path.join(work, "k.ptx"), "w") as f:
+        f.write(compiled.asm["ptx"])
+    with open(os.path.join(work, "k.cubin"), "wb") as f:
+        f.write(compiled.asm["cubin"])
+    from triton.backends.nvidia.compiler import get_ptxas  # the ptxas Triton itself runs for this architecture
+
+    ptxas = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", os.path.join(work, "k.ptx"),
+                            "-o", os.path.join(work, "k.o")], capture_output=True, text=True)
+    notes = [line.split("info    : ")[-1].strip() for line in (ptxas.stderr + ptxas.stdout).splitlines()
+             if "Performance Loss" in line or "Used" in line or "spill" in line] or [f"ptxas: {ptxas.stderr.strip()[:300]}"]
+    sass = subprocess.run([os.path.join(BIN, "cuobjdump"), "-sass", os.path.join(work, "k.cubin")],
+                          capture_output=True, text=True).stdout
+    ops = collections.Counter(re.findall(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9]+)[.\s]", sass))
+    print(f"== {name}: shared {compiled.metadata.shared} B")
+    for note in notes:
+        print("  ", note)
+    print("   SASS:", {op: ops.get(op, 0) for op in OPCODES})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--triton-only", action="store_true")
+    args = parser.parse_args()
+    from raygrid.kernels import triton_attention
+
+    launch = triton_attention.PREFILL_CONFIG
+    constexprs = dict(QUERIES_PER_KV=2, HEAD_DIM=128, BLOCK_D=128, PAGE=64, BLOCK_M=launch["block_m"],
+                      BLOCK_N=launch["block_n"], PACK=launch["pack"], DOT_PRECISION="tf32", FP16_COMPUTE=False,
+                      TMA=True, SUBTILES=launch["subtiles"], PDL=True, AHEAD=False)  # AHEAD: the dropped variant's
+    kernel = triton_attention._prefill_kernel
+    sig, values = signature(kernel, {k: v for k, v in constexprs.items() if k in {p.name for p in kernel.params}},
+                            f"tensordesc<bf16[{launch['block_n']}, 128]>")
+    report("triton _prefill_kernel (the prompt launch)",
+           triton.compile(ASTSource(kernel, sig, values), target=TARGET,
+                          options={"num_warps": launch["num_warps"], "num_stages": launch["num_stages"]}))
+    if args.triton_only:
+        return
+    try:
+        from raygrid.kernels import gluon_attention
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon._runtime import GluonASTSource
+    except ImportError:
+        return
+    layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
+    for name, warps, stages in (("_prefill_kernel", 4, 2), ("_prefill_kernel_pairs", 8, 3)):
+        kernel = getattr(gluon_attention, name, None)
+        if kernel is None:
+            continue
+        sig, values = signature(kernel, dict(QUERIES_PER_KV=2, PAGE=64, STAGES=stages), f"tensordesc<bf16[64, 128],{layout}>")
+        report(f"gluon {name}", triton.compile(GluonASTSource(kernel, sig, values), target=TARGET,
+                                               options={"num_warps": warps}))
+
+
+if __name__ == "__main__":
+    main()
