@@ -21,20 +21,27 @@ from raygrid.kernels import triton_attention
 LAUNCHES = [(2, True, 128), (1, True, 128), (1, False, 16)]
 
 
-def kernel_ops(subtiles: int, tma: bool, block_m: int) -> list[str]:
-    kernel = triton_attention._prefill_kernel
-    values = dict(QUERIES_PER_KV=2, HEAD_DIM=128, BLOCK_D=128, PAGE=64, BLOCK_M=block_m, BLOCK_N=64, PACK=2,
-                  DOT_PRECISION="tf32", FP16_COMPUTE=False, TMA=tma, SUBTILES=subtiles, PDL=True)
+def prefill_signature(kernel, values: dict, descriptor: str | None) -> tuple[dict, dict]:
+    """A prefill kernel's signature and constexprs for ``ASTSource``: bf16 queries, outputs and caches, int32 tables
+    and lengths; the K/V caches (or a Gluon kernel's ``*_desc`` arguments) as ``descriptor`` where given."""
     signature, constexprs = {}, {}
     for param in kernel.params:
         if param.is_constexpr:
             signature[param.name], constexprs[param.name] = "constexpr", values[param.name]
-        elif tma and param.name in ("k_cache_ptr", "v_cache_ptr"):
-            signature[param.name] = "tensordesc<bf16[64, 128]>"
+        elif descriptor and (param.name in ("k_cache_ptr", "v_cache_ptr") or param.name.endswith("_desc")):
+            signature[param.name] = descriptor
         elif param.name.endswith("_ptr"):
             signature[param.name] = "*bf16" if param.name in ("q_ptr", "out_ptr", "k_cache_ptr", "v_cache_ptr") else "*i32"
         else:
             signature[param.name] = "fp32" if param.name == "scale" else "i32"
+    return signature, constexprs
+
+
+def kernel_ops(subtiles: int, tma: bool, block_m: int) -> list[str]:
+    kernel = triton_attention._prefill_kernel
+    values = dict(QUERIES_PER_KV=2, HEAD_DIM=128, BLOCK_D=128, PAGE=64, BLOCK_M=block_m, BLOCK_N=64, PACK=2,
+                  DOT_PRECISION="tf32", FP16_COMPUTE=False, TMA=tma, SUBTILES=subtiles, PDL=True)
+    signature, constexprs = prefill_signature(kernel, values, "tensordesc<bf16[64, 128]>" if tma else None)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
     options = backend.parse_options({"num_warps": 4, "num_stages": 3})

@@ -21,29 +21,19 @@ import collections
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prefill_ttir import prefill_signature  # noqa: E402
+
 TARGET = GPUTarget("cuda", 90, 32)
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 OPCODES = ["HGMMA", "WARPGROUP", "MUFU", "SHFL", "LDS", "STS", "LDSM", "LDL", "STL", "BAR", "SYNCS", "UTMALDG"]
-
-
-def signature(kernel, constexprs: dict, descriptor: str) -> tuple[dict, dict]:
-    sig, values = {}, {}
-    for param in kernel.params:
-        if param.is_constexpr:
-            sig[param.name], values[param.name] = "constexpr", constexprs[param.name]
-        elif param.name in ("k_cache_ptr", "v_cache_ptr") or param.name.endswith("_desc"):
-            sig[param.name] = descriptor
-        elif param.name.endswith("_ptr"):
-            sig[param.name] = "*bf16" if param.name in ("q_ptr", "out_ptr") else "*i32"
-        else:
-            sig[param.name] = "fp32" if param.name == "scale" else "i32"
-    return sig, values
 
 
 def report(name: str, compiled) -> None:
@@ -76,10 +66,10 @@ def main() -> None:
     launch = triton_attention.PREFILL_CONFIG
     constexprs = dict(QUERIES_PER_KV=2, HEAD_DIM=128, BLOCK_D=128, PAGE=64, BLOCK_M=launch["block_m"],
                       BLOCK_N=launch["block_n"], PACK=launch["pack"], DOT_PRECISION="tf32", FP16_COMPUTE=False,
-                      TMA=True, SUBTILES=launch["subtiles"], PDL=True, AHEAD=False)  # AHEAD: the dropped variant's
+                      TMA=True, SUBTILES=launch["subtiles"], PDL=True,
+                      AHEAD=False)  # a constexpr of the candidate diff's tree only (its Triton variant, off)
     kernel = triton_attention._prefill_kernel
-    sig, values = signature(kernel, {k: v for k, v in constexprs.items() if k in {p.name for p in kernel.params}},
-                            f"tensordesc<bf16[{launch['block_n']}, 128]>")
+    sig, values = prefill_signature(kernel, constexprs, f"tensordesc<bf16[{launch['block_n']}, 128]>")
     report("triton _prefill_kernel (the prompt launch)",
            triton.compile(ASTSource(kernel, sig, values), target=TARGET,
                           options={"num_warps": launch["num_warps"], "num_stages": launch["num_stages"]}))
@@ -96,7 +86,8 @@ def main() -> None:
         kernel = getattr(gluon_attention, name, None)
         if kernel is None:
             continue
-        sig, values = signature(kernel, dict(QUERIES_PER_KV=2, PAGE=64, STAGES=stages), f"tensordesc<bf16[64, 128],{layout}>")
+        sig, values = prefill_signature(kernel, dict(QUERIES_PER_KV=2, PAGE=64, STAGES=stages),
+                                        f"tensordesc<bf16[64, 128],{layout}>")
         report(f"gluon {name}", triton.compile(GluonASTSource(kernel, sig, values), target=TARGET,
                                                options={"num_warps": warps}))
 
