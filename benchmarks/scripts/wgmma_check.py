@@ -10,8 +10,9 @@ it waits after every instruction (note C7513 or C7514), and no softmax overlaps 
 GPU: a schedule can be fixed before its device command.
 
 Runs the engine's Triton kernel (``triton_attention._prefill_kernel``, the prompt launch) and, where the tree
-has ``raygrid.kernels.gluon_attention`` (the candidate in
-``benchmarks/results/prefill_gluon_h200/candidate_gluon_pairs_fa3_schedule.diff``), its Gluon kernels.
+has ``raygrid.kernels.gluon_attention`` (the candidates in
+``benchmarks/results/prefill_gluon_h200/candidate_gluon_pairs_fa3_schedule.diff`` and
+``benchmarks/results/ws_preload_h200/candidate_gluon_ws.diff``), its Gluon kernels.
 """
 
 from __future__ import annotations
@@ -82,14 +83,19 @@ def main() -> None:
     except ImportError:
         return
     layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
-    for name, warps, stages in (("_prefill_kernel", 4, 2), ("_prefill_kernel_pairs", 8, 3)):
+    # (kernel, warps, extra constexprs, extra options): the warp-specialized kernel of candidate_gluon_ws.diff
+    # (benchmarks/results/ws_preload_h200/) as its two launches, "ws" (two consumer partitions) and "ws8".
+    variants = [("_prefill_kernel", 4, dict(STAGES=2), {}), ("_prefill_kernel_pairs", 8, dict(STAGES=3), {}),
+                ("_prefill_kernel_ws", 4, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=False), dict(maxnreg=168)),
+                ("_prefill_kernel_ws", 8, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=True), {})]
+    for name, warps, constexprs, options in variants:
         kernel = getattr(gluon_attention, name, None)
         if kernel is None:
             continue
-        sig, values = prefill_signature(kernel, dict(QUERIES_PER_KV=2, PAGE=64, STAGES=stages),
+        sig, values = prefill_signature(kernel, dict(QUERIES_PER_KV=2, PAGE=64, **constexprs),
                                         f"tensordesc<bf16[64, 128],{layout}>")
-        report(f"gluon {name}", triton.compile(GluonASTSource(kernel, sig, values), target=TARGET,
-                                               options={"num_warps": warps}))
+        report(f"gluon {name} {constexprs}", triton.compile(GluonASTSource(kernel, sig, values), target=TARGET,
+                                                            options={"num_warps": warps, **options}))
 
 
 if __name__ == "__main__":
