@@ -204,6 +204,46 @@ def test_chunks_of_a_prompt_run_with_their_own_inputs_while_the_gpu_lags(model_d
             assert max(abs(ours[t] - theirs[t]) for t in ours) < 1e-4
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9, reason="Hopper only")
+def test_long_prompts_through_the_gluon_kernel_match_the_triton_kernel(tmp_path, tokenizer, monkeypatch):
+    """Prompts of 5,000 and 9,000 tokens on 64-token pages, with Qwen3-0.6B's attention shape (head_dim 128, two
+    query heads a kv head; two layers). The 8,192-token budget takes the first with part of the second, then the
+    rest of the second after its cached prefix (the first, given one token, has finished). Each step brings at
+    least 4,096 queries a sequence, so its
+    attention goes to the Gluon prompt kernel (counted). Its prompt logprobs are compared with the same engine's on
+    the Triton kernel (PREFILL_CONFIG gluon=False). The two kernels add up in different orders, so they agree to
+    within bf16 rounding, not bit for bit."""
+    from raygrid.kernels import gluon_attention, triton_attention
+    from raygrid.models.default_model import tiny_qwen3_config, write_random_checkpoint
+
+    model_dir = tmp_path / "qwen3_d128"
+    write_random_checkpoint(model_dir, tiny_qwen3_config(tokenizer, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                                                         num_key_value_heads=2, head_dim=128, max_position_embeddings=16384),
+                            tokenizer, seed=5)
+    calls = []
+    launch = gluon_attention.paged_attention_prefill
+    monkeypatch.setattr(gluon_attention, "paged_attention_prefill", lambda *a, **k: calls.append(1) or launch(*a, **k))
+    prompts = [{"prompt_token_ids": random_prompts(1, len(tokenizer), n, n, seed=n)[0]} for n in (5000, 9000)]
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True, prompt_logprobs=0)  # no decode rows in step 2
+    logprobs = {}
+    for gluon in (True, False):
+        monkeypatch.setitem(triton_attention.PREFILL_CONFIG, "gluon", gluon)
+        calls.clear()
+        llm = LLM(model=str(model_dir), max_model_len=10000, gpu_memory_utilization=0.3, dtype="bfloat16", block_size=64,
+                  enforce_eager=True, async_scheduling=False)  # step 2 scheduled once the first prompt has finished
+        try:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+        finally:
+            llm.shutdown()
+        # the memory profile's pass (8,192 tokens, one sequence) and both prompt steps, in both layers; none when off
+        assert len(calls) == (3 * 2 if gluon else 0), len(calls)
+        logprobs[gluon] = torch.tensor([next(iter(e.values())).logprob for o in outputs for e in o.prompt_logprobs[1:]])
+    assert logprobs[True].numel() == 5000 + 9000 - 2
+    diff = (logprobs[True] - logprobs[False]).abs()
+    print(f"prompt logprobs, Gluon against Triton: max {diff.max():.4f}, mean {diff.mean():.5f} over {diff.numel()}")
+    assert diff.mean() < 0.01 and diff.max() < 0.25
+
+
 def test_kv_sizing_counts_sampling_and_graphs(model_dirs):
     """The profiled step includes sampling at max_num_seqs, and the CUDA graphs' memory measured at
     profiling time covers what the real capture then takes."""

@@ -258,6 +258,44 @@ def test_prefill_attention_by_bulk_copies_of_whole_page_tiles(dtype):
     torch.testing.assert_close(got, paged_attention_ref(query, cache, tables, seq_lens, starts, 8**-0.5), **tol(dtype))
 
 
+@pytest.mark.skipif(not ON_GPU or torch.cuda.get_device_capability()[0] != 9, reason="Hopper's bulk copies and wgmma")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_long_prompts_take_the_gluon_kernel_and_match_the_reference(dtype):
+    """Prompts of at least gluon_attention.MIN_QUERIES queries a sequence, on 64-token pages, go to the Gluon kernel:
+    whole prompts and a chunk after a cached prefix, lengths off the tiles, NaN in the last pages' spare slots, keys
+    of 400 times the others' size in a later page. Against the reference and the Triton kernel; then a padded
+    launch (spare rows, sequences without queries), whose spare rows must be left as they were."""
+    from raygrid.kernels import gluon_attention
+
+    heads, kv_heads, head_dim, page = 16, 8, 128, 64
+    cases = [(0, 5000), (1000, 4200), (77, 4097)]
+    cache, tables, seq_lens, starts, query = prefill_case(cases, page, heads, kv_heads, head_dim, dtype)
+    for row, n in enumerate(seq_lens):
+        cache[:, tables[row, (n - 1) // page], (n - 1) % page + 1 :] = float("nan")
+    cache[0, tables[1, 20], 8:12] *= 400
+    lens, query_starts = (torch.tensor(v, dtype=torch.int32, device=DEVICE) for v in (seq_lens, starts))
+    assert gluon_attention.fits(query, cache[0], len(cases))
+    assert not gluon_attention.fits(query[:4096], cache[0], 2)  # 2,048 queries a sequence: the Triton kernel's
+    scale = head_dim**-0.5
+    close = tol(torch.bfloat16)  # both 16-bit types (float16 keeps more mantissa than bfloat16)
+    expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
+    got = paged_attention_prefill(query, cache, tables, lens, query_starts, scale)
+    triton_kernel = paged_attention_prefill(query, cache, tables, lens, query_starts, scale, gluon=False)
+    assert not torch.isnan(got).any()
+    torch.testing.assert_close(got, expected, **close)
+    torch.testing.assert_close(got, triton_kernel, **close)
+    # a padded launch: 19 spare rows, and 3 sequences without queries after the real ones
+    spare = 19
+    out = torch.full((query.shape[0] + spare, heads, head_dim), 7.0, dtype=dtype, device=DEVICE)
+    padded_query = torch.cat([query, torch.randn(spare, heads, head_dim, dtype=dtype, device=DEVICE)])
+    padded_tables = torch.cat([tables, torch.zeros(3, tables.shape[1], dtype=tables.dtype, device=DEVICE)])
+    padded_lens = torch.cat([lens, torch.zeros(3, dtype=torch.int32, device=DEVICE)])
+    padded_starts = torch.cat([query_starts, query_starts[-1:].repeat(3)])
+    gluon_attention.paged_attention_prefill(padded_query, cache, padded_tables, padded_lens, padded_starts, scale, out)
+    torch.testing.assert_close(out[: query.shape[0]], expected, **close)
+    assert (out[query.shape[0] :] == 7.0).all()
+
+
 def test_prefill_attention_on_a_padded_batch_as_a_cuda_graph_runs_it():
     """A graph of a step with prefill is captured for T tokens over R sequences and replays smaller steps: the
     rows past the real tokens belong to no sequence and keep what they held, the padding sequences (no
@@ -322,6 +360,27 @@ def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():
     got = paged_attention_prefill(query, cache, tables, lens, query_starts, 0.25, block_m=16, block_n=16)
     torch.testing.assert_close(got, paged_attention_ref(query, cache, tables, seq_lens, starts, 0.25), **tol(torch.float32))
     assert PREFILL_SHORT_CONFIG["block_m"] < PREFILL_CONFIG["block_m"]
+
+
+def test_gluon_prefill_takes_long_16bit_prompts_on_pages_of_whole_tiles():
+    """Which launches the Gluon prompt kernel takes (its shape rules; on a GPU ``fits`` also asks for Hopper):
+    16-bit queries and cache of one dtype, head_dim 128, an even query-head group, pages of whole 64-key tiles, and
+    at least MIN_QUERIES queries a sequence on average."""
+    from raygrid.kernels import gluon_attention
+
+    n = gluon_attention.MIN_QUERIES
+
+    def takes(tokens=2 * n, seqs=2, heads=16, kv_heads=8, dim=128, page=64, dtype=torch.bfloat16, cache_dtype=None):
+        query = torch.empty(tokens, heads, dim, dtype=dtype)
+        cache = torch.empty(3, page, kv_heads, dim, dtype=cache_dtype or dtype)
+        return gluon_attention.takes(query, cache, seqs)
+
+    assert takes() and takes(dtype=torch.float16) and takes(tokens=n, seqs=1) and takes(heads=32, kv_heads=8)
+    assert not takes(tokens=2 * n - 1)  # fewer than MIN_QUERIES queries a sequence: the Triton kernel's
+    assert not takes(dtype=torch.float32) and not takes(cache_dtype=torch.float8_e4m3fn)
+    assert not takes(page=16) and not takes(page=96) and not takes(dim=64) and not takes(heads=8)  # a group of 1
+    assert not gluon_attention.fits(torch.empty(2 * n, 16, 128, dtype=torch.bfloat16),
+                                    torch.empty(3, 64, 8, 128, dtype=torch.bfloat16), 2)  # not on a GPU
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

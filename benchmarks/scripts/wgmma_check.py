@@ -1,6 +1,6 @@
 """The prefill attention kernel compiled for an H100/H200 (sm_90a) without a GPU: what ptxas says about it.
 
-    PYTHONPATH=TREE python benchmarks/scripts/wgmma_check.py [--triton-only]
+    PYTHONPATH=TREE python benchmarks/scripts/wgmma_check.py [--triton-only] [--schedule]
 
 For each kernel: registers, spills, shared memory, ptxas's "Potential Performance Loss" notes, and a count of
 the SASS opcodes that matter for attention (HGMMA, WARPGROUP arrive/wait, MUFU.EX2, shuffles, shared and local
@@ -34,7 +34,25 @@ from prefill_ttir import prefill_signature  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+SHOW_SCHEDULE = False
 OPCODES = ["HGMMA", "WARPGROUP", "MUFU", "SHFL", "LDS", "STS", "LDSM", "LDL", "STL", "BAR", "SYNCS", "UTMALDG"]
+
+
+SCHEDULE_OPS = {"scf.for": "loop", "ttng.wait_barrier": "wait for a bulk copy", "ttng.warp_group_dot_wait": "wait for products",
+                "ttng.warp_group_dot ": "product", "ttng.async_tma_copy_global_to_local": "bulk copy",
+                "ttng.warpgroup_mma ": "product", "ttng.warpgroup_mma_wait": "wait for products"}
+
+
+def schedule(ttgir: str) -> list[str]:
+    """The kernel's order of matrix products, waits and bulk copies, from its TritonGPU IR after pipelining: what
+    runs asynchronously and where each product is waited for (``pendings``: how many may stay in flight)."""
+    steps = []
+    for line in ttgir.splitlines():
+        for op, what in SCHEDULE_OPS.items():
+            if op in line:
+                pendings = re.search(r"pendings = (\d+)", line)
+                steps.append(what + (f" (pendings {pendings.group(1)})" if pendings else ""))
+    return steps
 
 
 def report(name: str, compiled) -> None:
@@ -56,12 +74,17 @@ def report(name: str, compiled) -> None:
     for note in notes:
         print("  ", note)
     print("   SASS:", {op: ops.get(op, 0) for op in OPCODES})
+    if SHOW_SCHEDULE:
+        print("   schedule:", " | ".join(schedule(compiled.asm["ttgir"])))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--triton-only", action="store_true")
+    parser.add_argument("--schedule", action="store_true", help="also each kernel's products, waits and bulk copies")
     args = parser.parse_args()
+    global SHOW_SCHEDULE
+    SHOW_SCHEDULE = args.schedule
     from raygrid.kernels import triton_attention
 
     launch = triton_attention.PREFILL_CONFIG
@@ -85,7 +108,7 @@ def main() -> None:
     layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
     # (kernel, warps, extra constexprs, extra options): the warp-specialized kernel of candidate_gluon_ws.diff
     # (benchmarks/results/ws_preload_h200/) as its two launches, "ws" (two consumer partitions) and "ws8".
-    variants = [("_prefill_kernel", 4, dict(STAGES=2), {}), ("_prefill_kernel_pairs", 8, dict(STAGES=3), {}),
+    variants = [("_prefill_kernel", 4, dict(STAGES=gluon_attention.STAGES), {}), ("_prefill_kernel_pairs", 8, dict(STAGES=3), {}),
                 ("_prefill_kernel_ws", 4, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=False), dict(maxnreg=168)),
                 ("_prefill_kernel_ws", 8, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=True), {})]
     for name, warps, constexprs, options in variants:

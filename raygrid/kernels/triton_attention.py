@@ -22,6 +22,8 @@ try:  # host-side descriptors of bulk (TMA) copies; older Tritons gather rows in
 except ImportError:
     TensorDescriptor = None
 
+from raygrid.kernels import gluon_attention
+from raygrid.kernels.prompt_tiles import program_tile
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import ROUND_BEFORE_FP8_CAST, round_to_e4m3
 
@@ -278,10 +280,11 @@ def _prefill_tile_halves(
     stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):
-    """``_prefill_tile`` for a query tile held as two halves (``SUBTILES=2``): both halves' scores are asked for
-    before either's softmax, and the first half's product with V before the second's softmax, so that the tensor
-    cores work on one half while the other's exponentials are computed. On an H200 this took the kernel from 477
-    to 528 TFLOP/s at 32k tokens (benchmarks/README.md)."""
+    """``_prefill_tile`` for a query tile held as two halves (``SUBTILES=2``), each with its own running max, sum and
+    output. Triton waits for each half's scores right after asking for them (its pipeliner waits for every product
+    in flight once a result is read within the step). What overlaps is the first half's product with V, which runs
+    while the second half's softmax does. On an H200 this took the kernel from 477 to 528 TFLOP/s at 32k tokens
+    (benchmarks/README.md; ``benchmarks/scripts/wgmma_check.py --schedule`` prints the order of products and waits)."""
     pos = start + tl.arange(0, BLOCK_N)
     valid = pos < end
     k, where = _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_cb, stride_cs, stride_ch,
@@ -323,19 +326,7 @@ def _prefill_kernel(
     pdl_wait(PDL)
     TOKENS: tl.constexpr = BLOCK_M // PACK
     first_head = tl.program_id(0) * PACK
-    t = tl.num_programs(1) - 1 - tl.program_id(1)
-    lo = 0  # the last sequence whose first tile is at or before t: first(lo) <= t < first(hi)
-    hi = num_seqs
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if tl.load(query_start_ptr + mid) // TOKENS + mid <= t:
-            lo = mid
-        else:
-            hi = mid
-    b = lo
-    q_start = tl.load(query_start_ptr + b)
-    tile = t - (q_start // TOKENS + b)
-    q_len = tl.load(query_start_ptr + b + 1) - q_start
+    b, q_start, tile, q_len = program_tile(query_start_ptr, num_seqs, TOKENS)
     if (tile < 0) | (tile * TOKENS >= q_len):  # before the first sequence's tiles (query_start[0] > 0), or past b's
         return
     seq_len = tl.load(seq_lens_ptr + b)
@@ -504,8 +495,11 @@ def _fp8_launch(num_seqs: int, num_kv_heads: int, splits: int, device: torch.dev
 # holds whole tiles (a GPU engine's 64-token pages: 11 to 14% faster than gathering rows). Chosen by
 # benchmarks/scripts/sweep_prefill_attention.py on an H200 (benchmarks/README.md). RAYGRID_PREFILL_CONFIG
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches. subtiles=2 holds each 128-row tile as
-# two halves whose softmax and products interleave: 528 against 477 TFLOP/s at 32k tokens on an H200.
-PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=2),
+# two halves whose softmax and products interleave: 528 against 477 TFLOP/s at 32k tokens on an H200. gluon=True hands
+# long prompts (gluon_attention.fits) to the Gluon kernel with the same tiles, whose copies are asked for a step
+# earlier: 546 against 530 at 32k tokens, 570 against 530 at 8k.
+PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=2,
+                                  gluon=True),
                              "RAYGRID_PREFILL_CONFIG")
 # A batch whose sequences bring few queries each (a mixed step: many decode rows beside a prompt or two) would
 # leave most of a 128-row tile empty, and its tiles are compute spent on nothing: it takes 16-row tiles. On an
@@ -575,13 +569,14 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=None,
                             block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                             num_stages: int | None = None, pack: int | None = None, tma: bool | None = None,
-                            subtiles: int | None = None):
+                            subtiles: int | None = None, gluon: bool | None = None):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
     query heads of one kv head share a program (at most the group size, and a divisor of it). With ``tma``, where
     pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy (the default for 16-bit queries;
     otherwise rows are gathered through the block table). ``subtiles=2`` holds each query tile as two halves
-    (``_prefill_tile_halves``; tiles of 32 rows or more). A launch parameter left None comes from ``prefill_launch``
-    for this batch.
+    (``_prefill_tile_halves``; tiles of 32 rows or more). ``gluon``: the default launch of a long prompt goes to
+    ``gluon_attention``'s kernel where ``gluon_attention.fits`` says so. A launch parameter left None comes from
+    ``prefill_launch`` for this batch.
 
     The launch depends on the shapes alone, so a CUDA graph may capture it: rows past ``query_start_loc[-1]``
     belong to no sequence (their output is left as it was), and sequences with no queries are skipped."""
@@ -604,6 +599,10 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     group = num_heads // num_kv_heads
     pack = math.gcd(pack, group)
     out = torch.empty_like(query) if out is None else out
+    gluon = launch.get("gluon", False) if gluon is None else gluon
+    if (gluon and tma and (block_m, block_n, pack, subtiles) == (128, gluon_attention.BLOCK_N, 2, 2)
+            and gluon_attention.fits(query, k_cache, num_seqs)):
+        return gluon_attention.paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out)
     grid = (num_heads // pack, num_tokens // (block_m // pack) + num_seqs)
     keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
     _prefill_kernel[grid](
