@@ -174,12 +174,16 @@ BUILD = textwrap.dedent('''
 ''')
 
 
-def build_for_the_gpu(launches: list[dict]) -> dict:
+def without_interpreter(script: str, stdin: str = "") -> dict:
+    """A script run in a fresh process without Triton's interpreter (the compiler proper), its JSON output."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", BUILD], input=json.dumps(launches), capture_output=True, text=True,
-                          env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-c", script], input=stdin, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+def build_for_the_gpu(launches: list[dict]) -> dict:
+    return without_interpreter(BUILD, json.dumps(launches))
 
 
 def every_kernel() -> set[str]:
@@ -244,10 +248,7 @@ def test_gluon_prefill_kernel_builds_for_hopper_with_its_products_asynchronous()
 
     if not gluon_attention.available():
         pytest.skip("this Triton has no Gluon Hopper operations")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", GLUON_BUILD], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result = without_interpreter(GLUON_BUILD)
     assert "Potential Performance Loss" not in result["ptxas"], result["ptxas"]
     assert "0 bytes spill stores" in result["ptxas"], result["ptxas"]
     assert 2 * result["shared"] <= 227 * 1024, result["shared"]

@@ -32,7 +32,7 @@ import functools
 
 import torch
 
-from raygrid.kernels.prompt_tiles import program_tile
+from raygrid.kernels.prefill_parts import online_softmax, program_tile
 
 try:
     from triton.experimental import gluon
@@ -60,14 +60,6 @@ def available() -> bool:
 
 
 if gluon is not None:
-
-    @gluon.jit
-    def _softmax_step(s, m_i, l_i, qk_scale):
-        """Scores folded into the running max and sum: probabilities, the new max and sum, and the output's rescale."""
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-        alpha = gl.exp2(m_i - m_new)
-        return p, m_new, l_i * alpha + gl.sum(p, 1), alpha
 
     @gluon.jit
     def _tile_row(table_row_ptr, tile, num_tiles, N: gl.constexpr, PAGE: gl.constexpr):
@@ -175,7 +167,7 @@ if gluon is not None:
             sb = warpgroup_mma(qb_smem, k_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
             sb = warpgroup_mma_wait(num_outstanding=0, deps=(sb,))
             start = j * N
-            pa, ma, la, alpha_a = _softmax_step(_masked(sa, start, q_pos, end, unmasked_end, N, s_layout), ma, la, qk_scale)
+            pa, ma, la, alpha_a = online_softmax(_masked(sa, start, q_pos, end, unmasked_end, N, s_layout), ma, la, qk_scale)
             acca = acca * gl.expand_dims(gl.convert_layout(alpha_a, rows_o), 1)
             mbarrier.wait(v_bars.index(slot), phase)
             if start + N > seq_len:  # the last page's slots past the sequence hold anything (NaN too): 0 x NaN is not 0
@@ -185,7 +177,7 @@ if gluon is not None:
                 fence_async_shared()
                 _barrier()
             acca = warpgroup_mma(gl.convert_layout(pa.to(dtype), p_layout), v_tile, acca, is_async=True)
-            pb, mb, lb, alpha_b = _softmax_step(_masked(sb, start, q_pos, end, unmasked_end, N, s_layout), mb, lb, qk_scale)
+            pb, mb, lb, alpha_b = online_softmax(_masked(sb, start, q_pos, end, unmasked_end, N, s_layout), mb, lb, qk_scale)
             accb = accb * gl.expand_dims(gl.convert_layout(alpha_b, rows_o), 1)
             accb = warpgroup_mma(gl.convert_layout(pb.to(dtype), p_layout), v_tile, accb, is_async=True)
             acca, accb = warpgroup_mma_wait(num_outstanding=0, deps=(acca, accb))
@@ -208,9 +200,9 @@ if gluon is not None:
 def fits(query: torch.Tensor, k_cache: torch.Tensor, num_seqs: int) -> bool:
     """Whether this kernel takes a launch: Gluon present, a CUDA device of compute capability 9.x, and a launch that
     ``takes`` describes."""
-    if gluon is None or query.shape[0] < MIN_QUERIES * max(num_seqs, 1) or query.device.type != "cuda":
-        return False  # the common case first: a step of short prompts or decodes pays one comparison
-    return _capability(query.device.index or 0)[0] == 9 and takes(query, k_cache, num_seqs)
+    if gluon is None or query.device.type != "cuda" or _capability(query.device.index or 0)[0] != 9:
+        return False
+    return takes(query, k_cache, num_seqs)
 
 
 def takes(query: torch.Tensor, k_cache: torch.Tensor, num_seqs: int) -> bool:
@@ -218,10 +210,11 @@ def takes(query: torch.Tensor, k_cache: torch.Tensor, num_seqs: int) -> bool:
     even size, whole 64-key tiles in each page, the cache's rows dense and each head's queries one bulk copy (16-byte
     aligned), and at least MIN_QUERIES queries a sequence on average."""
     num_blocks, page, num_kv_heads, head_dim = k_cache.shape
-    return (query.dtype in (torch.bfloat16, torch.float16) and k_cache.dtype == query.dtype and head_dim == HEAD_DIM
+    return (query.shape[0] >= MIN_QUERIES * max(num_seqs, 1)  # first: most launches (short prompts) stop here
+            and query.dtype in (torch.bfloat16, torch.float16) and k_cache.dtype == query.dtype and head_dim == HEAD_DIM
             and (query.shape[1] // num_kv_heads) % 2 == 0 and page % BLOCK_N == 0 and query.stride(2) == 1
             and query.stride(1) == head_dim and (query.stride(0) * query.element_size()) % 16 == 0
-            and query.data_ptr() % 16 == 0 and query.shape[0] >= MIN_QUERIES * max(num_seqs, 1)
+            and query.data_ptr() % 16 == 0
             and k_cache.stride() == (page * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim, 1))
 
 

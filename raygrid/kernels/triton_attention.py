@@ -23,7 +23,7 @@ except ImportError:
     TensorDescriptor = None
 
 from raygrid.kernels import gluon_attention
-from raygrid.kernels.prompt_tiles import program_tile
+from raygrid.kernels.prefill_parts import online_softmax, program_tile
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import ROUND_BEFORE_FP8_CAST, round_to_e4m3
 
@@ -242,16 +242,6 @@ def _prefill_values(v_cache, where, valid, kvh, dims, dtype: tl.constexpr, HEAD_
 
 
 @triton.jit
-def _online_softmax(s, m_i, l_i, qk_scale):
-    """Scores ``s`` folded into the running max and sum: the probabilities, the new max and sum, and the factor the
-    output so far is rescaled by."""
-    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-    p = tl.exp2(s * qk_scale - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    return p, m_new, l_i * alpha + tl.sum(p, 1), alpha
-
-
-@triton.jit
 def _prefill_tile(
     q, q_pos, start, end, m_i, l_i, acc, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
     stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
@@ -268,7 +258,7 @@ def _prefill_tile(
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     if CAUSAL_MASK:
         s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
-    p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, qk_scale)
+    p, m_i, l_i, alpha = online_softmax(s, m_i, l_i, qk_scale)
     v = _prefill_values(v_cache, where, valid, kvh, dims, q.dtype, HEAD_DIM, BLOCK_D, CAUSAL_MASK, TMA)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
     return m_i, l_i, acc
@@ -294,10 +284,10 @@ def _prefill_tile_halves(
     if CAUSAL_MASK:
         sa = tl.where(valid[None, :] & (pos[None, :] <= pos_a[:, None]), sa, float("-inf"))
         sb = tl.where(valid[None, :] & (pos[None, :] <= pos_b[:, None]), sb, float("-inf"))
-    pa, ma, la, alpha_a = _online_softmax(sa, ma, la, qk_scale)
+    pa, ma, la, alpha_a = online_softmax(sa, ma, la, qk_scale)
     v = _prefill_values(v_cache, where, valid, kvh, dims, qa.dtype, HEAD_DIM, BLOCK_D, CAUSAL_MASK, TMA)
     acca = tl.dot(pa.to(v.dtype), v, acca * alpha_a[:, None], input_precision=DOT_PRECISION)
-    pb, mb, lb, alpha_b = _online_softmax(sb, mb, lb, qk_scale)
+    pb, mb, lb, alpha_b = online_softmax(sb, mb, lb, qk_scale)
     accb = tl.dot(pb.to(v.dtype), v, accb * alpha_b[:, None], input_precision=DOT_PRECISION)
     return ma, la, acca, mb, lb, accb
 
