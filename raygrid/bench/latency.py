@@ -138,7 +138,7 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
     hf_config = load_hf_config(model_path)
     prompts = _Prompts(args.seed, hf_config.vocab_size)
     longest = max(args.input_len) + args.output_len
-    close, run_one, profile = _open_backend(args, dict(engine_kwargs, model=model_path), longest)
+    close, run_one, profile, budget = _open_backend(args, dict(engine_kwargs, model=model_path), longest)
     rows = []
     try:
         for input_len in args.input_len:
@@ -166,7 +166,7 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
     summary = {
         "backend": args.backend, "model": engine_kwargs["model"], "dtype": engine_kwargs.get("dtype", "auto"),
         "batch_size": args.batch_size, "output_len": args.output_len, "num_iters": args.num_iters, "results": rows,
-        "attention_kernels": kernel_settings() if args.backend == "raygrid" else None,
+        "attention_kernels": kernel_settings() if args.backend == "raygrid" else None, "max_num_batched_tokens": budget,
         "machine": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(), "command": " ".join(["raygrid"] + sys.argv[1:]),
     }
@@ -187,7 +187,7 @@ def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:
 
 
 def _open_backend(args, engine_kwargs: dict, longest: int):
-    """(close, run one batch, profile at a prompt length or None) for the chosen backend."""
+    """(close, run one batch, profile at a prompt length or None, the step budget or None) for the chosen backend."""
     if args.backend == "hf":
         import torch
         from transformers import AutoModelForCausalLM
@@ -197,16 +197,16 @@ def _open_backend(args, engine_kwargs: dict, longest: int):
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model = AutoModelForCausalLM.from_pretrained(engine_kwargs["model"], dtype=dtype, attn_implementation="sdpa").to(device).eval()
         model.generation_config.eos_token_id = None
-        return (lambda: None), (lambda prompts, n: time_hf(model, prompts, n)), None
+        return (lambda: None), (lambda prompts, n: time_hf(model, prompts, n)), None, None
 
     from raygrid.engine.arg_utils import EngineArgs
     from raygrid.engine.llm_engine import LLMEngine
 
     engine_kwargs = dict(engine_kwargs, max_model_len=engine_kwargs.get("max_model_len") or longest)
-    engine = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs))
+    engine = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs), usage_context="llm")  # as vLLM's bench latency
     profile = None
     if args.profile_dir:
         from raygrid.bench.profile_decode import profile_decode
 
         profile = lambda input_len: profile_decode(engine, args.profile_dir, num_reqs=args.batch_size, prompt_len=input_len)  # noqa: E731
-    return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n)), profile
+    return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n)), profile, engine.config.scheduler.max_num_batched_tokens

@@ -71,7 +71,8 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
         if errors:
             raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
         generated = sum(len(o.outputs[0].token_ids) for o in outputs)
-        result = {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": llm.engine.step_timing()}
+        result = {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": llm.engine.step_timing(),
+                  "max_num_batched_tokens": llm.config.scheduler.max_num_batched_tokens}
         if engine_kwargs.get("enable_eplb"):
             result["eplb"] = eplb_summary(llm)
         if traced:
@@ -238,6 +239,7 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "memory": result.get("memory"),
         "eplb": result.get("eplb"),
         "attention_kernels": kernel_settings() if args.backend == "raygrid" else None,
+        "max_num_batched_tokens": result.get("max_num_batched_tokens"),
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
