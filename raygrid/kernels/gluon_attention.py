@@ -1,5 +1,6 @@
-"""Prompt attention on Hopper in Gluon (Triton's lower-level language), for long prompts: the schedule of
-``triton_attention._prefill_kernel`` with two halves, but with each step's K/V copies asked for as it starts.
+"""Prompt attention on Hopper in Gluon (Triton's lower-level language), for long prompts: the tiles of
+``triton_attention._prefill_kernel`` with two halves, with each step's K/V copies asked for as it starts and each
+half's softmax overlapping the other half's matrix products.
 
 The Triton kernel keeps two K/V slots. Its pipeliner asks for tile j + 1's copies at the end of step j, after the
 block-table load that gives their address. Step j + 1 then starts by waiting for them. On an H200, Nsight Compute
@@ -10,16 +11,18 @@ whole step to arrive.
 
 A step over a key tile, for the program's two halves: the two query heads of one kv head, over the same 64 tokens.
 1. Ask for the next tile's K and V; wait for this tile's K.
-2. Multiply the first half's queries by K, wait; the same for the second half.
-3. Fold the first half's scores into its running max and sum (online softmax). Rescale its output. Wait for V,
-   and ask for the product of its probabilities with V.
-4. The second half's softmax runs while that product does. Ask for the second half's product.
+2. Ask for both halves' scores (queries times K); wait for the first half's.
+3. Fold the first half's scores into its running max and sum (online softmax) while the second half's are
+   computed. Rescale its output. Wait for V, and ask for the product of its probabilities with V.
+4. Wait for the second half's scores; its softmax runs while the first half's product does. Ask for the second
+   half's product.
 5. Wait for both products.
 
-The products come in the order Triton gives them, but none stays in flight past its step. In Triton's kernel the
-second half's product with V is still running when the next step asks for scores. Written that way in Gluon,
-ptxas waited after every product (notes C7513/C7515). Waited for within the step, they stay asynchronous (Triton
-3.6 and 3.9; ``benchmarks/scripts/wgmma_check.py`` and a CPU test check it).
+No product stays in flight past its step. In Triton's kernel the second half's product with V is still running
+when the next step asks for scores. Written that way in Gluon, ptxas waited after every product (notes
+C7513/C7515). Waited for within the step, they stay asynchronous (Triton 3.6 and 3.9;
+``benchmarks/scripts/wgmma_check.py`` and a CPU test check it). Against Triton's order (each half's scores waited
+for before the next is asked), this overlap gave 2 to 4% on an H200 (benchmarks/README.md).
 
 Used for 16-bit prompts with head_dim 128, at least two query heads a kv head, and pages of whole 64-key tiles
 (``fits``), when the launch's sequences bring at least ``MIN_QUERIES`` queries each on average. Shorter prompts
@@ -163,9 +166,8 @@ if gluon is not None:
             row_ahead = _tile_row(table_row, ahead + 1, num_tiles, N, PAGE)  # read a step before it is needed
             mbarrier.wait(k_bars.index(slot), phase)
             sa = warpgroup_mma(qa_smem, k_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
-            sa = warpgroup_mma_wait(num_outstanding=0, deps=(sa,))
             sb = warpgroup_mma(qb_smem, k_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
-            sb = warpgroup_mma_wait(num_outstanding=0, deps=(sb,))
+            sa = warpgroup_mma_wait(num_outstanding=1, deps=(sa,))  # the second half's scores run on
             start = j * N
             pa, ma, la, alpha_a = online_softmax(_masked(sa, start, q_pos, end, unmasked_end, N, s_layout), ma, la, qk_scale)
             acca = acca * gl.expand_dims(gl.convert_layout(alpha_a, rows_o), 1)
@@ -177,6 +179,7 @@ if gluon is not None:
                 fence_async_shared()
                 _barrier()
             acca = warpgroup_mma(gl.convert_layout(pa.to(dtype), p_layout), v_tile, acca, is_async=True)
+            sb = warpgroup_mma_wait(num_outstanding=1, deps=(sb,))  # the first half's product with V runs on
             pb, mb, lb, alpha_b = online_softmax(_masked(sb, start, q_pos, end, unmasked_end, N, s_layout), mb, lb, qk_scale)
             accb = accb * gl.expand_dims(gl.convert_layout(alpha_b, rows_o), 1)
             accb = warpgroup_mma(gl.convert_layout(pb.to(dtype), p_layout), v_tile, accb, is_async=True)
