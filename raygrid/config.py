@@ -38,7 +38,6 @@ class ModelConfig(_Strict):
 # which then reads each by one bulk copy (TMA): 11 to 14% faster than gathering 16-token pages' rows
 # (benchmarks/README.md, "Prefill attention by bulk copies").
 GPU_BLOCK_SIZE = 64
-DEFAULT_BUDGET = 8192  # a step's tokens (max_num_batched_tokens) unless the device and use say otherwise
 CPU_BLOCK_SIZE = 16
 
 
@@ -170,9 +169,8 @@ class EngineConfig(_Strict):
             )
         return self
 
-    def resolve(self, checkpoint_max_len: int, default_budget: int = DEFAULT_BUDGET) -> "EngineConfig":
-        """Fill in the defaults that depend on the checkpoint, checking the limits again. ``default_budget``: a step's
-        tokens when max_num_batched_tokens is unset (``default_budget`` in engine/arg_utils.py picks it)."""
+    def resolve(self, checkpoint_max_len: int) -> "EngineConfig":
+        """Fill in the defaults that depend on the checkpoint, checking the limits again."""
         max_len = self.model.max_model_len or checkpoint_max_len
         if max_len > checkpoint_max_len:
             raise ValueError(
@@ -181,10 +179,10 @@ class EngineConfig(_Strict):
             )
         budget = self.scheduler.max_num_batched_tokens
         if budget is None:
-            budget = default_budget if self.scheduler.enable_chunked_prefill else max(default_budget, max_len)
+            budget = 8192 if self.scheduler.enable_chunked_prefill else max(8192, max_len)
         async_scheduling = self.scheduler.async_scheduling
         staged = self.parallel.pipeline_parallel_size > 1
-        on_gpu = self.on_gpu()
+        on_gpu = self._on_gpu()
         if async_scheduling is None:
             async_scheduling = on_gpu and not staged
         elif async_scheduling and staged:
@@ -201,7 +199,7 @@ class EngineConfig(_Strict):
             device=self.device,
         )
 
-    def on_gpu(self) -> bool:
+    def _on_gpu(self) -> bool:
         """Whether the engine runs on GPUs. "auto" is this process's device: on Ray, create_engine_config has
         already made it the workers' ("cuda" or "cpu")."""
         if self.device != "auto":

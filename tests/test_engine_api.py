@@ -55,27 +55,6 @@ def test_kv_block_size_defaults_by_device(qwen3_dir):
     assert block_size() == (GPU_BLOCK_SIZE if torch.cuda.is_available() else CPU_BLOCK_SIZE)  # device "auto"
 
 
-def test_step_budget_defaults_by_use_as_vllms(qwen3_dir):
-    """Unset, a step's token budget is vLLM's: 8192 for servers and engines built directly, and for offline runs
-    everywhere but on GPUs of 70 GiB or more (16384 there: the GPU test checks it); a given budget stays, and
-    without chunked prefill a whole prompt fits. On Ray the GPUs are the workers': 8192."""
-    from raygrid.config import DEFAULT_BUDGET, EngineConfig, ModelConfig, ParallelConfig
-    from raygrid.engine.arg_utils import OFFLINE_LARGE_GPU_BUDGET, default_budget
-
-    def budget(usage, **kwargs):
-        return EngineArgs(model=qwen3_dir, **kwargs).create_engine_config(usage).scheduler.max_num_batched_tokens
-
-    assert (DEFAULT_BUDGET, OFFLINE_LARGE_GPU_BUDGET) == (8192, 16384)
-    for usage in ("llm", "server", "engine"):
-        assert budget(usage, device="cpu") == DEFAULT_BUDGET
-        assert budget(usage, device="cpu", max_num_batched_tokens=100) == 100
-        assert budget(usage, device="cpu", enable_chunked_prefill=False) == DEFAULT_BUDGET  # above the checkpoint's 1024
-    # Workers with GPUs on Ray: this process's device is not theirs, and is not asked (here it has no CUDA at all).
-    on_ray = EngineConfig(model=ModelConfig(model=qwen3_dir), device="cuda",
-                          parallel=ParallelConfig(data_parallel_size=2, distributed_executor_backend="ray"))
-    assert default_budget(on_ray, "llm") == DEFAULT_BUDGET
-
-
 def test_llm_engine_loop_as_vllms_example(qwen3_dir, llm, tokenizer):
     """vLLM's llm_engine_example.py, with only the import changed: add requests, step until done, read the
     finished outputs; they equal LLM.generate's. abort_request ends a request with finish_reason 'abort'."""

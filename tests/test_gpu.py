@@ -230,7 +230,6 @@ def test_long_prompts_through_the_gluon_kernel_match_the_triton_kernel(tmp_path,
         monkeypatch.setitem(triton_attention.PREFILL_CONFIG, "gluon", gluon)
         calls.clear()
         llm = LLM(model=str(model_dir), max_model_len=10000, gpu_memory_utilization=0.3, dtype="bfloat16", block_size=64,
-                  max_num_batched_tokens=8192,  # (not the offline default of a large GPU, 16384: one step would take both)
                   enforce_eager=True, async_scheduling=False)  # step 2 scheduled once the first prompt has finished
         try:
             outputs = llm.generate(prompts, params, use_tqdm=False)
@@ -253,37 +252,6 @@ def test_kv_sizing_counts_sampling_and_graphs(model_dirs):
         report = llm.engine.executor.collective_rpc("memory_report")[0]
         assert report["profiled_cuda_graph_bytes"] > 0
         assert report["cuda_graph_bytes"] <= report["profiled_cuda_graph_bytes"] * 1.1 + 2**20, report
-    finally:
-        llm.shutdown()
-
-
-def test_offline_engines_on_a_large_gpu_take_vllms_longer_steps(model_dirs, tokenizer):
-    """vLLM's step budget on GPUs of 70 GiB or more (an H100, an H200; not an A100): 16384 tokens for LLM (and
-    ``bench latency``, which builds the same), 8192 for servers and engines built directly. A given budget stays.
-    The LLM's engine profiles and runs with it: 20 prompts of 400 tokens and one of 900 are one step's work."""
-    from raygrid.engine.arg_utils import EngineArgs
-
-    device = torch.cuda.get_device_properties(0)
-    large = device.total_memory >= 70 * 2**30 and "A100" not in device.name
-    args = EngineArgs(model=model_dirs["qwen3"], max_model_len=1024)
-    assert args.create_engine_config("llm").scheduler.max_num_batched_tokens == (16384 if large else 8192)
-    assert [args.create_engine_config(usage).scheduler.max_num_batched_tokens for usage in ("server", "engine")] == [8192] * 2
-    given = EngineArgs(model=model_dirs["qwen3"], max_model_len=1024, max_num_batched_tokens=4096)
-    assert given.create_engine_config("llm").scheduler.max_num_batched_tokens == 4096
-    llm = LLM(model=model_dirs["qwen3"], max_model_len=1024, gpu_memory_utilization=0.3, dtype="bfloat16",
-              async_scheduling=False)  # a step() is then one step
-    try:
-        budget = llm.config.scheduler.max_num_batched_tokens
-        assert budget == (16384 if large else 8192)
-        prompts = random_prompts(20, len(tokenizer), 400, 400, seed=5) + random_prompts(1, len(tokenizer), 900, 900, seed=6)
-        engine = llm.llm_engine
-        for i, prompt in enumerate(prompts):
-            engine.add_request(str(i), {"prompt_token_ids": prompt}, greedy())
-        engine.step()
-        assert llm.get_stats().num_scheduled_tokens == min(budget, 20 * 400 + 900)
-        while engine.has_unfinished_requests():
-            engine.step()
-        assert llm.get_stats().num_scheduled_tokens == 20 * 400 + 900 + 21 * (MAX_NEW - 1)
     finally:
         llm.shutdown()
 

@@ -203,7 +203,7 @@ def _open_backend(args, engine_kwargs: dict, longest: int):
     from raygrid.engine.llm_engine import LLMEngine
 
     engine_kwargs = dict(engine_kwargs, max_model_len=engine_kwargs.get("max_model_len") or longest)
-    engine = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs), usage_context="llm")  # as vLLM's bench latency
+    engine = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs))
     profile = None
     if args.profile_dir:
         from raygrid.bench.profile_decode import profile_decode

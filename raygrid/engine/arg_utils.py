@@ -17,17 +17,12 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from raygrid.config import DEFAULT_BUDGET, CacheConfig, EngineConfig, EPLBConfig, ModelConfig, ParallelConfig, SchedulerConfig
+from raygrid.config import CacheConfig, EngineConfig, EPLBConfig, ModelConfig, ParallelConfig, SchedulerConfig
 from raygrid.models.default_model import DEFAULT_MODEL_NAME, is_dummy_built_in, resolve_model_path
 from raygrid.validation import InvalidArgument
 
 # The configs' fields that the engine arguments name otherwise (vLLM's argument names).
 _ARGUMENT_NAMES = {"cache_dtype": "kv_cache_dtype", "policy": "scheduling_policy"}
-
-# Who builds the engine, as vLLM's UsageContext: "llm" (the offline LLM class and the benchmarks that run it),
-# "server" (AsyncLLM: the OpenAI server, Serve), "engine" (LLMEngine built directly).
-UsageContext = Literal["llm", "server", "engine"]
-OFFLINE_LARGE_GPU_BUDGET = 16384  # vLLM's default for the LLM class on GPUs of 70 GiB or more, A100 excepted
 
 
 def _arg(default, help: str, short: str | None = None):  # noqa: A002 - argparse's word
@@ -43,8 +38,7 @@ class EngineArgs:
     device: Literal["auto", "cpu", "cuda"] = _arg("auto", "where the model runs")
     max_model_len: int | None = _arg(None, "longest prompt + output (default: the checkpoint's)")
     max_num_seqs: int = _arg(256, "requests in one step at most")
-    max_num_batched_tokens: int | None = _arg(None, "tokens in one step at most (default 8192; 16384 offline on a GPU "
-                                                    "of 70 GiB or more, as vLLM)")
+    max_num_batched_tokens: int | None = _arg(None, "tokens in one step at most (default 8192)")
     block_size: int | None = _arg(None, "tokens per KV cache block (default: 64 on a GPU, 16 on CPU)")
     num_kv_blocks: int | None = _arg(None, "fix the KV pool's size (default: sized from memory)")
     enable_prefix_caching: bool = _arg(True, "reuse the KV blocks of earlier requests' shared prefixes")
@@ -135,10 +129,9 @@ class EngineArgs:
         flag is answered in a second; create_engine_config checks them again, with the checkpoint."""
         self._engine_config(self.model, self.load_format)
 
-    def create_engine_config(self, usage_context: UsageContext = "engine") -> EngineConfig:
+    def create_engine_config(self) -> EngineConfig:
         """The configuration these arguments describe, resolved against the checkpoint (its context
-        length) and ``usage_context`` (see ``default_budget``); a bad value raises a ValueError naming the field
-        and its limit."""
+        length); a bad value raises a ValueError naming the field and its limit."""
         from raygrid.models.layers.fp8 import resolve_quantization
         from raygrid.models.loader import load_hf_config
 
@@ -163,7 +156,7 @@ class EngineArgs:
             if (experts + redundant) % ep_size:
                 raise ValueError(f"eplb_config.num_redundant_experts: num_experts + num_redundant_experts ({experts} + {redundant}) "
                                  f"is not divisible by the expert-parallel size (DP x TP = {ep_size})")
-        return config.resolve(hf_config.max_position_embeddings, default_budget(config, usage_context))
+        return config.resolve(hf_config.max_position_embeddings)
 
     def _engine_config(self, model_path: str, load_format: str) -> EngineConfig:
         """The pydantic configuration of these arguments, each field validated (not yet resolved against a checkpoint);
@@ -187,21 +180,6 @@ class EngineArgs:
             )
         except ValidationError as error:
             raise InvalidArgument.from_pydantic(error, renamed=_ARGUMENT_NAMES) from None
-
-
-def default_budget(config: EngineConfig, usage_context: UsageContext) -> int:
-    """A step's tokens when max_num_batched_tokens is unset, by vLLM's rule: offline runs on a GPU of 70 GiB or more
-    (H100, H200; not an A100, where vLLM measured a loss) take OFFLINE_LARGE_GPU_BUDGET. A longer step halves a
-    long prompt's steps (its fixed costs, and attention launches with fewer queries each); a server keeps
-    DEFAULT_BUDGET, since a step's length is every other request's wait for its next token. On Ray the GPUs are
-    the workers', unseen from here: DEFAULT_BUDGET (vLLM reads the driver's GPU, absent there too)."""
-    if usage_context != "llm" or config.parallel.distributed_executor_backend == "ray" or not config.on_gpu():
-        return DEFAULT_BUDGET
-    import torch
-
-    device = torch.cuda.get_device_properties(torch.cuda.current_device())
-    large = device.total_memory >= 70 * 2**30 and "A100" not in device.name
-    return OFFLINE_LARGE_GPU_BUDGET if large else DEFAULT_BUDGET
 
 
 def check_engine_kwargs(kwargs: dict, refused: dict[str, str], where: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from transformers import AutoTokenizer, GenerationConfig
 
 from raygrid.config import EngineConfig
-from raygrid.engine.arg_utils import EngineArgs, UsageContext
+from raygrid.engine.arg_utils import EngineArgs
 from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
@@ -24,10 +24,10 @@ PromptType = str | dict[str, Any]
 PROMPT_KEYS = frozenset({"prompt", "prompt_token_ids", "cache_salt"})  # what a dict prompt may hold
 
 
-def build_engine_config(model: str, usage_context: UsageContext = "server", **engine_kwargs) -> EngineConfig:
-    """A server's engine configuration from vLLM-style keyword arguments (the fields of ``EngineArgs``),
+def build_engine_config(model: str, **engine_kwargs) -> EngineConfig:
+    """The engine's configuration from vLLM-style keyword arguments (the fields of ``EngineArgs``),
     resolved against the checkpoint."""
-    return EngineArgs(model=model, **engine_kwargs).create_engine_config(usage_context)
+    return EngineArgs(model=model, **engine_kwargs).create_engine_config()
 
 
 def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False,

@@ -31,7 +31,7 @@ class LLM:
     """
 
     def __init__(self, model: str, **engine_kwargs) -> None:
-        self.llm_engine = LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs), usage_context="llm")
+        self.llm_engine = LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs))
         self.config = self.llm_engine.config
         self.processor = self.llm_engine.processor
         self.tokenizer = self.llm_engine.tokenizer

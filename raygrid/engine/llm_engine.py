@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Iterable
 
 from raygrid.config import EngineConfig
-from raygrid.engine.arg_utils import EngineArgs, UsageContext
+from raygrid.engine.arg_utils import EngineArgs
 from raygrid.engine.input_processor import InputProcessor, PromptType, create_engine
 from raygrid.engine.output_processor import OutputProcessor
 from raygrid.engine.outputs import RequestOutput
@@ -30,8 +30,8 @@ class LLMEngine:
         self._request_counter = itertools.count()
 
     @classmethod
-    def from_engine_args(cls, engine_args: EngineArgs, usage_context: UsageContext = "engine") -> "LLMEngine":
-        return cls(engine_args.create_engine_config(usage_context))
+    def from_engine_args(cls, engine_args: EngineArgs) -> "LLMEngine":
+        return cls(engine_args.create_engine_config())
 
     def add_request(self, request_id: str, prompt: PromptType, params: SamplingParams | None = None, priority: int = 0) -> None:
         """Queue a prompt (a string, {"prompt": str} or {"prompt_token_ids": [...]}); ``params`` defaults to the

@@ -55,7 +55,7 @@ class StreamBatch:
 
 
 def _build_engine(llm_config: LLMConfig) -> EngineClient:
-    config = llm_config.engine_args().create_engine_config("server")
+    config = llm_config.engine_args().create_engine_config()
     eos_token_ids = InputProcessor(config).eos_token_ids
     if not llm_config.uses_workers():
         from raygrid.engine.core_proc import EngineProcClient

@@ -65,3 +65,16 @@ timeout 100 python3 benchmarks/scripts/sweep_prefill_attention.py --page 64 --ca
   --config '{}' --config '{"gluon": "paired"}' --output-json $out/sweep_paired_$i.json 2>&1 | grep -v -i warn | grep -o "^[0-9]* x [0-9]*.*sdpa.*\|'gluon': [a-zA-Z0-9:\"']*, 'ms': [0-9.]*, 'tflop_per_s': [0-9.]*\|rror.*"
 done
 
+# command 7 (22cd2e9): the whole GPU suite; then the budget test against a mutation (the offline default never taken)
+out=$1
+timeout 420 python3 -m pytest tests/test_gpu.py tests/test_kernels.py -q -p no:cacheprovider -x 2>&1 | grep -v -i warn | tail -4 | tee $out/gpu_suite.txt
+rm -rf /tmp/M && mkdir -p /tmp/M && cp -r raygrid tests pyproject.toml /tmp/M/ 2>/dev/null
+sed -i 's/    return OFFLINE_LARGE_GPU_BUDGET if large else DEFAULT_BUDGET/    return DEFAULT_BUDGET/' /tmp/M/raygrid/engine/arg_utils.py
+grep -c "return DEFAULT_BUDGET" /tmp/M/raygrid/engine/arg_utils.py
+(cd /tmp/M && PYTHONPATH=/tmp/site:/tmp/M timeout 100 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider -k large_gpu 2>&1 | grep -v -i warn | tail -3) | tee $out/mutation.txt
+
+# ---- command 8 (22cd2e9, the warm machine): the KV-sizing test alone (passed), then tests/test_gpu.py whole
+timeout 120 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider -k "kv_sizing"
+timeout 280 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider --tb=short
+
+# ---- command 9 (22cd2e9 in /tmp/M8, the KV-sizing test's engine given max_num_batched_tokens=8192): test_gpu.py whole, 20 passed
