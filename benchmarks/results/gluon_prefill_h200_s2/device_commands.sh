@@ -78,3 +78,6 @@ timeout 120 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider -k "kv_si
 timeout 280 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider --tb=short
 
 # ---- command 9 (22cd2e9 in /tmp/M8, the KV-sizing test's engine given max_num_batched_tokens=8192): test_gpu.py whole, 20 passed
+# command 10 (the final tree): tests/test_gpu.py whole
+out=$1
+timeout 240 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider --tb=short 2>&1 | grep -v -i warn | grep "assert \|passed\|failed\|FAILED" | cut -c1-400 | tail -6 | tee $out/gpu_tests.txt
