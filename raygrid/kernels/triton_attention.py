@@ -487,7 +487,8 @@ def _fp8_launch(num_seqs: int, num_kv_heads: int, splits: int, device: torch.dev
 # (JSON, e.g. '{"pack": 2}') overrides it, for benchmarks of other launches. subtiles=2 holds each 128-row tile as
 # two halves whose softmax and products interleave: 528 against 477 TFLOP/s at 32k tokens on an H200. gluon=True hands
 # long prompts (gluon_attention.fits) to the Gluon kernel with the same tiles, whose copies are asked for a step
-# earlier: 546 against 530 at 32k tokens, 570 against 530 at 8k.
+# earlier and whose halves' softmax overlaps the other half's products: 553 against 520 at 32k tokens, 584 against
+# 524 at 8k (one sweep, 0745c36).
 PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=2,
                                   gluon=True),
                              "RAYGRID_PREFILL_CONFIG")
