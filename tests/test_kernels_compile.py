@@ -203,10 +203,7 @@ def every_kernel() -> set[str]:
 def test_every_kernel_builds_for_the_gpu(monkeypatch):
     launches = record_launches(monkeypatch)
     # The kernels that wait for the one before them (kernels/pdl.py) do so only on a GPU: build that branch too.
-    # The skinny kernel's L2 prefetch before that wait is built with it.
-    launches += [dict(launch, args=dict(launch["args"], PDL={"value": True},
-                                        **({"PREFETCH": {"value": True}} if "PREFETCH" in launch["args"] else {})))
-                 for launch in launches if "PDL" in launch["args"]]
+    launches += [dict(launch, args=dict(launch["args"], PDL={"value": True})) for launch in launches if "PDL" in launch["args"]]
     result = build_for_the_gpu(launches)
     assert not result["failures"], "\n".join(result["failures"])
     assert every_kernel() - set(result["built"]) == set(), "kernels no launch here reached: add a call to exercise_every_kernel"

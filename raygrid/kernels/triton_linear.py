@@ -8,8 +8,6 @@ float32, added up by whichever program of the column block finishes last, in the
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -17,38 +15,18 @@ import triton.language as tl
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 
 SKINNY_MAX_M = 16  # rows (tokens) up to which the kernel replaces cuBLAS; tl.dot needs 16 rows anyway
-# With PDL a launch's programs start while the kernel before it still runs (kernels/pdl.py). Before they wait for it,
-# each asks for its weight slice to be brought into L2 (the weights are never written by a step), so its reads after
-# the wait find them there. RAYGRID_SKINNY_PREFETCH=0 turns it off, for benchmarks.
-PREFETCH = os.environ.get("RAYGRID_SKINNY_PREFETCH", "1") != "0"
-
-
-@triton.jit
-def _prefetch_rows_l2(w_ptr, first_col, N, k_start, K, stride_wn, BLOCK_N: tl.constexpr, K_SPAN: tl.constexpr):
-    """Bulk prefetch into L2 of rows ``first_col ..`` of the weight, K_SPAN elements each from k_start (cut at K), one
-    ``cp.async.bulk.prefetch.L2`` a row (Hopper). Rows past N ask for row N - 1 again."""
-    rows = tl.minimum(first_col + tl.arange(0, BLOCK_N), N - 1)
-    size = (tl.minimum(K_SPAN, K - k_start) * w_ptr.dtype.element_ty.primitive_bitwidth // 8) // 16 * 16
-    sizes = tl.full([BLOCK_N], 0, tl.int32) + size
-    tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2;\n mov.u32 $0, 0;", "=r,l,r",
-                              [w_ptr + rows.to(tl.int64) * stride_wn + k_start, sizes], dtype=tl.int32, is_pure=False,
-                              pack=1)
 
 
 @triton.jit
 def _skinny_linear_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, partial_ptr, arrivals_ptr, M, N, K, k_per_split, stride_xm, stride_wn, stride_ym,
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr = False, K_SPAN: tl.constexpr = 0,
+    SPLIT_K: tl.constexpr, PDL: tl.constexpr,
 ):
     """Program (n, s) sums ``BLOCK_N`` output columns over the s-th of ``SPLIT_K`` slices of K. With one slice
     it stores them. With several, each stores its float32 partial sums, and the program that arrives last at the
     columns' counter (``arrivals``) adds them all up, stores the output and sets the counter back to 0 for the
-    next launch. With ``PREFETCH`` (under PDL, on Hopper), its weight slice (``K_SPAN`` = k_per_split columns) is first
-    asked into L2, while the kernel before runs."""
-    if PREFETCH:
-        _prefetch_rows_l2(w_ptr, tl.program_id(0) * BLOCK_N, N, tl.program_id(1) * k_per_split, K, stride_wn, BLOCK_N,
-                          K_SPAN)
+    next launch."""
     pdl_wait(PDL)
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -132,16 +110,12 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     k_per_split = triton.cdiv(triton.cdiv(k, block_k), split_k) * block_k
     split_k = triton.cdiv(k, k_per_split)  # no empty slice
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    pdl = pdl_launch(x.device)
-    row_bytes = weight.stride(0) * weight.element_size()
-    prefetch = (PREFETCH and pdl["PDL"] and row_bytes % 16 == 0 and weight.data_ptr() % 16 == 0
-                and (k_per_split * weight.element_size()) % 16 == 0)
     partials = torch.empty(split_k, 16, n, dtype=torch.float32, device=x.device) if split_k > 1 else y
     _skinny_linear_kernel[(column_blocks, split_k)](
         x, weight, bias if bias is not None else weight, y, partials, arrivals if split_k > 1 else y, m, n, k,
         k_per_split, x.stride(0), weight.stride(0), y.stride(0),
         HAS_BIAS=bias is not None, EVEN_K=k % k_per_split == 0, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k,
-        SPLIT_K=split_k, PREFETCH=prefetch, K_SPAN=k_per_split if prefetch else 0, num_warps=num_warps or config["num_warps"],
-        num_stages=num_stages or config["num_stages"], **pdl,
+        SPLIT_K=split_k, num_warps=num_warps or config["num_warps"], num_stages=num_stages or config["num_stages"],
+        **pdl_launch(x.device),
     )
     return y
