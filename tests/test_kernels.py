@@ -9,7 +9,6 @@ import pytest
 import torch
 
 triton = pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
-tl = triton.language
 
 from raygrid.kernels.elementwise_ref import (  # noqa: E402
     apply_rotary_ref,
@@ -18,7 +17,6 @@ from raygrid.kernels.elementwise_ref import (  # noqa: E402
 )
 from raygrid.kernels.moe_ref import align_by_expert_ref, fused_moe_ref, route_ref  # noqa: E402
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
-from raygrid.kernels.prefill_parts import program_order  # noqa: E402
 from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_scores  # noqa: E402
 from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_decode,
@@ -286,8 +284,6 @@ def test_long_prompts_take_the_gluon_kernel_and_match_the_reference(dtype):
     assert not torch.isnan(got).any()
     torch.testing.assert_close(got, expected, **close)
     torch.testing.assert_close(got, triton_kernel, **close)
-    for head_groups in (2, 8):  # the same programs in another order: the same bits
-        assert torch.equal(paged_attention_prefill(query, cache, tables, lens, query_starts, scale, head_groups=head_groups), got)
     # a padded launch: 19 spare rows, and 3 sequences without queries after the real ones
     spare = 19
     out = torch.full((query.shape[0] + spare, heads, head_dim), 7.0, dtype=dtype, device=DEVICE)
@@ -298,34 +294,6 @@ def test_long_prompts_take_the_gluon_kernel_and_match_the_reference(dtype):
     gluon_attention.paged_attention_prefill(padded_query, cache, padded_tables, padded_lens, padded_starts, scale, out)
     torch.testing.assert_close(out[: query.shape[0]], expected, **close)
     assert (out[query.shape[0] :] == 7.0).all()
-
-
-@triton.jit
-def _record_program_order(out_ptr, head_groups):
-    """Each program's (head slot, tile) from ``program_order``, at its launch index."""
-    slot, t = program_order(head_groups)
-    index = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
-    tl.store(out_ptr + index * 2, slot)
-    tl.store(out_ptr + index * 2 + 1, t)
-
-
-def test_prompt_programs_in_head_groups_cover_every_head_and_tile_once_a_group_at_a_time():
-    """``prefill_parts.program_order``: each (head slot, tile) of the grid goes to exactly one program. In launch
-    order (axis 0 fastest), one head group's programs all come before the next group's, and within a group the
-    tiles go from the last (most keys) to the first. With one group it is the grid's own numbering."""
-    slots, tiles = 8, 5
-    for groups in (1, 2, 4, 8):
-        out = torch.full((slots * tiles, 2), -1, dtype=torch.int32, device=DEVICE)
-        _record_program_order[(slots, tiles)](out, groups)
-        order = [tuple(pair) for pair in out.tolist()]  # (slot, tile) of each program, in launch order
-        assert sorted(order) == [(s, t) for s in range(slots) for t in range(tiles)], groups
-        width = slots // groups
-        assert [s // width for s, _ in order] == sorted(s // width for s, _ in order), groups
-        for g in range(groups):
-            mine = [t for s, t in order if s // width == g]
-            assert mine == sorted(mine, reverse=True), (groups, mine)
-        if groups == 1:
-            assert order == [(s, tiles - 1 - y) for y in range(tiles) for s in range(slots)]
 
 
 def test_prefill_attention_on_a_padded_batch_as_a_cuda_graph_runs_it():

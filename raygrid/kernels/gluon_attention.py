@@ -35,7 +35,7 @@ import functools
 
 import torch
 
-from raygrid.kernels.prefill_parts import online_softmax, program_order, program_tile
+from raygrid.kernels.prefill_parts import online_softmax, program_tile
 
 try:
     from triton.experimental import gluon
@@ -89,10 +89,10 @@ if gluon is not None:
 
     # As triton_attention._prefill_kernel: a step's sequence count or table width of 1 or a multiple of 16 would each
     # compile a variant of their own while users wait.
-    @gluon.jit(do_not_specialize=["num_seqs", "stride_bt", "head_groups"])
+    @gluon.jit(do_not_specialize=["num_seqs", "stride_bt"])
     def _prefill_kernel(
         q_desc, k_desc, v_desc, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale, num_seqs,
-        stride_ot, stride_oh, stride_bt, head_groups,
+        stride_ot, stride_oh, stride_bt,
         QUERIES_PER_KV: gl.constexpr, PAGE: gl.constexpr, STAGES: gl.constexpr,
     ):
         """One program per (pair of query heads of one kv head, tile of ``TOKENS`` query tokens), numbered as
@@ -110,9 +110,8 @@ if gluon is not None:
         v_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8], warps_per_cta=[4, 1],
                                                   order=[1, 0])
 
-        pair, t = program_order(head_groups)
-        first_head = pair * 2
-        b, q_start, tile, q_len = program_tile(query_start_ptr, num_seqs, T, t)
+        first_head = gl.program_id(0) * 2
+        b, q_start, tile, q_len = program_tile(query_start_ptr, num_seqs, T)
         if (tile < 0) | (tile * T >= q_len):  # before the first sequence's tiles, or past this one's queries
             return
         seq_len = gl.load(seq_lens_ptr + b)
@@ -233,9 +232,8 @@ def _descriptor(tensor2d: torch.Tensor, rows: int) -> "TensorDescriptor":
     return TensorDescriptor(tensor2d, list(tensor2d.shape), list(tensor2d.stride()), [rows, HEAD_DIM], layout)
 
 
-def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out, head_groups=1):
-    """``triton_attention.paged_attention_prefill`` for launches that ``fits`` allows: same arguments, same result.
-    ``head_groups``: how many groups of head pairs run one after the other (``prefill_parts.program_order``)."""
+def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out):
+    """``triton_attention.paged_attention_prefill`` for launches that ``fits`` allows: same arguments, same result."""
     num_tokens, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     num_blocks, page, num_kv_heads, _ = k_cache.shape
@@ -245,7 +243,7 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     _prefill_kernel[(num_heads // 2, num_tokens // TOKENS + num_seqs)](
         _descriptor(queries, TOKENS), _descriptor(k_cache.view(rows, num_kv_heads * head_dim), BLOCK_N),
         _descriptor(v_cache.view(rows, num_kv_heads * head_dim), BLOCK_N), block_tables, seq_lens, query_start_loc, out,
-        scale, num_seqs, out.stride(0), out.stride(1), block_tables.stride(0), head_groups,
+        scale, num_seqs, out.stride(0), out.stride(1), block_tables.stride(0),
         QUERIES_PER_KV=num_heads // num_kv_heads, PAGE=page, STAGES=STAGES, num_warps=4,
     )
     return out

@@ -10,27 +10,11 @@ import triton.language as tl
 
 
 @triton.jit
-def program_order(head_groups):
-    """A program of the grid (head slots, query tiles): its head slot, and its tile counted from the last. Programs
-    start in the order of their linear index (axis 0 fastest). With ``head_groups`` 1 that is tile by tile, every
-    head slot of a tile together, the tiles with the most keys first. With more groups (a divisor of the head
-    slots), each group of head slots runs all its tiles before the next group starts: the programs running at once
-    read the keys and values of fewer heads, which stay in L2 when a long context's would not."""
-    slots = tl.num_programs(0)
-    tiles = tl.num_programs(1)
-    index = tl.program_id(1) * slots + tl.program_id(0)
-    width = slots // head_groups  # head slots a group
-    group = index // (width * tiles)
-    within = index - group * width * tiles
-    return group * width + within % width, tiles - 1 - within // width
-
-
-@triton.jit
-def program_tile(query_start_ptr, num_seqs, TOKENS: tl.constexpr, t):
+def program_tile(query_start_ptr, num_seqs, TOKENS: tl.constexpr):
     """A prompt kernel program's sequence b, its first query, its query tile within b, and b's query count. Query
     tiles are numbered across the batch from the last (the programs with the most keys start first): sequence b
-    owns the tiles from query_start[b] // TOKENS + b on, and ``t`` is the program's number in that count
-    (``program_order``). Found by a binary search over query_start."""
+    owns the tiles from query_start[b] // TOKENS + b on. Found by a binary search over query_start."""
+    t = tl.num_programs(1) - 1 - tl.program_id(1)
     lo = 0  # the last sequence whose first tile is at or before t: first(lo) <= t < first(hi)
     hi = num_seqs
     while hi - lo > 1:

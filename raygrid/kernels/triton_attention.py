@@ -316,7 +316,7 @@ def _prefill_kernel(
     pdl_wait(PDL)
     TOKENS: tl.constexpr = BLOCK_M // PACK
     first_head = tl.program_id(0) * PACK
-    b, q_start, tile, q_len = program_tile(query_start_ptr, num_seqs, TOKENS, tl.num_programs(1) - 1 - tl.program_id(1))
+    b, q_start, tile, q_len = program_tile(query_start_ptr, num_seqs, TOKENS)
     if (tile < 0) | (tile * TOKENS >= q_len):  # before the first sequence's tiles (query_start[0] > 0), or past b's
         return
     seq_len = tl.load(seq_lens_ptr + b)
@@ -490,7 +490,7 @@ def _fp8_launch(num_seqs: int, num_kv_heads: int, splits: int, device: torch.dev
 # earlier and whose halves' softmax overlaps the other half's products: 553 against 520 at 32k tokens, 584 against
 # 524 at 8k (one sweep, 0745c36).
 PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=2,
-                                  gluon=True, head_groups=1),
+                                  gluon=True),
                              "RAYGRID_PREFILL_CONFIG")
 # A batch whose sequences bring few queries each (a mixed step: many decode rows beside a prompt or two) would
 # leave most of a 128-row tile empty, and its tiles are compute spent on nothing: it takes 16-row tiles. On an
@@ -560,7 +560,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=None,
                             block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                             num_stages: int | None = None, pack: int | None = None, tma: bool | None = None,
-                            subtiles: int | None = None, gluon: bool | None = None, head_groups: int | None = None):
+                            subtiles: int | None = None, gluon: bool | None = None):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
     query heads of one kv head share a program (at most the group size, and a divisor of it). With ``tma``, where
     pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy (the default for 16-bit queries;
@@ -593,9 +593,7 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     gluon = launch.get("gluon", False) if gluon is None else gluon
     if (gluon and tma and (block_m, block_n, pack, subtiles) == (128, gluon_attention.BLOCK_N, 2, 2)
             and gluon_attention.fits(query, k_cache, num_seqs)):
-        head_groups = launch.get("head_groups", 1) if head_groups is None else head_groups
-        return gluon_attention.paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale,
-                                                       out, math.gcd(head_groups, num_heads // 2))
+        return gluon_attention.paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out)
     grid = (num_heads // pack, num_tokens // (block_m // pack) + num_seqs)
     keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
     _prefill_kernel[grid](
