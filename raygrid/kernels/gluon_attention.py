@@ -232,8 +232,9 @@ def _descriptor(tensor2d: torch.Tensor, rows: int) -> "TensorDescriptor":
     return TensorDescriptor(tensor2d, list(tensor2d.shape), list(tensor2d.stride()), [rows, HEAD_DIM], layout)
 
 
-def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out):
-    """``triton_attention.paged_attention_prefill`` for launches that ``fits`` allows: same arguments, same result."""
+def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out, **variant):
+    """``triton_attention.paged_attention_prefill`` for launches that ``fits`` allows: same arguments, same result.
+    ``variant``: constexprs a candidate kernel adds, passed to its launch (benchmarks/scripts/ab_gluon_constexpr.py)."""
     num_tokens, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     num_blocks, page, num_kv_heads, _ = k_cache.shape
@@ -244,6 +245,6 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         _descriptor(queries, TOKENS), _descriptor(k_cache.view(rows, num_kv_heads * head_dim), BLOCK_N),
         _descriptor(v_cache.view(rows, num_kv_heads * head_dim), BLOCK_N), block_tables, seq_lens, query_start_loc, out,
         scale, num_seqs, out.stride(0), out.stride(1), block_tables.stride(0),
-        QUERIES_PER_KV=num_heads // num_kv_heads, PAGE=page, STAGES=STAGES, num_warps=4,
+        QUERIES_PER_KV=num_heads // num_kv_heads, PAGE=page, STAGES=STAGES, num_warps=4, **variant,
     )
     return out
