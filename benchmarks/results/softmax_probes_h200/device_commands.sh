@@ -84,3 +84,13 @@ for p in 0 1; do
 RAYGRID_SKINNY_PREFETCH=$p run lat_p${p}_$i "${lat[@]}" 2>&1 | grep -i "tpot\|exit" | head -4
 done; done
 cd $out && tar czf 7_latency.tgz lat_* && rm -f lat_*
+
+# ---- command 8 (tree: dab28a3, the final tree)
+# session 6 command 8 (the final tree): prefill/Gluon kernel tests and the engine's Gluon test; the two new scripts
+# (skinny_l2_chains.py; ab_gluon_constexpr.py on the lazy-rescale candidate, in a copy of the tree with its diff)
+out=$1
+timeout 200 python3 -m pytest tests/test_kernels.py -q -p no:cacheprovider -k "prefill or gluon" 2>&1 | grep -v -i warn | tail -3 | tee $out/8_kernel_tests.txt
+timeout 200 python3 -m pytest tests/test_gpu.py -q -s -p no:cacheprovider -k "gluon" 2>&1 | grep -v -i warn | grep "Gluon against\|passed\|failed\|Error" | tail -5 | tee $out/8_gpu_tests.txt
+timeout 90 python3 benchmarks/scripts/skinny_l2_chains.py --output-json $out/8_skinny_l2_chains.json 2>&1 | grep -v -i warn
+rm -rf /tmp/G && mkdir -p /tmp/G && cp -r raygrid benchmarks /tmp/G/ && cd /tmp/G && patch -p1 -s < benchmarks/results/softmax_probes_h200/dropped_lazy_rescale.diff && echo patched
+PYTHONPATH=/tmp/site:/tmp/G timeout 200 python3 benchmarks/scripts/ab_gluon_constexpr.py LAZY --output-json $out/8_ab_lazy.json 2>&1 | grep -v -i warn
