@@ -23,11 +23,12 @@ LAUNCHES = [(2, True, 128), (1, True, 128), (1, False, 16)]
 
 def prefill_signature(kernel, values: dict, descriptor: str | None) -> tuple[dict, dict]:
     """A prefill kernel's signature and constexprs for ``ASTSource``: bf16 queries, outputs and caches, int32 tables
-    and lengths; the K/V caches (or a Gluon kernel's ``*_desc`` arguments) as ``descriptor`` where given."""
+    and lengths; the K/V caches (or a Gluon kernel's ``*_desc`` arguments) as ``descriptor`` where given. A
+    constexpr ``values`` leaves out takes its default (a candidate's switch, off)."""
     signature, constexprs = {}, {}
     for param in kernel.params:
         if param.is_constexpr:
-            signature[param.name], constexprs[param.name] = "constexpr", values[param.name]
+            signature[param.name], constexprs[param.name] = "constexpr", values.get(param.name, param.default)
         elif descriptor and (param.name in ("k_cache_ptr", "v_cache_ptr") or param.name.endswith("_desc")):
             signature[param.name] = descriptor
         elif param.name.endswith("_ptr"):

@@ -1,6 +1,6 @@
 """The prefill attention kernel compiled for an H100/H200 (sm_90a) without a GPU: what ptxas says about it.
 
-    PYTHONPATH=TREE python benchmarks/scripts/wgmma_check.py [--triton-only] [--schedule]
+    PYTHONPATH=TREE python benchmarks/scripts/wgmma_check.py [--triton-only] [--schedule] [--constexpr NAME=VALUE ...]
 
 For each kernel: registers, spills, shared memory, ptxas's "Potential Performance Loss" notes, and a count of
 the SASS opcodes that matter for attention (HGMMA, WARPGROUP arrive/wait, MUFU.EX2, shuffles, shared and local
@@ -9,10 +9,12 @@ product's inputs, or reads its accumulator, between its issue and a wait for all
 it waits after every instruction (note C7513 or C7514), and no softmax overlaps a product. Checking this needs no
 GPU: a schedule can be fixed before its device command.
 
-Runs the engine's Triton kernel (``triton_attention._prefill_kernel``, the prompt launch) and, where the tree
-has ``raygrid.kernels.gluon_attention`` (the candidates in
-``benchmarks/results/prefill_gluon_h200/candidate_gluon_pairs_fa3_schedule.diff`` and
-``benchmarks/results/ws_preload_h200/candidate_gluon_ws.diff``), its Gluon kernels.
+Runs the engine's Triton kernel (``triton_attention._prefill_kernel``, the prompt launch) and, where Triton has
+Gluon, ``gluon_attention._prefill_kernel``: as the engine launches it, and once more with each ``--constexpr`` a
+candidate diff adds (e.g. ``--constexpr LAZY=1`` for ``results/softmax_probes_h200/dropped_lazy_rescale.diff``).
+The kernels of the earlier candidates (``_prefill_kernel_pairs`` of
+``results/prefill_gluon_h200/candidate_gluon_pairs_fa3_schedule.diff``, ``_prefill_kernel_ws`` of
+``results/ws_preload_h200/candidate_gluon_ws.diff``) are built too when a tree has them.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--triton-only", action="store_true")
     parser.add_argument("--schedule", action="store_true", help="also each kernel's products, waits and bulk copies")
+    parser.add_argument("--constexpr", action="append", default=[], metavar="NAME=VALUE",
+                        help="build the Gluon kernel again with this switch of a candidate diff (an int; repeatable)")
     args = parser.parse_args()
     global SHOW_SCHEDULE
     SHOW_SCHEDULE = args.schedule
@@ -106,11 +110,15 @@ def main() -> None:
     except ImportError:
         return
     layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
-    # (kernel, warps, extra constexprs, extra options): the warp-specialized kernel of candidate_gluon_ws.diff
-    # (benchmarks/results/ws_preload_h200/) as its two launches, "ws" (two consumer partitions) and "ws8".
-    variants = [("_prefill_kernel", 4, dict(STAGES=gluon_attention.STAGES), {}), ("_prefill_kernel_pairs", 8, dict(STAGES=3), {}),
-                ("_prefill_kernel_ws", 4, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=False), dict(maxnreg=168)),
-                ("_prefill_kernel_ws", 8, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=True), {})]
+    # (kernel, warps, extra constexprs, extra options). The warp-specialized kernel of candidate_gluon_ws.diff
+    # (benchmarks/results/ws_preload_h200/) comes as its two launches, "ws" (two consumer partitions) and "ws8".
+    candidate = {name: int(value) for name, value in (c.split("=", 1) for c in args.constexpr)}
+    variants = [("_prefill_kernel", 4, dict(STAGES=gluon_attention.STAGES), {})]
+    if candidate:
+        variants.append(("_prefill_kernel", 4, dict(STAGES=gluon_attention.STAGES, **candidate), {}))
+    variants += [("_prefill_kernel_pairs", 8, dict(STAGES=3), {}),
+                 ("_prefill_kernel_ws", 4, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=False), dict(maxnreg=168)),
+                 ("_prefill_kernel_ws", 8, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=True), {})]
     for name, warps, constexprs, options in variants:
         kernel = getattr(gluon_attention, name, None)
         if kernel is None:
