@@ -1,10 +1,11 @@
-"""A/B of a Gluon prompt-kernel variant in one process: ``gluon_attention._prefill_kernel`` launched with one of its
-constexprs (a name a candidate diff adds with a False default, e.g. LAZY) off and on, alternating twice, on the
-prefill sweep's long cases (Qwen3-0.6B's heads, bf16, 64-token pages in random order). Prints and writes TFLOP/s,
-counting causal FLOPs at half, and each launch's largest error against PyTorch's SDPA. benchmarks/README.md ("The
-prompt kernel without its softmax") used it for the candidates in results/softmax_probes_h200/.
+"""Gluon prompt-kernel variants against the default launch, in one process: ``gluon_attention._prefill_kernel``
+launched as the engine launches it, then with each ``--variant`` (constexprs, e.g. a switch a candidate diff adds),
+alternating twice, on the prefill sweep's long cases (Qwen3-0.6B's heads, bf16, 64-token pages in random order).
+Prints and writes TFLOP/s, counting causal FLOPs at half, and each launch's largest error against PyTorch's SDPA.
+benchmarks/README.md ("The prompt kernel without its softmax") used it for the candidates in
+results/softmax_probes_h200/.
 
-    python benchmarks/scripts/ab_gluon_constexpr.py LAZY --output-json OUT.json
+    python benchmarks/scripts/ab_gluon_constexpr.py --variant '{"LAZY": true}' --output-json OUT.json
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ CASES = "1x8192,1x32768,8x8192,1x8192@8192,1x8192@16384,1x8192@24576,1x4096"
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("constexpr", help="the candidate kernel's switch, timed False then True")
+    parser.add_argument("--variant", action="append", default=[], metavar="JSON",
+                        help="constexprs of a candidate launch (repeatable), e.g. '{\"LAZY\": true}'")
     parser.add_argument("--cases", default=CASES)
     parser.add_argument("--output-json", default=None)
     args = parser.parse_args()
@@ -42,13 +44,13 @@ def main() -> None:
         out = torch.empty_like(packed)
         flops = num_seqs * 4 * length * (prefix + length / 2) * HEAD_DIM * HEADS
         for _ in range(2):
-            for value in (False, True):
+            for variant in [{}] + [json.loads(v) for v in args.variant]:
                 def launch():
                     return gluon_attention.paged_attention_prefill(packed, cache, tables, lens, starts, scale, out,
-                                                                   **{args.constexpr: value})
+                                                                   **variant)
                 error = (launch().float() - expected).abs().max().item()
                 ms = do_bench(launch, warmup=5, rep=40)
-                results.append(dict(case=f"{num_seqs}x{length}@{prefix}", **{args.constexpr: value}, ms=round(ms, 3),
+                results.append(dict(case=f"{num_seqs}x{length}@{prefix}", variant=variant, ms=round(ms, 3),
                                     tflop_per_s=round(flops / ms / 1e9, 1), max_abs_error=error))
                 print(results[-1], flush=True)
     if args.output_json:

@@ -94,3 +94,8 @@ timeout 200 python3 -m pytest tests/test_gpu.py -q -s -p no:cacheprovider -k "gl
 timeout 90 python3 benchmarks/scripts/skinny_l2_chains.py --output-json $out/8_skinny_l2_chains.json 2>&1 | grep -v -i warn
 rm -rf /tmp/G && mkdir -p /tmp/G && cp -r raygrid benchmarks /tmp/G/ && cd /tmp/G && patch -p1 -s < benchmarks/results/softmax_probes_h200/dropped_lazy_rescale.diff && echo patched
 PYTHONPATH=/tmp/site:/tmp/G timeout 200 python3 benchmarks/scripts/ab_gluon_constexpr.py LAZY --output-json $out/8_ab_lazy.json 2>&1 | grep -v -i warn
+
+# ---- command 9 (tree: abde4dc + dropped_eight_warps.diff; ab_gluon_constexpr.py with --variant, as committed after it)
+# session 6 command 9: the Gluon kernel at 8 warps (two warp groups, 128 queries a head, shared K/V slots), 3 and 4 stages
+out=$1
+timeout 300 python3 benchmarks/scripts/ab_gluon_constexpr.py --variant '{"WARPS": 8, "STAGES": 4}' --variant '{"WARPS": 8, "STAGES": 3}' --output-json $out/9_ab_w8.json 2>&1 | grep -v -i warn
