@@ -99,3 +99,14 @@ PYTHONPATH=/tmp/site:/tmp/G timeout 200 python3 benchmarks/scripts/ab_gluon_cons
 # session 6 command 9: the Gluon kernel at 8 warps (two warp groups, 128 queries a head, shared K/V slots), 3 and 4 stages
 out=$1
 timeout 300 python3 benchmarks/scripts/ab_gluon_constexpr.py --variant '{"WARPS": 8, "STAGES": 4}' --variant '{"WARPS": 8, "STAGES": 3}' --output-json $out/9_ab_w8.json 2>&1 | grep -v -i warn
+
+# ---- command 10 (tree: 349ca70, the final tree)
+# session 6 command 10 (the final tree): 32k TTFT and TPOT against transformers in one command; W1 on the 0.6B
+out=$1
+. benchmarks/scripts/runs.sh
+lat=(bench latency --model random-qwen3-0.6b --dtype bfloat16 --input-len 512 32768 --output-len 64)
+run lat_1 "${lat[@]}" --num-iters 3 2>&1 | grep -i "tpot\|exit" | head -4
+run lat_hf "${lat[@]}" --num-iters 2 --backend hf 2>&1 | grep -i "tpot\|exit" | head -4
+run lat_2 "${lat[@]}" --num-iters 3 2>&1 | grep -i "tpot\|exit" | head -4
+run w1 bench throughput --model random-qwen3-0.6b --num-prompts 256 "${w1[@]}" 2>&1 | grep -i "tok/s\|exit" | head -4
+cd $out && tar czf 10_latency_w1.tgz lat_* w1* && rm -f lat_* w1.*
