@@ -591,8 +591,8 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     pack = math.gcd(pack, group)
     out = torch.empty_like(query) if out is None else out
     gluon = launch.get("gluon", False) if gluon is None else gluon
-    if (gluon and tma and (block_m, block_n, pack, subtiles) == (128, gluon_attention.BLOCK_N, 2, 2)
-            and gluon_attention.fits(query, k_cache, num_seqs)):
+    gluon_tiles = (2 * gluon_attention.TOKENS, gluon_attention.BLOCK_N, 2, 2)  # its (block_m, block_n, pack, subtiles)
+    if gluon and tma and (block_m, block_n, pack, subtiles) == gluon_tiles and gluon_attention.fits(query, k_cache, num_seqs):
         return gluon_attention.paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out)
     grid = (num_heads // pack, num_tokens // (block_m // pack) + num_seqs)
     keys, values = _cache_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)

@@ -1,6 +1,9 @@
 # Device commands of this section (2026-12-04, sixth session), one H200. Each ran as:
 #   mkdir -p /tmp/site/ray; bash .device/install.sh; export PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=<tree> ...; bash .devrun/<script> $OUT
-# .devrun/ab_const.py is ab_const_as_run.py here (now benchmarks/scripts/ab_gluon_constexpr.py); .devrun/l2_skinny.py is now benchmarks/scripts/skinny_l2_chains.py;
+# .devrun/ab_const.py (commands 3 to 5) was the first form of benchmarks/scripts/ab_gluon_constexpr.py: the same cases,
+# rounds and timing, with the launch of gluon_attention.paged_attention_prefill written out in the script (and the
+# head_groups argument of 1a038f2) and one switch, False then True; `ab_gluon_constexpr.py --variant '{"LAZY": true}'`
+# reproduces it on a tree with the candidate diff. .devrun/l2_skinny.py is now benchmarks/scripts/skinny_l2_chains.py;
 # .devrun/ncu_order.py is ncu_head_groups.py. Trees: 1a038f2 (head_groups), and it with each candidate diff for 3 to 5; e22a486 for 7.
 
 # session 6 command 1: head-group program order for the Gluon prompt kernel: kernel test, sweep x2, ncu, engine TTFT
