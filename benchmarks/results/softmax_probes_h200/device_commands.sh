@@ -113,3 +113,9 @@ run lat_hf "${lat[@]}" --num-iters 2 --backend hf 2>&1 | grep -i "tpot\|exit" | 
 run lat_2 "${lat[@]}" --num-iters 3 2>&1 | grep -i "tpot\|exit" | head -4
 run w1 bench throughput --model random-qwen3-0.6b --num-prompts 256 "${w1[@]}" 2>&1 | grep -i "tok/s\|exit" | head -4
 cd $out && tar czf 10_latency_w1.tgz lat_* w1* && rm -f lat_* w1.*
+
+# ---- command 11 (tree: 4ad00de, after the review)
+# session 6 command 11: after the review's edit of the Gluon dispatch: the Gluon kernel tests and the engine's Gluon test
+out=$1
+timeout 200 python3 -m pytest tests/test_kernels.py -q -p no:cacheprovider -k "gluon" 2>&1 | grep -v -i warn | tail -2 | tee $out/11_kernel_tests.txt
+timeout 200 python3 -m pytest tests/test_gpu.py -q -s -p no:cacheprovider -k "gluon" 2>&1 | grep -v -i warn | grep "Gluon against\|passed\|failed\|Error" | tail -3 | tee $out/11_gpu_tests.txt
