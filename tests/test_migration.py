@@ -21,7 +21,7 @@ import pytest
 import ray
 
 from raygrid import LLM, SamplingParams
-from tests.conftest import random_prompts
+from tests.conftest import free_cpus_once_settled, random_prompts
 from tests.test_distributed import every_parameter_in_one_process, outputs_agree, resume, worker_pid
 from tests.test_openai_server import start_server, stop_server
 
@@ -139,12 +139,13 @@ def test_killed_replicas_migrate_every_kind_of_request_and_limits_fail_requests_
 
 
 def test_hung_only_replica_is_rebuilt_and_its_requests_wait_for_it(model_dirs, tokenizer):
-    """One replica on Ray (one worker taking all 16 CPUs of the cluster, steps through the compiled graph): its
+    """One replica on Ray (one worker taking every free CPU of the cluster, steps through the compiled graph): its
     worker is SIGSTOPped mid-batch. Every replica is then down, so the requests wait for the rebuild, which fits
     only because the hung replica's placement group was released; then they complete as the undisturbed run did."""
     prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=41)]
     llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, step_timeout_s=3.0,
-              compiled_graph=True, distributed_executor_backend="ray", ray_worker_cpus=16, migration_timeout_s=60)
+              compiled_graph=True, distributed_executor_backend="ray", ray_worker_cpus=free_cpus_once_settled(),
+              migration_timeout_s=60)
     pid = worker_pid(llm, 0, 0)
     try:
         expected = llm.generate(prompts, GREEDY, use_tqdm=False)
