@@ -16,7 +16,7 @@ import ray
 
 from raygrid import LLM, SamplingParams
 from raygrid.bench.parallel_check import worker_reports
-from tests.conftest import random_prompts
+from tests.conftest import free_cpus_once_settled, random_prompts
 from tests.test_execution_modes import params_per_prompt
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
@@ -200,9 +200,10 @@ def placement_groups_alive() -> int:
     return sum(1 for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED")
 
 
-# Two workers of 8 CPUs fill the 16-CPU test cluster: a replica whose reservation leaked would leave no
-# room for the next one (its placement would time out).
-FILL_THE_CLUSTER = dict(tensor_parallel_size=2, ray_worker_cpus=8)
+def fill_the_cluster() -> dict:
+    """Two workers that take every free CPU of the test cluster: a replica whose reservation leaked would leave no
+    room for the next one (its placement would time out)."""
+    return dict(tensor_parallel_size=2, ray_worker_cpus=free_cpus_once_settled() / 2)
 
 
 def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, tokenizer):
@@ -212,7 +213,7 @@ def test_killed_worker_fails_requests_fast_and_frees_its_resources(model_dirs, t
     actor calls meet a killed worker in tests/test_migration.py, where the requests migrate (and fail past
     max_migrations)."""
     llm = LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=1024, compiled_graph=True,
-              max_migrations=0, **FILL_THE_CLUSTER)
+              max_migrations=0, **fill_the_cluster())
     try:
         pid = worker_pid(llm, 0, 1)
         prompts = [{"prompt_token_ids": p} for p in random_prompts(4, len(tokenizer), seed=3)]
@@ -247,7 +248,7 @@ def test_failed_construction_releases_everything_on_ray(model_dirs):
     """An LLM whose construction fails (a KV pool too small, found by the replica) leaves no placement group
     behind. (`del llm` on a working engine: at the end of test_killed_worker_fails_requests_fast_and_frees_its_resources.)"""
     with pytest.raises(Exception, match="the KV pool has 2 blocks"):
-        LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, num_kv_blocks=2, **FILL_THE_CLUSTER)
+        LLM(model=model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, num_kv_blocks=2, **fill_the_cluster())
     assert placement_groups_alive() == 0
 
 
@@ -294,7 +295,7 @@ def test_async_front_end_on_ray(model_dirs, references):
     from raygrid.engine.async_llm import AsyncLLM
 
     prompts, expected = references
-    engine = AsyncLLM(model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, **FILL_THE_CLUSTER)
+    engine = AsyncLLM(model_dirs["qwen3"], device="cpu", dtype="float32", max_model_len=256, **fill_the_cluster())
 
     async def run():
         async def one(prompt):
