@@ -152,7 +152,10 @@ def free_cpus_once_settled(settle_s: float = 30.0) -> float:
     while (free := ray.available_resources().get("CPU", 0.0)) < total and time.monotonic() < deadline:
         time.sleep(0.25)
     if free < total:
-        alive = [(a.class_name, a.pid, a.required_resources) for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True)]
+        try:
+            alive = [(a.class_name, a.pid, a.required_resources) for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True)]
+        except Exception as error:  # noqa: BLE001 - the warning is a diagnosis; the test goes on with what is free
+            alive = f"unknown (Ray's state API: {error})"
         warnings.warn(f"{total - free:g} of the cluster's {total:g} CPUs still held after {settle_s:g} s; live actors: {alive}")
     return free
 
