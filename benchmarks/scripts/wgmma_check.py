@@ -113,9 +113,12 @@ def main() -> None:
     # (kernel, warps, extra constexprs, extra options). The warp-specialized kernel of candidate_gluon_ws.diff
     # (benchmarks/results/ws_preload_h200/) comes as its two launches, "ws" (two consumer partitions) and "ws8".
     candidate = {name: int(value) for name, value in (c.split("=", 1) for c in args.constexpr)}
-    variants = [("_prefill_kernel", 4, dict(STAGES=gluon_attention.STAGES), {})]
-    if candidate:
-        variants.append(("_prefill_kernel", 4, dict(STAGES=gluon_attention.STAGES, **candidate), {}))
+    # An older tree (a candidate diff's whole gluon_attention.py) may lack the engine kernel's STAGES: its own
+    # kernels are built alone.
+    stages = getattr(gluon_attention, "STAGES", None)
+    variants = [("_prefill_kernel", 4, dict(STAGES=stages), {})] if stages is not None else []
+    if candidate and stages is not None:
+        variants.append(("_prefill_kernel", 4, dict(STAGES=stages, **candidate), {}))
     variants += [("_prefill_kernel_pairs", 8, dict(STAGES=3), {}),
                  ("_prefill_kernel_ws", 4, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=False), dict(maxnreg=168)),
                  ("_prefill_kernel_ws", 8, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=True), {})]
