@@ -162,7 +162,7 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
                  "stream_options is only allowed with stream=true", "stream_options"),
                 ("completions", {"prompt": "x", "best_of": 3}, "best_of (3) is not supported", "best_of"),
                 ("completions", {"prompt": "x", "logit_bias": {"not-a-token": 1}}, "logit_bias keys must be token ids", "logit_bias"),
-                ("completions", {"prompt": "x", "min_tokens": 5, "max_tokens": 3}, "min_tokens (5) must be <= max_tokens (3)", None),
+                ("completions", {"prompt": "x", "min_tokens": 5, "max_tokens": 3}, "min_tokens (5) must be <= max_tokens (3)", "min_tokens"),
                 ("chat/completions", {"messages": user, "max_completion_tokens": 0},
                  "max_completion_tokens: Input should be greater than or equal to 1", "max_completion_tokens"),
                 ("chat/completions", {"messages": user, "top_logprobs": 2}, "top_logprobs requires logprobs to be true", "top_logprobs"),
