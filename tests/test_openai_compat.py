@@ -171,8 +171,12 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
                  "logprobs (26) must be <= max_logprobs (25)", "logprobs"),
                 ("completions", {"prompt": "x", "logprobs": 26}, "logprobs (26) must be <= max_logprobs (25)", "logprobs"),
                 ("chat/completions", {"messages": [{"role": "user"}]}, "messages.0: a user message needs content", "messages.0"),
+                # Fields of several types: one problem a field, not one a type under the type's name.
                 ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]},
-                 "content parts of type 'image_url' are not supported (only 'text')", None),
+                 "messages.0.content: content parts of type 'image_url' are not supported (only 'text')", "messages.0.content"),
+                ("chat/completions", {"messages": user, "stop": 5}, "stop: input should be a valid string or a valid list (got 5)", "stop"),
+                ("chat/completions", {"messages": user, "tool_choice": {"type": "function", "function": {}}},
+                 "tool_choice.function.name: Field required", "tool_choice.function.name"),
             ):
                 response = http.post(f"{base}/v1/{path}", json=dict(body, model="tiny"))
                 assert response.status_code == 400, (body, response.text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -35,21 +36,51 @@ class APIError(Exception):
 
 
 def describe_validation_error(error: ValidationError | RequestValidationError) -> tuple[str, str | None]:
-    """'field: problem' lines from pydantic's errors, and the first field's name."""
-    lines, first = [], None
+    """'field: problem' lines from pydantic's errors, and the first field's name.
+
+    A field of several types (``stop: str | list[str]``) fails once per type, each under a location that names
+    the type (``stop.str``, ``stop.list[str]``). Those failures are one problem of the field (``_union_problem``)."""
+    lines, fields, groups = [], [], {}
     for item in error.errors():
-        loc = [str(p) for p in item.get("loc", ()) if p not in ("body",)]
+        loc = [str(p) for p in item.get("loc", ()) if p != "body"]
         if item.get("type") == "json_invalid":
             loc = []  # the location is a character offset, not a field
         problem = "is not supported by raygrid" if item.get("type") == "extra_forbidden" else item.get("msg", "")
         problem = problem.removeprefix("Value error, ")  # pydantic's wrapping of a validator's ValueError
         if not loc and item.get("type") == "value_error":  # a check across fields: its message names them
-            lines.append(problem)
+            lines.append((None, problem))
             continue
-        field = ".".join(loc) or "body"
-        first = first or field
-        lines.append(f"{field}: {problem}")
-    return "; ".join(lines) or str(error), first
+        branch = next((i for i, part in enumerate(loc) if _UNION_BRANCH.match(part)), len(loc))
+        groups.setdefault(tuple(loc[:branch]), []).append((loc[branch:], item, problem))
+    for head, found in groups.items():
+        if len({tuple(rest[:1]) for rest, _, _ in found}) > 1:  # several types of one field failed
+            lines += _union_problem(".".join(head) or "body", found)
+        else:
+            lines += [(".".join(list(head) + rest) or "body", problem) for rest, _, problem in found]
+    fields = [field for field, _ in lines if field]
+    return "; ".join(f"{field}: {problem}" if field else problem for field, problem in lines) or str(error), next(iter(fields), None)
+
+
+# A location part naming one type of a union: ``str``, ``list[ChatContentPart]``, ``literal['text']``, a model's
+# class (``NamedToolChoice``). Fields are snake_case.
+_UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|bytes)$|^[\w-]+\[.*\]$|^[A-Z][A-Za-z0-9]*$")
+
+
+def _union_problem(field: str, found: list[tuple[list[str], dict, str]]) -> list[tuple[str, str]]:
+    """A union field's problem from its types' failures (each: the location past the type's name, the error, its
+    message): a check's own message where a type has one (``content parts of type 'image_url' are not
+    supported``); else the failures inside a type that got further than its shape (``tool_choice.function.name:
+    Field required``); else the types' messages joined (``stop: input should be a valid string or a valid list
+    (got 5)``)."""
+    checks = [problem for _, item, problem in found if item.get("type") == "value_error"]
+    if checks:
+        return [(field, problem) for problem in dict.fromkeys(checks)]
+    inside = [(".".join([field, *rest[1:]]), problem) for rest, _, problem in found if len(rest) > 1]
+    if inside:
+        return list(dict.fromkeys(inside))
+    kinds = dict.fromkeys(problem.removeprefix("Input should be ") for _, _, problem in found)
+    given = found[0][1]
+    return [(field, "input should be " + " or ".join(kinds) + (f" (got {given['input']!r:.80})" if "input" in given else ""))]
 
 
 class OpenAIServing:
