@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+import sys
 import time
 
 import pytest
@@ -137,12 +138,13 @@ def start_local_ray() -> None:
              _metrics_export_port=RAY_METRICS_PORT)
 
 
-def free_cpus_once_settled(settle_s: float = 30.0) -> float:
+def free_cpus_once_settled(settle_s: float = 30.0, after: str = "") -> float:
     """The session cluster's free CPUs, waiting up to ``settle_s`` for what earlier tests released to come back.
 
     A test that must fill the cluster asks for this rather than the 16 CPUs the session starts with. Ray has been
-    seen (once in CI, after tests/test_migration.py's first test) to keep 2 CPUs held for minutes with no
-    placement group left; a warning then names the live actors, so the holder shows in the test's output."""
+    seen (once in CI, at the start of tests/test_migration.py's second test) to keep 2 CPUs held for minutes with
+    no placement group left; a warning then names the live actors (and ``after``: where the check was made), so
+    the holder shows in the output."""
     import warnings
 
     import ray
@@ -156,8 +158,25 @@ def free_cpus_once_settled(settle_s: float = 30.0) -> float:
             alive = [(a.class_name, a.pid, a.required_resources) for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True)]
         except Exception as error:  # noqa: BLE001 - the warning is a diagnosis; the test goes on with what is free
             alive = f"unknown (Ray's state API: {error})"
-        warnings.warn(f"{total - free:g} of the cluster's {total:g} CPUs still held after {settle_s:g} s; live actors: {alive}")
+        where = f" after {after}" if after else ""
+        warnings.warn(f"{total - free:g} of the cluster's {total:g} CPUs still held {settle_s:g} s{where}; live actors: {alive}")
     return free
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster_whole_after_each_module(request):
+    """After a module's tests and its fixtures (an autouse fixture is torn down last): a warning naming the module
+    and the live actors when the Ray cluster's CPUs are not all free within 10 s. A leak then shows where it
+    began, not only in whichever test next fills the cluster."""
+    yield
+    ray = sys.modules.get("ray")  # a module that never imported Ray has nothing to check
+    if ray is not None and ray.is_initialized() and ray.available_resources().get("CPU", 0.0) != _LEFT_HELD[0]:
+        # (A hold already reported is not waited for again after every later module.)
+        free = free_cpus_once_settled(settle_s=10.0, after=request.module.__name__)
+        _LEFT_HELD[0] = free if free < ray.cluster_resources().get("CPU", 0.0) else None
+
+
+_LEFT_HELD: list[float | None] = [None]  # the free CPUs of the last hold reported after a module
 
 
 @pytest.fixture(scope="session")
