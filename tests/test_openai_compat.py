@@ -175,6 +175,9 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
                 ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]},
                  "messages.0.content: content parts of type 'image_url' are not supported (only 'text')", "messages.0.content"),
                 ("chat/completions", {"messages": user, "stop": 5}, "stop: input should be a valid string or a valid list (got 5)", "stop"),
+                # vLLM's older guided_* fields are named as the client sent them, not as the field they become.
+                ("completions", {"prompt": "x", "guided_choice": []}, "guided_choice: list should have at least 1 item", "guided_choice"),
+                ("completions", {"prompt": "x", "guided_json": "{bad"}, "guided_json: is not valid JSON", "guided_json"),
                 ("chat/completions", {"messages": user, "tool_choice": {"type": "function", "function": {}}},
                  "tool_choice.function.name: Field required", "tool_choice.function.name"),
             ):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from raygrid.engine.input_processor import InvalidRequest
 from raygrid.engine.sampling_params import SamplingParams, StructuredOutputsParams
 from raygrid.entrypoints.tool_calls import forced_schema
+from raygrid.validation import InvalidArgument
 
 
 def random_id(prefix: str) -> str:
@@ -112,7 +113,11 @@ class _SamplingFields(_Strict):
             given["structured_outputs"] = self.structured_outputs
         for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"), ("guided_grammar", "grammar")):
             if getattr(self, name) is not None:
-                given[name] = StructuredOutputsParams(**{key: getattr(self, name)})
+                try:
+                    given[name] = StructuredOutputsParams(**{key: getattr(self, name)})
+                except InvalidArgument as error:  # named as the client sent it, not as the field it becomes
+                    problems = "; ".join(message.removeprefix(f"structured_outputs.{key} ") for _, message in error.problems)
+                    raise InvalidRequest(f"{name}: {problems}", name) from None
         if len(given) > 1:
             raise InvalidRequest(f"give one of response_format, structured_outputs and guided_*; got {sorted(given)}", sorted(given)[0])
         return next(iter(given.values()), None)
