@@ -40,7 +40,7 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
 
     A field of several types (``stop: str | list[str]``) fails once per type, each under a location that names
     the type (``stop.str``, ``stop.list[str]``). Those failures are one problem of the field (``_union_problem``)."""
-    lines, fields, groups = [], [], {}
+    lines, groups = [], {}
     for item in error.errors():
         loc = [str(p) for p in item.get("loc", ()) if p != "body"]
         if item.get("type") == "json_invalid":
