@@ -39,6 +39,7 @@ class ModelConfig(_Strict):
 # (benchmarks/README.md, "Prefill attention by bulk copies").
 GPU_BLOCK_SIZE = 64
 CPU_BLOCK_SIZE = 16
+DEFAULT_BUDGET = 8192  # a step's tokens (max_num_batched_tokens) when unset
 
 
 class CacheConfig(_Strict):
@@ -179,7 +180,7 @@ class EngineConfig(_Strict):
             )
         budget = self.scheduler.max_num_batched_tokens
         if budget is None:
-            budget = 8192 if self.scheduler.enable_chunked_prefill else max(8192, max_len)
+            budget = DEFAULT_BUDGET if self.scheduler.enable_chunked_prefill else max(DEFAULT_BUDGET, max_len)
         async_scheduling = self.scheduler.async_scheduling
         staged = self.parallel.pipeline_parallel_size > 1
         on_gpu = self._on_gpu()

@@ -116,9 +116,11 @@ def main() -> None:
     # An older tree (a candidate diff's whole gluon_attention.py) may lack the engine kernel's STAGES: its own
     # kernels are built alone.
     stages = getattr(gluon_attention, "STAGES", None)
-    variants = [("_prefill_kernel", 4, dict(STAGES=stages), {})] if stages is not None else []
-    if candidate and stages is not None:
-        variants.append(("_prefill_kernel", 4, dict(STAGES=stages, **candidate), {}))
+    variants = []
+    if stages is not None:
+        variants.append(("_prefill_kernel", 4, dict(STAGES=stages), {}))
+        if candidate:
+            variants.append(("_prefill_kernel", 4, dict(STAGES=stages, **candidate), {}))
     variants += [("_prefill_kernel_pairs", 8, dict(STAGES=3), {}),
                  ("_prefill_kernel_ws", 4, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=False), dict(maxnreg=168)),
                  ("_prefill_kernel_ws", 8, dict(STAGES=4, CONSUMER_REGS=240, PAIRED=True), {})]

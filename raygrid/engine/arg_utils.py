@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from raygrid.config import CacheConfig, EngineConfig, EPLBConfig, ModelConfig, ParallelConfig, SchedulerConfig
+from raygrid.config import DEFAULT_BUDGET, CacheConfig, EngineConfig, EPLBConfig, ModelConfig, ParallelConfig, SchedulerConfig
 from raygrid.models.default_model import DEFAULT_MODEL_NAME, is_dummy_built_in, resolve_model_path
 from raygrid.validation import InvalidArgument
 
@@ -38,7 +38,7 @@ class EngineArgs:
     device: Literal["auto", "cpu", "cuda"] = _arg("auto", "where the model runs")
     max_model_len: int | None = _arg(None, "longest prompt + output (default: the checkpoint's)")
     max_num_seqs: int = _arg(256, "requests in one step at most")
-    max_num_batched_tokens: int | None = _arg(None, "tokens in one step at most (default 8192)")
+    max_num_batched_tokens: int | None = _arg(None, f"tokens in one step at most (default {DEFAULT_BUDGET})")
     block_size: int | None = _arg(None, "tokens per KV cache block (default: 64 on a GPU, 16 on CPU)")
     num_kv_blocks: int | None = _arg(None, "fix the KV pool's size (default: sized from memory)")
     enable_prefix_caching: bool = _arg(True, "reuse the KV blocks of earlier requests' shared prefixes")
