@@ -1,0 +1,336 @@
+"""Would one persistent kernel shorten a batch-1 decode step? A feasibility measurement for #21's decode target.
+
+A batch-1 step at 32k context takes about 2.05 ms against a memory floor of 1.18 ms. Attention is about 1.09 ms of
+it; the rest is the chain of the other kernels, about 34 us a layer for about 7 us of weight reads. Launches with
+PDL, or hand-offs through arrival counters inside a launch, both cost about 3.3 us each even with the weights in L2
+(benchmarks/README.md, "Fewer kernels at batch 1" and "The prompt kernel without its softmax"). A persistent kernel
+could do better in one way those could not: a program can read the weights of its next stage before it waits for
+the stage ahead, since weights do not depend on activations.
+
+This script runs Qwen3-0.6B's shapes at one row, without attention (the query part of qkv stands in for the
+attention output, the same size), 28 layers:
+
+    x = rmsnorm(h); qkv = x @ Wqkv.T; h += qkv[:2048] @ Wo.T
+    x = rmsnorm(h); g, u = x @ Wgu.T; h += (silu(g) * u) @ Wd.T
+
+three ways, each checked against a float32 torch reference of the same roundings, and timed as CUDA graph replays:
+- ``engine``: the engine's kernels (``ops.rms_norm`` with its residual, ``skinny_linear``, ``ops.silu_and_mul``), seven
+  launches a layer with PDL, as a decode step runs them;
+- ``persistent``: one launch of ``_decode_chain_kernel``, one program an SM, the four stages of each layer separated
+  by grid-wide barriers (an arrival counter in global memory);
+- ``persistent_prefetch``: the same, each program loading its next stage's weight tile into registers before the
+  barrier.
+
+It also times the barrier alone (``barrier_us``). On a CPU (``TRITON_INTERPRET=1``) one program does every stage, so
+the barriers pass at once, and the check runs against the reference.
+
+    python benchmarks/scripts/persistent_decode_chain.py --output-json OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+H, Q, QKV, INTER, LAYERS, EPS = 1024, 2048, 4096, 3072, 28, 1e-6
+BN = 32  # output columns a unit of work
+SPLIT_O, SPLIT_D = 4, 3  # slices of K for o_proj (2048 -> 512) and down_proj (3072 -> 1024)
+MAX_SPINS = tl.constexpr(1 << 18)  # a barrier that waits longer sets the error flag instead of hanging the GPU
+
+
+@triton.jit
+def _grid_sync(counter_ptr, err_ptr, target, POLL_LOAD: tl.constexpr):
+    """Every program's writes so far visible to every program: each arrives at the counter (release) and waits until
+    all have. ``target`` is the number of arrivals since the launch's start that this barrier completes. The wait
+    polls with acquiring atomics, or with ``POLL_LOAD`` with volatile loads (cheaper; it then relies on the loads
+    after it going to L2, ``.cg``, and not being issued before the poll's branch, which the GPU does not do)."""
+    tl.debug_barrier()  # every thread's stores issued before the one thread's release
+    seen = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") + 1
+    spins = 0
+    while (seen < target) & (spins < MAX_SPINS):
+        if POLL_LOAD:
+            seen = tl.load(counter_ptr, volatile=True)
+        else:
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        spins += 1
+    if spins >= MAX_SPINS:
+        tl.store(err_ptr, 1)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _barrier_kernel(counter_ptr, err_ptr, SYNCS, G, POLL_LOAD: tl.constexpr):
+    for i in range(SYNCS):
+        _grid_sync(counter_ptr, err_ptr, (i + 1) * G, POLL_LOAD)
+
+
+@triton.jit
+def _normed(h_ptr, w_ptr, eps, H: tl.constexpr):
+    """RMSNorm of the residual stream, rounded to bf16 as the engine's norm writes it; every program computes it."""
+    offs = tl.arange(0, H)
+    h = tl.load(h_ptr + offs, cache_modifier=".cg")
+    w = tl.load(w_ptr + offs).to(tl.float32)
+    return (h * tl.rsqrt(tl.sum(h * h) / H + eps) * w).to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _tile(w_ptr, row0, k0, ld, ok, BN: tl.constexpr, BK: tl.constexpr):
+    """The weight tile [BN, BK] at rows ``row0`` and columns ``k0`` (zeros where not ``ok``)."""
+    rows = row0 + tl.arange(0, BN)
+    ks = k0 + tl.arange(0, BK)
+    return tl.load(w_ptr + rows[:, None] * ld + ks[None, :], mask=ok & (rows[:, None] >= 0), other=0.0)
+
+
+@triton.jit
+def _qkv_tile(w_ptr, layer, u, ok, H: tl.constexpr, QKV: tl.constexpr, BN: tl.constexpr):
+    return _tile(w_ptr + layer * QKV * H, u * BN, 0, H, ok, BN, H)
+
+
+@triton.jit
+def _o_tile(w_ptr, layer, u, ok, H: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr, KO: tl.constexpr):
+    return _tile(w_ptr + layer * H * Q, (u % (H // BN)) * BN, (u // (H // BN)) * KO, Q, ok, BN, KO)
+
+
+@triton.jit
+def _gate_up_tiles(w_ptr, layer, u, ok, H: tl.constexpr, INTER: tl.constexpr, BN: tl.constexpr):
+    base = w_ptr + layer * 2 * INTER * H
+    return _tile(base, u * BN, 0, H, ok, BN, H), _tile(base, INTER + u * BN, 0, H, ok, BN, H)
+
+
+@triton.jit
+def _down_tile(w_ptr, layer, u, ok, H: tl.constexpr, INTER: tl.constexpr, BN: tl.constexpr, KD: tl.constexpr):
+    return _tile(w_ptr + layer * H * INTER, (u % (H // BN)) * BN, (u // (H // BN)) * KD, INTER, ok, BN, KD)
+
+
+@triton.jit
+def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, n1_ptr, n2_ptr, counter_ptr,
+                         err_ptr, LAYERS, eps, G, H: tl.constexpr, Q: tl.constexpr, QKV: tl.constexpr,
+                         INTER: tl.constexpr, BN: tl.constexpr, SPLIT_O: tl.constexpr, SPLIT_D: tl.constexpr,
+                         PREFETCH: tl.constexpr, POLL_LOAD: tl.constexpr):
+    """The chain for ``LAYERS`` layers over ``G`` programs, all resident. Each stage's units (``BN`` output columns,
+    over a slice of K for o_proj and down_proj) go round the programs. With ``PREFETCH`` (needs ``G`` >= every
+    stage's units, so a program has at most one) a program loads its next stage's tile before the barrier. ``h`` is
+    the float32 residual stream, which the split products of o_proj and down_proj add into."""
+    pid = tl.program_id(0)
+    U1: tl.constexpr = QKV // BN
+    U2: tl.constexpr = (H // BN) * SPLIT_O
+    U3: tl.constexpr = INTER // BN
+    U4: tl.constexpr = (H // BN) * SPLIT_D
+    KO: tl.constexpr = Q // SPLIT_O
+    KD: tl.constexpr = INTER // SPLIT_D
+    cols = tl.arange(0, BN)
+    sync = 0
+    if PREFETCH:
+        w1 = _qkv_tile(wqkv_ptr, 0, pid, pid < U1, H, QKV, BN)
+    for layer in range(LAYERS):
+        # 1. norm, qkv_proj
+        x = _normed(h_ptr, n1_ptr + layer * H, eps, H)
+        for u in range(pid, U1, G):
+            if not PREFETCH:
+                w1 = _qkv_tile(wqkv_ptr, layer, u, True, H, QKV, BN)
+            tl.store(qkv_ptr + u * BN + cols, tl.sum(w1.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16))
+        if PREFETCH:
+            w2 = _o_tile(wo_ptr, layer, pid, pid < U2, H, Q, BN, KO)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G, POLL_LOAD)
+        # 2. o_proj into the residual (the query part of qkv stands in for attention's output)
+        for u in range(pid, U2, G):
+            if not PREFETCH:
+                w2 = _o_tile(wo_ptr, layer, u, True, H, Q, BN, KO)
+            a = tl.load(qkv_ptr + (u // (H // BN)) * KO + tl.arange(0, KO), cache_modifier=".cg").to(tl.float32)
+            tl.atomic_add(h_ptr + (u % (H // BN)) * BN + cols, tl.sum(w2.to(tl.float32) * a[None, :], axis=1),
+                          sem="relaxed", scope="gpu")
+        if PREFETCH:
+            wg, wu = _gate_up_tiles(wgu_ptr, layer, pid, pid < U3, H, INTER, BN)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G, POLL_LOAD)
+        # 3. norm, gate_up_proj, SiLU-and-mul
+        x = _normed(h_ptr, n2_ptr + layer * H, eps, H)
+        for u in range(pid, U3, G):
+            if not PREFETCH:
+                wg, wu = _gate_up_tiles(wgu_ptr, layer, u, True, H, INTER, BN)
+            g = tl.sum(wg.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16).to(tl.float32)
+            up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16).to(tl.float32)
+            tl.store(act_ptr + u * BN + cols, (g / (1.0 + tl.exp(-g)) * up).to(tl.bfloat16))
+        if PREFETCH:
+            w4 = _down_tile(wd_ptr, layer, pid, pid < U4, H, INTER, BN, KD)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G, POLL_LOAD)
+        # 4. down_proj into the residual
+        for u in range(pid, U4, G):
+            if not PREFETCH:
+                w4 = _down_tile(wd_ptr, layer, u, True, H, INTER, BN, KD)
+            a = tl.load(act_ptr + (u // (H // BN)) * KD + tl.arange(0, KD), cache_modifier=".cg").to(tl.float32)
+            tl.atomic_add(h_ptr + (u % (H // BN)) * BN + cols, tl.sum(w4.to(tl.float32) * a[None, :], axis=1),
+                          sem="relaxed", scope="gpu")
+        if PREFETCH:
+            w1 = _qkv_tile(wqkv_ptr, layer + 1, pid, (pid < U1) & (layer + 1 < LAYERS), H, QKV, BN)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G, POLL_LOAD)
+
+
+def make_weights(device: str, seed: int = 0) -> dict:
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def rand(*shape, scale):
+        return (torch.randn(*shape, generator=gen) * scale).to(torch.bfloat16).to(device)
+
+    return {
+        "wqkv": rand(LAYERS, QKV, H, scale=H**-0.5), "wo": rand(LAYERS, H, Q, scale=Q**-0.5),
+        "wgu": rand(LAYERS, 2 * INTER, H, scale=H**-0.5), "wd": rand(LAYERS, H, INTER, scale=INTER**-0.5),
+        "n1": (1 + 0.1 * torch.randn(LAYERS, H, generator=gen)).to(torch.bfloat16).to(device),
+        "n2": (1 + 0.1 * torch.randn(LAYERS, H, generator=gen)).to(torch.bfloat16).to(device),
+        "h0": torch.randn(H, generator=gen).to(device),
+    }
+
+
+def reference(w: dict) -> torch.Tensor:
+    """The chain in float32 with the kernel's bf16 roundings (norm outputs, qkv, gate and up, the activation)."""
+    def norm(h, weight):
+        return (h * torch.rsqrt(h.pow(2).mean() + EPS) * weight.float()).bfloat16().float()
+
+    h = w["h0"].clone()
+    for layer in range(LAYERS):
+        qkv = (w["wqkv"][layer].float() @ norm(h, w["n1"][layer])).bfloat16().float()
+        h = h + w["wo"][layer].float() @ qkv[:Q]
+        gu = (w["wgu"][layer].float() @ norm(h, w["n2"][layer])).bfloat16().float()
+        act = (torch.nn.functional.silu(gu[:INTER]) * gu[INTER:]).bfloat16().float()
+        h = h + w["wd"][layer].float() @ act
+    return h
+
+
+class Persistent:
+    """Buffers and one launch of the chain kernel."""
+
+    def __init__(self, w: dict, grid: int, prefetch: bool, num_warps: int, poll_load: bool = False):
+        dev = w["h0"].device
+        if prefetch and grid < max(QKV // BN, (H // BN) * SPLIT_O, INTER // BN, (H // BN) * SPLIT_D):
+            raise ValueError(f"prefetching needs a program for every unit of a stage (grid {grid})")
+        self.w, self.grid, self.prefetch, self.num_warps, self.poll_load = w, grid, prefetch, num_warps, poll_load
+        self.h = torch.empty(H, dtype=torch.float32, device=dev)
+        self.qkv = torch.empty(QKV, dtype=torch.bfloat16, device=dev)
+        self.act = torch.empty(INTER, dtype=torch.bfloat16, device=dev)
+        self.counter = torch.zeros(1, dtype=torch.int32, device=dev)
+        self.err = torch.zeros(1, dtype=torch.int32, device=dev)
+
+    def __call__(self) -> torch.Tensor:
+        w = self.w
+        self.h.copy_(w["h0"])
+        self.counter.zero_()
+        _decode_chain_kernel[(self.grid,)](
+            self.h, self.qkv, self.act, w["wqkv"], w["wo"], w["wgu"], w["wd"], w["n1"], w["n2"], self.counter, self.err,
+            LAYERS, EPS, self.grid, H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN, SPLIT_O=SPLIT_O, SPLIT_D=SPLIT_D,
+            PREFETCH=self.prefetch, POLL_LOAD=self.poll_load, num_warps=self.num_warps)
+        return self.h
+
+
+def engine_chain(w: dict):
+    """The same chain through the engine's kernels (bf16 residual, as the engine keeps it)."""
+    from raygrid.kernels import ops
+    from raygrid.kernels.triton_linear import skinny_linear
+
+    def run() -> torch.Tensor:
+        hidden, residual = w["h0"].bfloat16()[None, :], None
+        for layer in range(LAYERS):
+            if residual is None:
+                normed, residual = ops.rms_norm(hidden, w["n1"][layer], EPS), hidden
+            else:
+                normed, residual = ops.rms_norm(hidden, w["n1"][layer], EPS, residual)
+            qkv = skinny_linear(normed, w["wqkv"][layer])
+            hidden = skinny_linear(qkv[:, :Q], w["wo"][layer])
+            normed, residual = ops.rms_norm(hidden, w["n2"][layer], EPS, residual)
+            act = ops.silu_and_mul(skinny_linear(normed, w["wgu"][layer]))
+            hidden = skinny_linear(act, w["wd"][layer])
+        return (hidden.float() + residual.float())[0]
+
+    return run
+
+
+def graph_us(fn, replays: int = 50) -> float:
+    """Microseconds a call of ``fn`` takes replayed from a CUDA graph: the best of 5 rounds."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / replays)
+    return min(times)
+
+
+def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.float() - want.float()).norm() / want.float().norm())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output-json", default=None)
+    parser.add_argument("--num-warps", type=int, nargs="+", default=[8, 16])
+    args = parser.parse_args()
+    on_gpu = torch.cuda.is_available()
+    device = "cuda" if on_gpu else "cpu"
+    w = make_weights(device)
+    want = reference({k: v.cpu() for k, v in w.items()}).to(device)
+    results: dict = {"layers": LAYERS, "shapes": {"hidden": H, "qkv": QKV, "intermediate": INTER}}
+    if not on_gpu:  # the interpreter: one program does every unit of a stage in turn
+        runner = Persistent(w, grid=1, prefetch=False, num_warps=4)
+        print(f"one program, no prefetch: relative error {rel_error(runner(), want):.2e}")
+        return
+    from raygrid.bench.throughput import provenance
+
+    grid = torch.cuda.get_device_properties(0).multi_processor_count
+    results.update(provenance(), grid=grid)
+    engine = engine_chain(w)
+    results["engine"] = {"rel_error": rel_error(engine(), want), "us_per_layer": graph_us(engine) / LAYERS}
+    print("engine", results["engine"], flush=True)
+    for num_warps in args.num_warps:
+        for poll_load in (False, True):
+            tag = f"w{num_warps}{'_poll_load' if poll_load else ''}"
+            counter = torch.zeros(1, dtype=torch.int32, device=device)
+            err = torch.zeros(1, dtype=torch.int32, device=device)
+
+            def barriers():
+                counter.zero_()
+                _barrier_kernel[(grid,)](counter, err, 4 * LAYERS, grid, POLL_LOAD=poll_load, num_warps=num_warps)
+
+            barriers()
+            torch.cuda.synchronize()
+            if err.item():
+                print(f"{tag}: the barrier timed out (programs not all resident?)", flush=True)
+                continue
+            results[f"barrier_us_{tag}"] = graph_us(barriers) / (4 * LAYERS)
+            print(f"{tag}: barrier {results[f'barrier_us_{tag}']:.2f} us", flush=True)
+            for prefetch in (False, True):
+                runner = Persistent(w, grid, prefetch, num_warps, poll_load)
+                got = runner().clone()
+                torch.cuda.synchronize()
+                name = f"persistent{'_prefetch' if prefetch else ''}_{tag}"
+                entry = {"rel_error": rel_error(got, want), "barrier_timed_out": bool(runner.err.item())}
+                if not entry["barrier_timed_out"]:
+                    entry["us_per_layer"] = graph_us(runner) / LAYERS
+                results[name] = entry
+                print(name, entry, flush=True)
+    results["engine_again"] = {"us_per_layer": graph_us(engine) / LAYERS}
+    print("engine again", results["engine_again"], flush=True)
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RAYGRID_PDL", "1")
+    main()
