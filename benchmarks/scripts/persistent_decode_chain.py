@@ -21,8 +21,9 @@ correct order of sums (the engine's, whose residual stream is bf16, more).
   launches a layer with PDL, as a decode step runs them;
 - ``persistent``: one launch of ``_decode_chain_kernel``, one program an SM, the four stages of each layer separated
   by grid-wide barriers (an arrival counter in global memory);
-- ``persistent_prefetch``: the same, each program loading its next stage's weight tile into registers before the
-  barrier.
+- ``persistent_ahead_registers``: the same, each program loading its next stage's weight tile into registers between
+  its arrival at a barrier and its wait;
+- ``persistent_ahead_l2``: the same, each program asking the copy engine to bring that tile into L2 there instead.
 
 It also times the barrier alone (``barrier_us``). On a CPU (``TRITON_INTERPRET=1``) one program does every stage, so
 the barriers pass at once, and the check runs against the reference.
@@ -43,6 +44,7 @@ import triton.language as tl
 H, Q, QKV, INTER, LAYERS, EPS = 1024, 2048, 4096, 3072, 28, 1e-6
 BN = 32  # output columns a unit of work
 SPLIT_O, SPLIT_D = 4, 3  # slices of K for o_proj (2048 -> 512) and down_proj (3072 -> 1024)
+AHEAD = {"none": 0, "registers": 1, "l2": 2}  # how a program reads its next stage's weights (_decode_chain_kernel)
 MAX_SPINS = tl.constexpr(1 << 18)  # a barrier that waits longer sets the error flag instead of hanging the GPU
 
 
@@ -89,43 +91,56 @@ def _normed(h_ptr, w_ptr, eps, H: tl.constexpr):
 
 
 @triton.jit
-def _tile(w_ptr, row0, k0, ld, ok, BN: tl.constexpr, BK: tl.constexpr):
-    """The weight tile [BN, BK] at rows ``row0`` and columns ``k0`` (zeros where not ``ok``)."""
-    rows = row0 + tl.arange(0, BN)
-    ks = k0 + tl.arange(0, BK)
-    return tl.load(w_ptr + rows[:, None] * ld + ks[None, :], mask=ok & (rows[:, None] >= 0), other=0.0)
+def _rows(w_ptr, row0, k0, ld, BN: tl.constexpr):
+    """Where the ``BN`` rows of a weight tile start: rows ``row0`` on, from column ``k0``."""
+    return w_ptr + (row0 + tl.arange(0, BN)) * ld + k0
 
 
 @triton.jit
-def _qkv_tile(w_ptr, layer, u, ok, H: tl.constexpr, QKV: tl.constexpr, BN: tl.constexpr):
-    return _tile(w_ptr + layer * QKV * H, u * BN, 0, H, ok, BN, H)
+def _tile(rows, ok, BK: tl.constexpr):
+    """The weight tile [BN, BK] from its rows' starts (zeros where not ``ok``)."""
+    return tl.load(rows[:, None] + tl.arange(0, BK)[None, :], mask=ok, other=0.0)
 
 
 @triton.jit
-def _o_tile(w_ptr, layer, u, ok, H: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr, KO: tl.constexpr):
-    return _tile(w_ptr + layer * H * Q, (u % (H // BN)) * BN, (u // (H // BN)) * KO, Q, ok, BN, KO)
+def _l2_ahead(rows, ok, BK: tl.constexpr):
+    """Ask the copy engine to bring the tile's rows into L2 (``cp.async.bulk.prefetch.L2``, sm_90): nothing waits
+    for it, and no register holds it."""
+    if ok:
+        tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0;", "=r,l,r",
+                                  [rows, tl.full(rows.shape, BK * 2, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
-def _gate_up_tiles(w_ptr, layer, u, ok, H: tl.constexpr, INTER: tl.constexpr, BN: tl.constexpr):
-    base = w_ptr + layer * 2 * INTER * H
-    return _tile(base, u * BN, 0, H, ok, BN, H), _tile(base, INTER + u * BN, 0, H, ok, BN, H)
+def _qkv_rows(w_ptr, layer, u, H: tl.constexpr, QKV: tl.constexpr, BN: tl.constexpr):
+    return _rows(w_ptr + layer * QKV * H, u * BN, 0, H, BN)
 
 
 @triton.jit
-def _down_tile(w_ptr, layer, u, ok, H: tl.constexpr, INTER: tl.constexpr, BN: tl.constexpr, KD: tl.constexpr):
-    return _tile(w_ptr + layer * H * INTER, (u % (H // BN)) * BN, (u // (H // BN)) * KD, INTER, ok, BN, KD)
+def _o_rows(w_ptr, layer, u, H: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr, KO: tl.constexpr):
+    return _rows(w_ptr + layer * H * Q, (u % (H // BN)) * BN, (u // (H // BN)) * KO, Q, BN)
+
+
+@triton.jit
+def _gate_rows(w_ptr, layer, u, H: tl.constexpr, INTER: tl.constexpr, BN: tl.constexpr):
+    return _rows(w_ptr + layer * 2 * INTER * H, u * BN, 0, H, BN)
+
+
+@triton.jit
+def _down_rows(w_ptr, layer, u, H: tl.constexpr, INTER: tl.constexpr, BN: tl.constexpr, KD: tl.constexpr):
+    return _rows(w_ptr + layer * H * INTER, (u % (H // BN)) * BN, (u // (H // BN)) * KD, INTER, BN)
 
 
 @triton.jit
 def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, n1_ptr, n2_ptr, counter_ptr,
                          err_ptr, LAYERS, eps, G, H: tl.constexpr, Q: tl.constexpr, QKV: tl.constexpr,
                          INTER: tl.constexpr, BN: tl.constexpr, SPLIT_O: tl.constexpr, SPLIT_D: tl.constexpr,
-                         PREFETCH: tl.constexpr, POLL_LOAD: tl.constexpr):
+                         AHEAD: tl.constexpr, POLL_LOAD: tl.constexpr):
     """The chain for ``LAYERS`` layers over ``G`` programs, all resident. Each stage's units (``BN`` output columns,
-    over a slice of K for o_proj and down_proj) go round the programs. With ``PREFETCH`` (needs ``G`` >= every
-    stage's units, so a program has at most one) a program loads its next stage's tile before the barrier. ``h`` is
-    the float32 residual stream, which the split products of o_proj and down_proj add into."""
+    over a slice of K for o_proj and down_proj) go round the programs. ``AHEAD`` (needs ``G`` >= every stage's
+    units, so a program has at most one): between its arrival at a barrier and its wait, a program loads its next
+    stage's tile into registers (1), or asks for it in L2 (2); with 0 it loads it after the wait. ``h`` is the
+    float32 residual stream, which the split products of o_proj and down_proj add into."""
     pid = tl.program_id(0)
     U1: tl.constexpr = QKV // BN
     U2: tl.constexpr = (H // BN) * SPLIT_O
@@ -133,58 +148,70 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
     U4: tl.constexpr = (H // BN) * SPLIT_D
     KO: tl.constexpr = Q // SPLIT_O
     KD: tl.constexpr = INTER // SPLIT_D
+    REG: tl.constexpr = AHEAD == 1
     cols = tl.arange(0, BN)
     sync = 0
-    if PREFETCH:
-        w1 = _qkv_tile(wqkv_ptr, 0, pid, pid < U1, H, QKV, BN)
+    if REG:
+        w1 = _tile(_qkv_rows(wqkv_ptr, 0, pid, H, QKV, BN), pid < U1, H)
     for layer in range(LAYERS):
         # 1. norm, qkv_proj
         x = _normed(h_ptr, n1_ptr + layer * H, eps, H)
         for u in range(pid, U1, G):
-            if not PREFETCH:
-                w1 = _qkv_tile(wqkv_ptr, layer, u, True, H, QKV, BN)
+            if not REG:
+                w1 = _tile(_qkv_rows(wqkv_ptr, layer, u, H, QKV, BN), True, H)
             tl.store(qkv_ptr + u * BN + cols, tl.sum(w1.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16))
         sync += 1
         _arrive(counter_ptr)
-        if PREFETCH:
-            w2 = _o_tile(wo_ptr, layer, pid, pid < U2, H, Q, BN, KO)
+        if REG:
+            w2 = _tile(_o_rows(wo_ptr, layer, pid, H, Q, BN, KO), pid < U2, KO)
+        if AHEAD == 2:
+            _l2_ahead(_o_rows(wo_ptr, layer, pid, H, Q, BN, KO), pid < U2, KO)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
         # 2. o_proj into the residual (the query part of qkv stands in for attention's output)
         for u in range(pid, U2, G):
-            if not PREFETCH:
-                w2 = _o_tile(wo_ptr, layer, u, True, H, Q, BN, KO)
+            if not REG:
+                w2 = _tile(_o_rows(wo_ptr, layer, u, H, Q, BN, KO), True, KO)
             a = tl.load(qkv_ptr + (u // (H // BN)) * KO + tl.arange(0, KO), cache_modifier=".cg").to(tl.float32)
             tl.atomic_add(h_ptr + (u % (H // BN)) * BN + cols, tl.sum(w2.to(tl.float32) * a[None, :], axis=1),
                           sem="relaxed", scope="gpu")
         sync += 1
         _arrive(counter_ptr)
-        if PREFETCH:
-            wg, wu = _gate_up_tiles(wgu_ptr, layer, pid, pid < U3, H, INTER, BN)
+        if REG:
+            wg = _tile(_gate_rows(wgu_ptr, layer, pid, H, INTER, BN), pid < U3, H)
+            wu = _tile(_gate_rows(wgu_ptr, layer, pid, H, INTER, BN) + INTER * H, pid < U3, H)
+        if AHEAD == 2:
+            _l2_ahead(_gate_rows(wgu_ptr, layer, pid, H, INTER, BN), pid < U3, H)
+            _l2_ahead(_gate_rows(wgu_ptr, layer, pid, H, INTER, BN) + INTER * H, pid < U3, H)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
         # 3. norm, gate_up_proj, SiLU-and-mul
         x = _normed(h_ptr, n2_ptr + layer * H, eps, H)
         for u in range(pid, U3, G):
-            if not PREFETCH:
-                wg, wu = _gate_up_tiles(wgu_ptr, layer, u, True, H, INTER, BN)
+            if not REG:
+                wg = _tile(_gate_rows(wgu_ptr, layer, u, H, INTER, BN), True, H)
+                wu = _tile(_gate_rows(wgu_ptr, layer, u, H, INTER, BN) + INTER * H, True, H)
             g = tl.sum(wg.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16).to(tl.float32)
             up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16).to(tl.float32)
             tl.store(act_ptr + u * BN + cols, (g / (1.0 + tl.exp(-g)) * up).to(tl.bfloat16))
         sync += 1
         _arrive(counter_ptr)
-        if PREFETCH:
-            w4 = _down_tile(wd_ptr, layer, pid, pid < U4, H, INTER, BN, KD)
+        if REG:
+            w4 = _tile(_down_rows(wd_ptr, layer, pid, H, INTER, BN, KD), pid < U4, KD)
+        if AHEAD == 2:
+            _l2_ahead(_down_rows(wd_ptr, layer, pid, H, INTER, BN, KD), pid < U4, KD)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
         # 4. down_proj into the residual
         for u in range(pid, U4, G):
-            if not PREFETCH:
-                w4 = _down_tile(wd_ptr, layer, u, True, H, INTER, BN, KD)
+            if not REG:
+                w4 = _tile(_down_rows(wd_ptr, layer, u, H, INTER, BN, KD), True, KD)
             a = tl.load(act_ptr + (u // (H // BN)) * KD + tl.arange(0, KD), cache_modifier=".cg").to(tl.float32)
             tl.atomic_add(h_ptr + (u % (H // BN)) * BN + cols, tl.sum(w4.to(tl.float32) * a[None, :], axis=1),
                           sem="relaxed", scope="gpu")
         sync += 1
         _arrive(counter_ptr)
-        if PREFETCH:
-            w1 = _qkv_tile(wqkv_ptr, layer + 1, pid, (pid < U1) & (layer + 1 < LAYERS), H, QKV, BN)
+        if REG:
+            w1 = _tile(_qkv_rows(wqkv_ptr, layer + 1, pid, H, QKV, BN), (pid < U1) & (layer + 1 < LAYERS), H)
+        if AHEAD == 2:
+            _l2_ahead(_qkv_rows(wqkv_ptr, layer + 1, pid, H, QKV, BN), (pid < U1) & (layer + 1 < LAYERS), H)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
 
 
@@ -221,12 +248,12 @@ def reference(w: dict, layers: int = LAYERS) -> torch.Tensor:
 class Persistent:
     """Buffers and one launch of the chain kernel."""
 
-    def __init__(self, w: dict, grid: int, prefetch: bool, num_warps: int, poll_load: bool = False,
+    def __init__(self, w: dict, grid: int, ahead: str, num_warps: int, poll_load: bool = False,
                  layers: int = LAYERS):
         dev = w["h0"].device
-        if prefetch and grid < max(QKV // BN, (H // BN) * SPLIT_O, INTER // BN, (H // BN) * SPLIT_D):
-            raise ValueError(f"prefetching needs a program for every unit of a stage (grid {grid})")
-        self.w, self.grid, self.prefetch, self.num_warps, self.poll_load = w, grid, prefetch, num_warps, poll_load
+        if ahead != "none" and grid < max(QKV // BN, (H // BN) * SPLIT_O, INTER // BN, (H // BN) * SPLIT_D):
+            raise ValueError(f"reading weights ahead needs a program for every unit of a stage (grid {grid})")
+        self.w, self.grid, self.ahead, self.num_warps, self.poll_load = w, grid, AHEAD[ahead], num_warps, poll_load
         self.layers = layers
         self.h = torch.empty(H, dtype=torch.float32, device=dev)
         self.qkv = torch.empty(QKV, dtype=torch.bfloat16, device=dev)
@@ -241,7 +268,7 @@ class Persistent:
         _decode_chain_kernel[(self.grid,)](
             self.h, self.qkv, self.act, w["wqkv"], w["wo"], w["wgu"], w["wd"], w["n1"], w["n2"], self.counter, self.err,
             self.layers, EPS, self.grid, H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN, SPLIT_O=SPLIT_O, SPLIT_D=SPLIT_D,
-            PREFETCH=self.prefetch, POLL_LOAD=self.poll_load, num_warps=self.num_warps)
+            AHEAD=self.ahead, POLL_LOAD=self.poll_load, num_warps=self.num_warps)
         return self.h
 
 
@@ -304,8 +331,9 @@ def main() -> None:
     want, want_one = reference(cpu).to(device), reference(cpu, 1).to(device)
     results: dict = {"layers": LAYERS, "shapes": {"hidden": H, "qkv": QKV, "intermediate": INTER}}
     if not on_gpu:  # the interpreter: one program does every unit of a stage in turn
-        runner = Persistent(w, grid=1, prefetch=False, num_warps=4)
-        print(f"one program, no prefetch: relative error {rel_error(runner(), want):.2e}")
+        runner = Persistent(w, grid=1, ahead="none", num_warps=4)
+        print(f"one program: relative error {rel_error(runner(), want):.2e} (Triton's interpreter rounds to bf16 by "
+              "truncation, which alone gives 1.6e-02 here)")
         return
     from raygrid.bench.throughput import provenance
 
@@ -332,12 +360,12 @@ def main() -> None:
                 continue
             results[f"barrier_us_{tag}"] = graph_us(barriers) / (4 * LAYERS)
             print(f"{tag}: barrier {results[f'barrier_us_{tag}']:.2f} us", flush=True)
-            for prefetch in (False, True):
-                runner = Persistent(w, grid, prefetch, num_warps, poll_load)
+            for ahead in AHEAD:
+                runner = Persistent(w, grid, ahead, num_warps, poll_load)
                 got = runner().clone()
                 torch.cuda.synchronize()
-                name = f"persistent{'_prefetch' if prefetch else ''}_{tag}"
-                one = Persistent(w, grid, prefetch, num_warps, poll_load, layers=1)
+                name = f"persistent_ahead_{ahead}_{tag}"
+                one = Persistent(w, grid, ahead, num_warps, poll_load, layers=1)
                 entry = {"rel_error_1_layer": rel_error(one(), want_one), "rel_error": rel_error(got, want),
                          "barrier_timed_out": bool(runner.err.item() or one.err.item())}
                 if not entry["barrier_timed_out"]:
