@@ -58,10 +58,14 @@ def _arrive(counter_ptr):
 
 @triton.jit
 def _wait(counter_ptr, err_ptr, target, POLL_LOAD: tl.constexpr):
-    """Until ``target`` arrivals (counted from the launch's start) have been made. It polls with acquiring atomics,
-    or with ``POLL_LOAD`` with volatile loads (cheaper; it then relies on the loads after it going to L2, ``.cg``,
-    and not being issued before the poll's branch, which the GPU does not do)."""
-    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    """Until ``target`` arrivals (counted from the launch's start) have been made. It polls with acquiring loads
+    (each followed by an invalidation of L1, which waits for the loads in flight), or with ``POLL_LOAD`` with
+    volatile loads and no acquire at all: the loads after it then must go to L2 (``.cg``, as every activation load
+    here does), and it relies on the GPU not issuing them before the poll's branch."""
+    if POLL_LOAD:
+        seen = tl.load(counter_ptr, volatile=True)
+    else:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     spins = 0
     while (seen < target) & (spins < MAX_SPINS):
         if POLL_LOAD:
@@ -91,44 +95,26 @@ def _normed(h_ptr, w_ptr, eps, H: tl.constexpr):
 
 
 @triton.jit
-def _rows(w_ptr, row0, k0, ld, BN: tl.constexpr):
-    """Where the ``BN`` rows of a weight tile start: rows ``row0`` on, from column ``k0``."""
-    return w_ptr + (row0 + tl.arange(0, BN)) * ld + k0
+def _tile_ptr(w_ptr, layer, u, UNITS: tl.constexpr, ROWS: tl.constexpr, BK: tl.constexpr):
+    """Where unit ``u``'s tile of a layer starts in a stage's packed weights ([layers, units, ROWS, BK])."""
+    return w_ptr + (layer * UNITS + u) * (ROWS * BK)
 
 
 @triton.jit
-def _tile(rows, ok, BK: tl.constexpr):
-    """The weight tile [BN, BK] from its rows' starts (zeros where not ``ok``)."""
-    return tl.load(rows[:, None] + tl.arange(0, BK)[None, :], mask=ok, other=0.0)
+def _tile(ptr, ok, BN: tl.constexpr, BK: tl.constexpr):
+    """The weight tile [BN, BK] at ``ptr`` (zeros where not ``ok``)."""
+    return tl.load(ptr + tl.arange(0, BN)[:, None] * BK + tl.arange(0, BK)[None, :], mask=ok, other=0.0)
 
 
 @triton.jit
-def _l2_ahead(rows, ok, BK: tl.constexpr):
-    """Ask the copy engine to bring the tile's rows into L2 (``cp.async.bulk.prefetch.L2``, sm_90): nothing waits
-    for it, and no register holds it."""
+def _l2_ahead(ptr, ok, NBYTES: tl.constexpr):
+    """One thread asks the copy engine to bring a whole packed tile into L2 (``cp.async.bulk.prefetch.L2``, sm_90):
+    nothing waits for it, and no register holds it."""
     if ok:
-        tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0;", "=r,l,r",
-                                  [rows, tl.full(rows.shape, BK * 2, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _qkv_rows(w_ptr, layer, u, H: tl.constexpr, QKV: tl.constexpr, BN: tl.constexpr):
-    return _rows(w_ptr + layer * QKV * H, u * BN, 0, H, BN)
-
-
-@triton.jit
-def _o_rows(w_ptr, layer, u, H: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr, KO: tl.constexpr):
-    return _rows(w_ptr + layer * H * Q, (u % (H // BN)) * BN, (u // (H // BN)) * KO, Q, BN)
-
-
-@triton.jit
-def _gate_rows(w_ptr, layer, u, H: tl.constexpr, INTER: tl.constexpr, BN: tl.constexpr):
-    return _rows(w_ptr + layer * 2 * INTER * H, u * BN, 0, H, BN)
-
-
-@triton.jit
-def _down_rows(w_ptr, layer, u, H: tl.constexpr, INTER: tl.constexpr, BN: tl.constexpr, KD: tl.constexpr):
-    return _rows(w_ptr + layer * H * INTER, (u % (H // BN)) * BN, (u // (H // BN)) * KD, INTER, BN)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;\n"
+            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [ptr, tl.full([], NBYTES, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -137,10 +123,11 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
                          INTER: tl.constexpr, BN: tl.constexpr, SPLIT_O: tl.constexpr, SPLIT_D: tl.constexpr,
                          AHEAD: tl.constexpr, POLL_LOAD: tl.constexpr):
     """The chain for ``LAYERS`` layers over ``G`` programs, all resident. Each stage's units (``BN`` output columns,
-    over a slice of K for o_proj and down_proj) go round the programs. ``AHEAD`` (needs ``G`` >= every stage's
-    units, so a program has at most one): between its arrival at a barrier and its wait, a program loads its next
-    stage's tile into registers (1), or asks for it in L2 (2); with 0 it loads it after the wait. ``h`` is the
-    float32 residual stream, which the split products of o_proj and down_proj add into."""
+    over a slice of K for o_proj and down_proj) go round the programs; the weights come packed a tile a unit
+    (``pack``). ``AHEAD`` (needs ``G`` >= every stage's units, so a program has at most one): between its arrival
+    at a barrier and its wait, a program loads its next stage's tile into registers (1), or asks for it in L2 (2);
+    with 0 it loads it after the wait. ``h`` is the float32 residual stream, which the split products of o_proj and
+    down_proj add into."""
     pid = tl.program_id(0)
     U1: tl.constexpr = QKV // BN
     U2: tl.constexpr = (H // BN) * SPLIT_O
@@ -152,67 +139,83 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
     cols = tl.arange(0, BN)
     sync = 0
     if REG:
-        w1 = _tile(_qkv_rows(wqkv_ptr, 0, pid, H, QKV, BN), pid < U1, H)
+        w1 = _tile(_tile_ptr(wqkv_ptr, 0, pid, U1, BN, H), pid < U1, BN, H)
     for layer in range(LAYERS):
         # 1. norm, qkv_proj
         x = _normed(h_ptr, n1_ptr + layer * H, eps, H)
         for u in range(pid, U1, G):
             if not REG:
-                w1 = _tile(_qkv_rows(wqkv_ptr, layer, u, H, QKV, BN), True, H)
+                w1 = _tile(_tile_ptr(wqkv_ptr, layer, u, U1, BN, H), True, BN, H)
             tl.store(qkv_ptr + u * BN + cols, tl.sum(w1.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16))
         sync += 1
         _arrive(counter_ptr)
         if REG:
-            w2 = _tile(_o_rows(wo_ptr, layer, pid, H, Q, BN, KO), pid < U2, KO)
+            w2 = _tile(_tile_ptr(wo_ptr, layer, pid, U2, BN, KO), pid < U2, BN, KO)
         if AHEAD == 2:
-            _l2_ahead(_o_rows(wo_ptr, layer, pid, H, Q, BN, KO), pid < U2, KO)
+            _l2_ahead(_tile_ptr(wo_ptr, layer, pid, U2, BN, KO), pid < U2, BN * KO * 2)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
         # 2. o_proj into the residual (the query part of qkv stands in for attention's output)
         for u in range(pid, U2, G):
             if not REG:
-                w2 = _tile(_o_rows(wo_ptr, layer, u, H, Q, BN, KO), True, KO)
+                w2 = _tile(_tile_ptr(wo_ptr, layer, u, U2, BN, KO), True, BN, KO)
             a = tl.load(qkv_ptr + (u // (H // BN)) * KO + tl.arange(0, KO), cache_modifier=".cg").to(tl.float32)
             tl.atomic_add(h_ptr + (u % (H // BN)) * BN + cols, tl.sum(w2.to(tl.float32) * a[None, :], axis=1),
                           sem="relaxed", scope="gpu")
         sync += 1
         _arrive(counter_ptr)
         if REG:
-            wg = _tile(_gate_rows(wgu_ptr, layer, pid, H, INTER, BN), pid < U3, H)
-            wu = _tile(_gate_rows(wgu_ptr, layer, pid, H, INTER, BN) + INTER * H, pid < U3, H)
+            wg = _tile(_tile_ptr(wgu_ptr, layer, pid, U3, 2 * BN, H), pid < U3, BN, H)
+            wu = _tile(_tile_ptr(wgu_ptr, layer, pid, U3, 2 * BN, H) + BN * H, pid < U3, BN, H)
         if AHEAD == 2:
-            _l2_ahead(_gate_rows(wgu_ptr, layer, pid, H, INTER, BN), pid < U3, H)
-            _l2_ahead(_gate_rows(wgu_ptr, layer, pid, H, INTER, BN) + INTER * H, pid < U3, H)
+            _l2_ahead(_tile_ptr(wgu_ptr, layer, pid, U3, 2 * BN, H), pid < U3, 2 * BN * H * 2)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
         # 3. norm, gate_up_proj, SiLU-and-mul
         x = _normed(h_ptr, n2_ptr + layer * H, eps, H)
         for u in range(pid, U3, G):
             if not REG:
-                wg = _tile(_gate_rows(wgu_ptr, layer, u, H, INTER, BN), True, H)
-                wu = _tile(_gate_rows(wgu_ptr, layer, u, H, INTER, BN) + INTER * H, True, H)
+                wg = _tile(_tile_ptr(wgu_ptr, layer, u, U3, 2 * BN, H), True, BN, H)
+                wu = _tile(_tile_ptr(wgu_ptr, layer, u, U3, 2 * BN, H) + BN * H, True, BN, H)
             g = tl.sum(wg.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16).to(tl.float32)
             up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1).to(tl.bfloat16).to(tl.float32)
             tl.store(act_ptr + u * BN + cols, (g / (1.0 + tl.exp(-g)) * up).to(tl.bfloat16))
         sync += 1
         _arrive(counter_ptr)
         if REG:
-            w4 = _tile(_down_rows(wd_ptr, layer, pid, H, INTER, BN, KD), pid < U4, KD)
+            w4 = _tile(_tile_ptr(wd_ptr, layer, pid, U4, BN, KD), pid < U4, BN, KD)
         if AHEAD == 2:
-            _l2_ahead(_down_rows(wd_ptr, layer, pid, H, INTER, BN, KD), pid < U4, KD)
+            _l2_ahead(_tile_ptr(wd_ptr, layer, pid, U4, BN, KD), pid < U4, BN * KD * 2)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
         # 4. down_proj into the residual
         for u in range(pid, U4, G):
             if not REG:
-                w4 = _tile(_down_rows(wd_ptr, layer, u, H, INTER, BN, KD), True, KD)
+                w4 = _tile(_tile_ptr(wd_ptr, layer, u, U4, BN, KD), True, BN, KD)
             a = tl.load(act_ptr + (u // (H // BN)) * KD + tl.arange(0, KD), cache_modifier=".cg").to(tl.float32)
             tl.atomic_add(h_ptr + (u % (H // BN)) * BN + cols, tl.sum(w4.to(tl.float32) * a[None, :], axis=1),
                           sem="relaxed", scope="gpu")
         sync += 1
         _arrive(counter_ptr)
         if REG:
-            w1 = _tile(_qkv_rows(wqkv_ptr, layer + 1, pid, H, QKV, BN), (pid < U1) & (layer + 1 < LAYERS), H)
+            w1 = _tile(_tile_ptr(wqkv_ptr, layer + 1, pid, U1, BN, H), (pid < U1) & (layer + 1 < LAYERS), BN, H)
         if AHEAD == 2:
-            _l2_ahead(_qkv_rows(wqkv_ptr, layer + 1, pid, H, QKV, BN), (pid < U1) & (layer + 1 < LAYERS), H)
+            _l2_ahead(_tile_ptr(wqkv_ptr, layer + 1, pid, U1, BN, H), (pid < U1) & (layer + 1 < LAYERS), BN * H * 2)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
+
+
+def pack(w: dict) -> dict:
+    """Each stage's weights a tile a unit, each tile contiguous ([layers, units, rows, K slice]), as the chain kernel
+    reads them: o_proj's and down_proj's units are (column block, slice of K), the slice outer; gate_up's tile is its
+    unit's gate rows, then its up rows."""
+    blocks = H // BN
+
+    def split(weight, slices):  # [L, N, K] -> [L, slices * blocks, BN, K / slices]
+        layers, n, k = weight.shape
+        tiles = weight.reshape(layers, blocks, BN, slices, k // slices).permute(0, 3, 1, 2, 4)
+        return tiles.reshape(layers, slices * blocks, BN, k // slices).contiguous()
+
+    gate, up = w["wgu"][:, :INTER], w["wgu"][:, INTER:]
+    gate_up = torch.stack([gate.reshape(LAYERS, INTER // BN, BN, H), up.reshape(LAYERS, INTER // BN, BN, H)], dim=2)
+    return {**w, "wo": split(w["wo"], SPLIT_O), "wd": split(w["wd"], SPLIT_D),
+            "wgu": gate_up.reshape(LAYERS, INTER // BN, 2 * BN, H).contiguous()}
 
 
 def make_weights(device: str, seed: int = 0) -> dict:
@@ -250,11 +253,12 @@ class Persistent:
 
     def __init__(self, w: dict, grid: int, ahead: str, num_warps: int, poll_load: bool = False,
                  layers: int = LAYERS):
+        """``w``: the weights as ``make_weights`` gives them; the kernel reads them packed (``pack``)."""
         dev = w["h0"].device
         if ahead != "none" and grid < max(QKV // BN, (H // BN) * SPLIT_O, INTER // BN, (H // BN) * SPLIT_D):
             raise ValueError(f"reading weights ahead needs a program for every unit of a stage (grid {grid})")
-        self.w, self.grid, self.ahead, self.num_warps, self.poll_load = w, grid, AHEAD[ahead], num_warps, poll_load
-        self.layers = layers
+        self.packed, self.grid, self.ahead = pack(w), grid, AHEAD[ahead]
+        self.num_warps, self.poll_load, self.layers = num_warps, poll_load, layers
         self.h = torch.empty(H, dtype=torch.float32, device=dev)
         self.qkv = torch.empty(QKV, dtype=torch.bfloat16, device=dev)
         self.act = torch.empty(INTER, dtype=torch.bfloat16, device=dev)
@@ -262,7 +266,7 @@ class Persistent:
         self.err = torch.zeros(1, dtype=torch.int32, device=dev)
 
     def __call__(self) -> torch.Tensor:
-        w = self.w
+        w = self.packed
         self.h.copy_(w["h0"])
         self.counter.zero_()
         _decode_chain_kernel[(self.grid,)](
