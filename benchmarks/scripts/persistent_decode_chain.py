@@ -13,7 +13,8 @@ attention output, the same size), 28 layers:
     x = rmsnorm(h); qkv = x @ Wqkv.T; h += qkv[:2048] @ Wo.T
     x = rmsnorm(h); g, u = x @ Wgu.T; h += (silu(g) * u) @ Wd.T
 
-three ways, each checked against a float32 torch reference of the same roundings, and timed as CUDA graph replays.
+three ways, each checked against a float32 torch reference of the same roundings, and timed as CUDA graph replays
+(``kernel_timing.chain_us``; until 2013238 the script had a copy of it that took the best of 5 rounds, not 3).
 The check is strict after one layer (``rel_error_1_layer``). After 28 such random layers the chain amplifies any
 rounding: the reference itself in float32 and in float64 ends 0.67% apart, so ``rel_error`` is about that for any
 correct order of sums (the engine's, whose residual stream is bf16, more).
@@ -118,6 +119,15 @@ def _l2_ahead(ptr, ok, NBYTES: tl.constexpr):
 
 
 @triton.jit
+def _add_split_product(h_ptr, a_ptr, w, u, H: tl.constexpr, BN: tl.constexpr, KS: tl.constexpr):
+    """Unit ``u`` of a product split over K (column block ``u % (H / BN)``, slice ``u // (H / BN)`` of ``KS``) added
+    into the residual stream: its slice of the activations (from L2: other programs wrote them) times its tile."""
+    a = tl.load(a_ptr + (u // (H // BN)) * KS + tl.arange(0, KS), cache_modifier=".cg").to(tl.float32)
+    tl.atomic_add(h_ptr + (u % (H // BN)) * BN + tl.arange(0, BN), tl.sum(w.to(tl.float32) * a[None, :], axis=1),
+                  sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, n1_ptr, n2_ptr, counter_ptr,
                          err_ptr, LAYERS, eps, G, H: tl.constexpr, Q: tl.constexpr, QKV: tl.constexpr,
                          INTER: tl.constexpr, BN: tl.constexpr, SPLIT_O: tl.constexpr, SPLIT_D: tl.constexpr,
@@ -158,9 +168,7 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
         for u in range(pid, U2, G):
             if not REG:
                 w2 = _tile(_tile_ptr(wo_ptr, layer, u, U2, BN, KO), True, BN, KO)
-            a = tl.load(qkv_ptr + (u // (H // BN)) * KO + tl.arange(0, KO), cache_modifier=".cg").to(tl.float32)
-            tl.atomic_add(h_ptr + (u % (H // BN)) * BN + cols, tl.sum(w2.to(tl.float32) * a[None, :], axis=1),
-                          sem="relaxed", scope="gpu")
+            _add_split_product(h_ptr, qkv_ptr, w2, u, H, BN, KO)
         sync += 1
         _arrive(counter_ptr)
         if REG:
@@ -189,9 +197,7 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
         for u in range(pid, U4, G):
             if not REG:
                 w4 = _tile(_tile_ptr(wd_ptr, layer, u, U4, BN, KD), True, BN, KD)
-            a = tl.load(act_ptr + (u // (H // BN)) * KD + tl.arange(0, KD), cache_modifier=".cg").to(tl.float32)
-            tl.atomic_add(h_ptr + (u % (H // BN)) * BN + cols, tl.sum(w4.to(tl.float32) * a[None, :], axis=1),
-                          sem="relaxed", scope="gpu")
+            _add_split_product(h_ptr, act_ptr, w4, u, H, BN, KD)
         sync += 1
         _arrive(counter_ptr)
         if REG:
@@ -298,27 +304,6 @@ def engine_chain(w: dict, layers: int = LAYERS):
     return run
 
 
-def graph_us(fn, replays: int = 50) -> float:
-    """Microseconds a call of ``fn`` takes replayed from a CUDA graph: the best of 5 rounds."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(5):
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / replays)
-    return min(times)
-
-
 def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).norm() / want.float().norm())
 
@@ -339,13 +324,15 @@ def main() -> None:
         print(f"one program: relative error {rel_error(runner(), want):.2e} (Triton's interpreter rounds to bf16 by "
               "truncation, which alone gives 1.6e-02 here)")
         return
+    from raygrid.bench.kernel_timing import chain_us
     from raygrid.bench.throughput import provenance
 
     grid = torch.cuda.get_device_properties(0).multi_processor_count
     results.update(provenance(), grid=grid)
     engine = engine_chain(w)
     results["engine"] = {"rel_error_1_layer": rel_error(engine_chain(w, 1)(), want_one),
-                         "rel_error": rel_error(engine(), want), "us_per_layer": graph_us(engine) / LAYERS}
+                         "rel_error": rel_error(engine(), want),
+                         "us_per_layer": chain_us([engine], replays=50) / LAYERS}
     print("engine", results["engine"], flush=True)
     for num_warps in args.num_warps:
         for poll_load in (False, True):
@@ -362,7 +349,7 @@ def main() -> None:
             if err.item():
                 print(f"{tag}: the barrier timed out (programs not all resident?)", flush=True)
                 continue
-            results[f"barrier_us_{tag}"] = graph_us(barriers) / (4 * LAYERS)
+            results[f"barrier_us_{tag}"] = chain_us([barriers], replays=50) / (4 * LAYERS)
             print(f"{tag}: barrier {results[f'barrier_us_{tag}']:.2f} us", flush=True)
             for ahead in AHEAD:
                 runner = Persistent(w, grid, ahead, num_warps, poll_load)
@@ -373,10 +360,10 @@ def main() -> None:
                 entry = {"rel_error_1_layer": rel_error(one(), want_one), "rel_error": rel_error(got, want),
                          "barrier_timed_out": bool(runner.err.item() or one.err.item())}
                 if not entry["barrier_timed_out"]:
-                    entry["us_per_layer"] = graph_us(runner) / LAYERS
+                    entry["us_per_layer"] = chain_us([runner], replays=50) / LAYERS
                 results[name] = entry
                 print(name, entry, flush=True)
-    results["engine_again"] = {"us_per_layer": graph_us(engine) / LAYERS}
+    results["engine_again"] = {"us_per_layer": chain_us([engine], replays=50) / LAYERS}
     print("engine again", results["engine_again"], flush=True)
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
