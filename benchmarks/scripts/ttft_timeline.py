@@ -1,6 +1,7 @@
 """Where a long prompt's time to first token goes, without a profiler: the host's time before the GPU starts, each
 forward pass's GPU time, the GPU's gaps between them, sampling, and the time from the GPU's last work to the token
-on the host. ``raygrid bench latency``'s TTFT is timed the same way (from ``add_request`` to the step that returns
+on the host. Where NVML is installed, a thread also samples the SM clock and the power draw every millisecond while
+each request runs. ``raygrid bench latency``'s TTFT is timed the same way (from ``add_request`` to the step that returns
 the token); here CUDA events are recorded around ``ModelRunner.forward`` and ``ModelRunner._sample`` as well, so
 the TTFT splits into GPU work and what is not.
 
@@ -14,6 +15,48 @@ import json
 import time
 
 import numpy as np
+
+
+class ClockSampler:
+    """The SM clock (MHz) and power (W) of GPU 0, sampled every millisecond by a thread between start() and stop():
+    their minimum, median and maximum. Nothing where NVML (``pynvml``) is not installed."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # noqa: BLE001 (no NVML: no clocks)
+            self.nvml = None
+        self.thread = None
+
+    def start(self) -> None:
+        import threading
+
+        if self.nvml is None:
+            return
+        self.samples, self.running = [], True
+
+        def sample():
+            while self.running:
+                self.samples.append((self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM),
+                                     self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1e3))
+                time.sleep(0.001)
+
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> dict:
+        if self.thread is None:
+            return {}
+        self.running = False
+        self.thread.join()
+        self.thread = None
+        sm, watts = np.array([s[0] for s in self.samples]), np.array([s[1] for s in self.samples])
+        return {"sm_mhz_min_median_max": [int(sm.min()), int(np.median(sm)), int(sm.max())],
+                "power_w_min_median_max": [round(float(w), 1) for w in (watts.min(), np.median(watts), watts.max())],
+                "samples": len(sm)}
 
 
 def main() -> None:
@@ -54,6 +97,7 @@ def main() -> None:
             torch.cuda.synchronize()
 
     marks: list[tuple[str, float, object, object]] = []
+    clocks = ClockSampler() if on_gpu else None
 
     def timed(name, method):
         def wrapper(*a, **k):
@@ -78,6 +122,8 @@ def main() -> None:
     for run in range(args.runs + 1):  # the first is a warm-up
         marks.clear()
         sync()
+        if clocks:
+            clocks.start()
         zero = event()
         zero.record()
         start = time.perf_counter()
@@ -89,6 +135,7 @@ def main() -> None:
                 if first is None and out.outputs and out.outputs[0].token_ids:
                     first = time.perf_counter()
         sync()
+        sampled = clocks.stop() if clocks else {}
         # the passes up to the first token: the prompt's chunks and the sampling of its token
         upto = [m for m in marks if m[1] < first]
         gpu = [(name, zero.elapsed_time(b), zero.elapsed_time(e)) for name, _, b, e in upto]
@@ -105,6 +152,7 @@ def main() -> None:
         }
         row["token_on_host_after_gpu_ms"] = row["ttft_ms"] - row["gpu_last_end_ms"]
         row["gpu_forward_total_ms"] = sum(row["forward_gpu_ms"])
+        row.update(sampled)
         if run:
             runs.append(row)
         print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
