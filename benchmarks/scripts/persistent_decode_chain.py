@@ -35,6 +35,7 @@ the barriers pass at once, and the check runs against the reference.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 
@@ -87,12 +88,24 @@ def _barrier_kernel(counter_ptr, err_ptr, SYNCS, G, POLL_LOAD: tl.constexpr):
 
 
 @triton.jit
-def _normed(h_ptr, w_ptr, eps, H: tl.constexpr):
-    """RMSNorm of the residual stream, rounded to bf16 as the engine's norm writes it; every program computes it."""
-    offs = tl.arange(0, H)
-    h = tl.load(h_ptr + offs, cache_modifier=".cg")
-    w = tl.load(w_ptr + offs).to(tl.float32)
+def _normed(h, w_ptr, eps, H: tl.constexpr):
+    """RMSNorm of the residual stream ``h``, rounded to bf16 as the engine's norm writes it; every program computes
+    it."""
+    w = tl.load(w_ptr + tl.arange(0, H)).to(tl.float32)
     return (h * tl.rsqrt(tl.sum(h * h) / H + eps) * w).to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _residual(h, h_ptr, p_ptr, SPLITS: tl.constexpr, H: tl.constexpr, DET: tl.constexpr):
+    """The residual stream after a split product: with ``DET`` this program's copy ``h`` plus the slices' partial
+    sums in a fixed order (every program gets the same bits); otherwise as the atomic adds left it in memory."""
+    offs = tl.arange(0, H)
+    if DET:
+        for split in tl.static_range(SPLITS):
+            h += tl.load(p_ptr + split * H + offs, cache_modifier=".cg")
+    else:
+        h = tl.load(h_ptr + offs, cache_modifier=".cg")
+    return h
 
 
 @triton.jit
@@ -119,25 +132,32 @@ def _l2_ahead(ptr, ok, NBYTES: tl.constexpr):
 
 
 @triton.jit
-def _add_split_product(h_ptr, a_ptr, w, u, H: tl.constexpr, BN: tl.constexpr, KS: tl.constexpr):
-    """Unit ``u`` of a product split over K (column block ``u % (H / BN)``, slice ``u // (H / BN)`` of ``KS``) added
-    into the residual stream: its slice of the activations (from L2: other programs wrote them) times its tile."""
+def _add_split_product(h_ptr, p_ptr, a_ptr, w, u, H: tl.constexpr, BN: tl.constexpr, KS: tl.constexpr,
+                       DET: tl.constexpr):
+    """Unit ``u`` of a product split over K (column block ``u % (H / BN)``, slice ``u // (H / BN)`` of ``KS``): its
+    slice of the activations (from L2: other programs wrote them) times its tile, added into the residual stream
+    (atomics, in any order), or with ``DET`` stored as the slice's partial sums for ``_residual``."""
     a = tl.load(a_ptr + (u // (H // BN)) * KS + tl.arange(0, KS), cache_modifier=".cg").to(tl.float32)
-    tl.atomic_add(h_ptr + (u % (H // BN)) * BN + tl.arange(0, BN), tl.sum(w.to(tl.float32) * a[None, :], axis=1),
-                  sem="relaxed", scope="gpu")
+    y = tl.sum(w.to(tl.float32) * a[None, :], axis=1)
+    cols = (u % (H // BN)) * BN + tl.arange(0, BN)
+    if DET:
+        tl.store(p_ptr + (u // (H // BN)) * H + cols, y)
+    else:
+        tl.atomic_add(h_ptr + cols, y, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, n1_ptr, n2_ptr, counter_ptr,
-                         err_ptr, LAYERS, eps, G, H: tl.constexpr, Q: tl.constexpr, QKV: tl.constexpr,
+def _decode_chain_kernel(h_ptr, po_ptr, pd_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, n1_ptr, n2_ptr,
+                         counter_ptr, err_ptr, LAYERS, eps, G, H: tl.constexpr, Q: tl.constexpr, QKV: tl.constexpr,
                          INTER: tl.constexpr, BN: tl.constexpr, SPLIT_O: tl.constexpr, SPLIT_D: tl.constexpr,
-                         AHEAD: tl.constexpr, POLL_LOAD: tl.constexpr):
+                         AHEAD: tl.constexpr, POLL_LOAD: tl.constexpr, DET: tl.constexpr):
     """The chain for ``LAYERS`` layers over ``G`` programs, all resident. Each stage's units (``BN`` output columns,
     over a slice of K for o_proj and down_proj) go round the programs; the weights come packed a tile a unit
     (``pack``). ``AHEAD`` (needs ``G`` >= every stage's units, so a program has at most one): between its arrival
     at a barrier and its wait, a program loads its next stage's tile into registers (1), or asks for it in L2 (2);
     with 0 it loads it after the wait. ``h`` is the float32 residual stream, which the split products of o_proj and
-    down_proj add into."""
+    down_proj add into; with ``DET`` each program keeps its own copy instead and adds the products' partial sums
+    (``po``, ``pd``: [slices, H], ``pd`` zero at the launch) in a fixed order, and program 0 stores the result."""
     pid = tl.program_id(0)
     U1: tl.constexpr = QKV // BN
     U2: tl.constexpr = (H // BN) * SPLIT_O
@@ -148,11 +168,13 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
     REG: tl.constexpr = AHEAD == 1
     cols = tl.arange(0, BN)
     sync = 0
+    h = tl.load(h_ptr + tl.arange(0, H))
     if REG:
         w1 = _tile(_tile_ptr(wqkv_ptr, 0, pid, U1, BN, H), pid < U1, BN, H)
     for layer in range(LAYERS):
         # 1. norm, qkv_proj
-        x = _normed(h_ptr, n1_ptr + layer * H, eps, H)
+        h = _residual(h, h_ptr, pd_ptr, SPLIT_D, H, DET)
+        x = _normed(h, n1_ptr + layer * H, eps, H)
         for u in range(pid, U1, G):
             if not REG:
                 w1 = _tile(_tile_ptr(wqkv_ptr, layer, u, U1, BN, H), True, BN, H)
@@ -168,7 +190,7 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
         for u in range(pid, U2, G):
             if not REG:
                 w2 = _tile(_tile_ptr(wo_ptr, layer, u, U2, BN, KO), True, BN, KO)
-            _add_split_product(h_ptr, qkv_ptr, w2, u, H, BN, KO)
+            _add_split_product(h_ptr, po_ptr, qkv_ptr, w2, u, H, BN, KO, DET)
         sync += 1
         _arrive(counter_ptr)
         if REG:
@@ -178,7 +200,8 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
             _l2_ahead(_tile_ptr(wgu_ptr, layer, pid, U3, 2 * BN, H), pid < U3, 2 * BN * H * 2)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
         # 3. norm, gate_up_proj, SiLU-and-mul
-        x = _normed(h_ptr, n2_ptr + layer * H, eps, H)
+        h = _residual(h, h_ptr, po_ptr, SPLIT_O, H, DET)
+        x = _normed(h, n2_ptr + layer * H, eps, H)
         for u in range(pid, U3, G):
             if not REG:
                 wg = _tile(_tile_ptr(wgu_ptr, layer, u, U3, 2 * BN, H), True, BN, H)
@@ -197,7 +220,7 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
         for u in range(pid, U4, G):
             if not REG:
                 w4 = _tile(_tile_ptr(wd_ptr, layer, u, U4, BN, KD), True, BN, KD)
-            _add_split_product(h_ptr, act_ptr, w4, u, H, BN, KD)
+            _add_split_product(h_ptr, pd_ptr, act_ptr, w4, u, H, BN, KD, DET)
         sync += 1
         _arrive(counter_ptr)
         if REG:
@@ -205,6 +228,9 @@ def _decode_chain_kernel(h_ptr, qkv_ptr, act_ptr, wqkv_ptr, wo_ptr, wgu_ptr, wd_
         if AHEAD == 2:
             _l2_ahead(_tile_ptr(wqkv_ptr, layer + 1, pid, U1, BN, H), (pid < U1) & (layer + 1 < LAYERS), BN * H * 2)
         _wait(counter_ptr, err_ptr, sync * G, POLL_LOAD)
+    if DET:
+        if pid == 0:
+            tl.store(h_ptr + tl.arange(0, H), _residual(h, h_ptr, pd_ptr, SPLIT_D, H, DET))
 
 
 def pack(w: dict) -> dict:
@@ -258,27 +284,32 @@ class Persistent:
     """Buffers and one launch of the chain kernel."""
 
     def __init__(self, w: dict, grid: int, ahead: str, num_warps: int, poll_load: bool = False,
-                 layers: int = LAYERS):
+                 layers: int = LAYERS, deterministic: bool = False):
         """``w``: the weights as ``make_weights`` gives them; the kernel reads them packed (``pack``)."""
         dev = w["h0"].device
         if ahead != "none" and grid < max(QKV // BN, (H // BN) * SPLIT_O, INTER // BN, (H // BN) * SPLIT_D):
             raise ValueError(f"reading weights ahead needs a program for every unit of a stage (grid {grid})")
         self.packed, self.grid, self.ahead = pack(w), grid, AHEAD[ahead]
-        self.num_warps, self.poll_load, self.layers = num_warps, poll_load, layers
+        self.num_warps, self.poll_load, self.layers, self.deterministic = num_warps, poll_load, layers, deterministic
         self.h = torch.empty(H, dtype=torch.float32, device=dev)
         self.qkv = torch.empty(QKV, dtype=torch.bfloat16, device=dev)
         self.act = torch.empty(INTER, dtype=torch.bfloat16, device=dev)
         self.counter = torch.zeros(1, dtype=torch.int32, device=dev)
         self.err = torch.zeros(1, dtype=torch.int32, device=dev)
+        self.po = torch.empty(SPLIT_O, H, dtype=torch.float32, device=dev)
+        self.pd = torch.empty(SPLIT_D, H, dtype=torch.float32, device=dev)
 
     def __call__(self) -> torch.Tensor:
         w = self.packed
         self.h.copy_(w["h0"])
         self.counter.zero_()
+        if self.deterministic:
+            self.pd.zero_()
         _decode_chain_kernel[(self.grid,)](
-            self.h, self.qkv, self.act, w["wqkv"], w["wo"], w["wgu"], w["wd"], w["n1"], w["n2"], self.counter, self.err,
-            self.layers, EPS, self.grid, H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN, SPLIT_O=SPLIT_O, SPLIT_D=SPLIT_D,
-            AHEAD=self.ahead, POLL_LOAD=self.poll_load, num_warps=self.num_warps)
+            self.h, self.po, self.pd, self.qkv, self.act, w["wqkv"], w["wo"], w["wgu"], w["wd"], w["n1"], w["n2"],
+            self.counter, self.err, self.layers, EPS, self.grid, H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN,
+            SPLIT_O=SPLIT_O, SPLIT_D=SPLIT_D, AHEAD=self.ahead, POLL_LOAD=self.poll_load, DET=self.deterministic,
+            num_warps=self.num_warps)
         return self.h
 
 
@@ -312,6 +343,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--num-warps", type=int, nargs="+", default=[8, 16])
+    parser.add_argument("--polls", nargs="+", choices=["acquire", "load"], default=["acquire", "load"])
+    parser.add_argument("--sums", nargs="+", choices=["atomic", "ordered"], default=["atomic", "ordered"],
+                        help="split products added by atomics, or as partial sums in a fixed order (deterministic)")
     args = parser.parse_args()
     on_gpu = torch.cuda.is_available()
     device = "cuda" if on_gpu else "cpu"
@@ -320,9 +354,11 @@ def main() -> None:
     want, want_one = reference(cpu).to(device), reference(cpu, 1).to(device)
     results: dict = {"layers": LAYERS, "shapes": {"hidden": H, "qkv": QKV, "intermediate": INTER}}
     if not on_gpu:  # the interpreter: one program does every unit of a stage in turn
-        runner = Persistent(w, grid=1, ahead="none", num_warps=4)
-        print(f"one program: relative error {rel_error(runner(), want):.2e} (Triton's interpreter rounds to bf16 by "
-              "truncation, which alone gives 1.6e-02 here)")
+        for deterministic in (False, True):
+            runner = Persistent(w, grid=1, ahead="none", num_warps=4, deterministic=deterministic)
+            print(f"one program, {'ordered' if deterministic else 'atomic'} sums: relative error "
+                  f"{rel_error(runner(), want):.2e} (Triton's interpreter rounds to bf16 by truncation, which alone "
+                  "gives 1.6e-02 here)")
         return
     from raygrid.bench.kernel_timing import chain_us
     from raygrid.bench.throughput import provenance
@@ -335,7 +371,7 @@ def main() -> None:
                          "us_per_layer": chain_us([engine], replays=50) / LAYERS}
     print("engine", results["engine"], flush=True)
     for num_warps in args.num_warps:
-        for poll_load in (False, True):
+        for poll_load in (poll == "load" for poll in args.polls):
             tag = f"w{num_warps}{'_poll_load' if poll_load else ''}"
             counter = torch.zeros(1, dtype=torch.int32, device=device)
             err = torch.zeros(1, dtype=torch.int32, device=device)
@@ -351,13 +387,16 @@ def main() -> None:
                 continue
             results[f"barrier_us_{tag}"] = chain_us([barriers], replays=50) / (4 * LAYERS)
             print(f"{tag}: barrier {results[f'barrier_us_{tag}']:.2f} us", flush=True)
-            for ahead in AHEAD:
-                runner = Persistent(w, grid, ahead, num_warps, poll_load)
+            for ahead, sums in itertools.product(AHEAD, args.sums):
+                det = sums == "ordered"
+                runner = Persistent(w, grid, ahead, num_warps, poll_load, deterministic=det)
                 got = runner().clone()
+                again = runner().clone()
                 torch.cuda.synchronize()
-                name = f"persistent_ahead_{ahead}_{tag}"
-                one = Persistent(w, grid, ahead, num_warps, poll_load, layers=1)
+                name = f"persistent_ahead_{ahead}_{tag}" + ("_ordered" if det else "")
+                one = Persistent(w, grid, ahead, num_warps, poll_load, layers=1, deterministic=det)
                 entry = {"rel_error_1_layer": rel_error(one(), want_one), "rel_error": rel_error(got, want),
+                         "same_bits_twice": bool(torch.equal(got, again)),
                          "barrier_timed_out": bool(runner.err.item() or one.err.item())}
                 if not entry["barrier_timed_out"]:
                     entry["us_per_layer"] = chain_us([runner], replays=50) / LAYERS
