@@ -13,21 +13,24 @@ attention output, the same size), 28 layers:
     x = rmsnorm(h); qkv = x @ Wqkv.T; h += qkv[:2048] @ Wo.T
     x = rmsnorm(h); g, u = x @ Wgu.T; h += (silu(g) * u) @ Wd.T
 
-three ways, each checked against a float32 torch reference of the same roundings, and timed as CUDA graph replays
+each way checked against a float32 torch reference of the same roundings, and timed as CUDA graph replays
 (``kernel_timing.chain_us``; until 2013238 the script had a copy of it that took the best of 5 rounds, not 3).
 The check is strict after one layer (``rel_error_1_layer``). After 28 such random layers the chain amplifies any
 rounding: the reference itself in float32 and in float64 ends 0.67% apart, so ``rel_error`` is about that for any
 correct order of sums (the engine's, whose residual stream is bf16, more).
 - ``engine``: the engine's kernels (``ops.rms_norm`` with its residual, ``skinny_linear``, ``ops.silu_and_mul``), seven
   launches a layer with PDL, as a decode step runs them;
-- ``persistent``: one launch of ``_decode_chain_kernel``, one program an SM, the four stages of each layer separated
-  by grid-wide barriers (an arrival counter in global memory);
+- ``persistent_ahead_none``: one launch of ``_decode_chain_kernel``, one program an SM, the four stages of each layer
+  separated by grid-wide barriers (an arrival counter in global memory);
 - ``persistent_ahead_registers``: the same, each program loading its next stage's weight tile into registers between
   its arrival at a barrier and its wait;
 - ``persistent_ahead_l2``: the same, each program asking the copy engine to bring that tile into L2 there instead.
 
-It also times the barrier alone (``barrier_us``). On a CPU (``TRITON_INTERPRET=1``) one program does every stage, so
-the barriers pass at once, and the check runs against the reference.
+Each persistent way runs with 8 and 16 warps (``--num-warps``), polling the barrier with acquiring loads or volatile
+ones (``--polls``), and adding o_proj's and down_proj's split products by atomics or in a fixed order (``--sums``;
+``same_bits_twice`` says whether two runs agreed to the bit). It also times the barrier alone (``barrier_us``). On a
+CPU (``TRITON_INTERPRET=1``) one program does every stage, so the barriers pass at once, and the check runs against
+the reference.
 
     python benchmarks/scripts/persistent_decode_chain.py --output-json OUT.json
 """
