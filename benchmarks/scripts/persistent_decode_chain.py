@@ -62,21 +62,25 @@ def _arrive(counter_ptr):
 
 
 @triton.jit
+def _poll(counter_ptr, POLL_LOAD: tl.constexpr):
+    """The barrier's count: an acquiring load, or with ``POLL_LOAD`` a volatile one (see ``_wait``)."""
+    if POLL_LOAD:
+        seen = tl.load(counter_ptr, volatile=True)
+    else:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    return seen
+
+
+@triton.jit
 def _wait(counter_ptr, err_ptr, target, POLL_LOAD: tl.constexpr):
     """Until ``target`` arrivals (counted from the launch's start) have been made. It polls with acquiring loads
     (each followed by an invalidation of L1, which waits for the loads in flight), or with ``POLL_LOAD`` with
     volatile loads and no acquire at all: the loads after it then must go to L2 (``.cg``, as every activation load
     here does), and it relies on the GPU not issuing them before the poll's branch."""
-    if POLL_LOAD:
-        seen = tl.load(counter_ptr, volatile=True)
-    else:
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    seen = _poll(counter_ptr, POLL_LOAD)
     spins = 0
     while (seen < target) & (spins < MAX_SPINS):
-        if POLL_LOAD:
-            seen = tl.load(counter_ptr, volatile=True)
-        else:
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        seen = _poll(counter_ptr, POLL_LOAD)
         spins += 1
     if spins >= MAX_SPINS:
         tl.store(err_ptr, 1)
@@ -286,13 +290,13 @@ def reference(w: dict, layers: int = LAYERS) -> torch.Tensor:
 class Persistent:
     """Buffers and one launch of the chain kernel."""
 
-    def __init__(self, w: dict, grid: int, ahead: str, num_warps: int, poll_load: bool = False,
+    def __init__(self, packed: dict, grid: int, ahead: str, num_warps: int, poll_load: bool = False,
                  layers: int = LAYERS, deterministic: bool = False):
-        """``w``: the weights as ``make_weights`` gives them; the kernel reads them packed (``pack``)."""
-        dev = w["h0"].device
+        """``packed``: the weights as ``pack`` gives them (made once: every runner reads the same ones)."""
+        dev = packed["h0"].device
         if ahead != "none" and grid < max(QKV // BN, (H // BN) * SPLIT_O, INTER // BN, (H // BN) * SPLIT_D):
             raise ValueError(f"reading weights ahead needs a program for every unit of a stage (grid {grid})")
-        self.packed, self.grid, self.ahead = pack(w), grid, AHEAD[ahead]
+        self.packed, self.grid, self.ahead = packed, grid, AHEAD[ahead]
         self.num_warps, self.poll_load, self.layers, self.deterministic = num_warps, poll_load, layers, deterministic
         self.h = torch.empty(H, dtype=torch.float32, device=dev)
         self.qkv = torch.empty(QKV, dtype=torch.bfloat16, device=dev)
@@ -355,10 +359,11 @@ def main() -> None:
     w = make_weights(device)
     cpu = {k: v.cpu() for k, v in w.items()}
     want, want_one = reference(cpu).to(device), reference(cpu, 1).to(device)
+    packed = pack(w)
     results: dict = {"layers": LAYERS, "shapes": {"hidden": H, "qkv": QKV, "intermediate": INTER}}
     if not on_gpu:  # the interpreter: one program does every unit of a stage in turn
         for deterministic in (False, True):
-            runner = Persistent(w, grid=1, ahead="none", num_warps=4, deterministic=deterministic)
+            runner = Persistent(packed, grid=1, ahead="none", num_warps=4, deterministic=deterministic)
             print(f"one program, {'ordered' if deterministic else 'atomic'} sums: relative error "
                   f"{rel_error(runner(), want):.2e} (Triton's interpreter rounds to bf16 by truncation, which alone "
                   "gives 1.6e-02 here)")
@@ -392,12 +397,12 @@ def main() -> None:
             print(f"{tag}: barrier {results[f'barrier_us_{tag}']:.2f} us", flush=True)
             for ahead, sums in itertools.product(AHEAD, args.sums):
                 det = sums == "ordered"
-                runner = Persistent(w, grid, ahead, num_warps, poll_load, deterministic=det)
+                runner = Persistent(packed, grid, ahead, num_warps, poll_load, deterministic=det)
                 got = runner().clone()
                 again = runner().clone()
                 torch.cuda.synchronize()
                 name = f"persistent_ahead_{ahead}_{tag}" + ("_ordered" if det else "")
-                one = Persistent(w, grid, ahead, num_warps, poll_load, layers=1, deterministic=det)
+                one = Persistent(packed, grid, ahead, num_warps, poll_load, layers=1, deterministic=det)
                 entry = {"rel_error_1_layer": rel_error(one(), want_one), "rel_error": rel_error(got, want),
                          "same_bits_twice": bool(torch.equal(got, again)),
                          "barrier_timed_out": bool(runner.err.item() or one.err.item())}
