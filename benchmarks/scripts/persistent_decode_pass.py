@@ -1,0 +1,126 @@
+"""A batch-1 decode pass as one persistent launch (``kernels/persistent_decode.py``) against the engine's
+layer-by-layer pass, on Qwen3-0.6B's shape (random weights, ``load_format="dummy"``), at several context lengths.
+
+Both are captured in CUDA graphs and replayed, as the engine replays its decode graphs; the time is the model's
+forward pass alone (no LM head, no sampling). For each context it also records:
+- ``max_abs_diff`` / ``ref_max``: the persistent pass's final hidden state against the engine's, both bf16;
+- ``same_argmax``: whether the two give the same greedy token through the LM head;
+- ``kv_match``: whether both wrote the same key and value into the token's cache slot (max abs difference);
+- ``same_bits_twice``: two persistent passes over the same inputs agree to the bit;
+- ``floor_us``: the pass's bytes (weights outside the embedding, plus the K/V read) at 4.2 TB/s.
+
+    python benchmarks/scripts/persistent_decode_pass.py OUT.json --contexts 512 4096 32768 [--variant JSON ...]
+
+Each ``--variant`` is a JSON of ``PersistentDecode`` keyword arguments (``num_warps``, ``num_stages``, ``block_n``,
+``splits``), timed beside the default launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from raygrid.bench.kernel_timing import chain_us
+from raygrid.kernels.persistent_decode import PersistentDecode
+from raygrid.models.default_model import build_tokenizer, qwen3_0_6b_config, write_config_only
+from raygrid.models.layers.attention import AttentionMetadata
+from raygrid.models.loader import load_model
+
+PAGE = 64
+FLOOR_BYTES_PER_S = 4.2e12
+
+
+def decode_inputs(context: int, num_blocks: int, device) -> dict:
+    """One sequence whose ``context`` cached tokens lie in random pages, and its next token at position ``context``."""
+    pages = -(-(context + 1) // PAGE)
+    blocks = (torch.randperm(num_blocks - 1, device=device)[:pages] + 1).to(torch.int32)[None, :]
+    position = torch.tensor([context], device=device)
+    slot = blocks[0, context // PAGE].long() * PAGE + context % PAGE
+    return dict(ids=torch.tensor([17], device=device), positions=position, slot_mapping=slot.reshape(1),
+                block_tables=blocks, seq_lens=torch.tensor([context + 1], dtype=torch.int32, device=device))
+
+
+def metadata(inputs: dict) -> AttentionMetadata:
+    seq_len = int(inputs["seq_lens"][0])
+    device = inputs["ids"].device
+    return AttentionMetadata(slot_mapping=inputs["slot_mapping"], block_tables=inputs["block_tables"], seq_lens=[seq_len],
+                             query_start_loc=[0, 1], max_query_len=1, seq_lens_tensor=inputs["seq_lens"],
+                             query_start_loc_tensor=torch.tensor([0, 1], dtype=torch.int32, device=device),
+                             decode_order=torch.zeros(1, dtype=torch.int32, device=device))
+
+
+def git_commit() -> str:
+    if os.environ.get("RAYGRID_GIT_COMMIT"):
+        return os.environ["RAYGRID_GIT_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("output_json")
+    parser.add_argument("--contexts", type=int, nargs="+", default=[512, 4096, 32768])
+    parser.add_argument("--variant", action="append", default=[], help="JSON of PersistentDecode keyword arguments")
+    parser.add_argument("--replays", type=int, default=50)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = build_tokenizer(vocab_size=151936)
+        config = qwen3_0_6b_config(tokenizer)
+        write_config_only(Path(tmp), config, tokenizer)
+        model = load_model(tmp, config, torch.bfloat16, device, load_format="dummy")
+    attn = model.layers[0].self_attn
+    num_blocks = -(-(max(args.contexts) + 1) // PAGE) + 8
+    caches = [(torch.randn(2, num_blocks, PAGE, attn.num_kv_heads, attn.head_dim, device=device) * 0.5).to(torch.bfloat16)
+              for _ in model.layers]
+    weight_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens" not in n)
+    variants = [{}] + [json.loads(v) for v in args.variant]
+    rows = []
+    for context in args.contexts:
+        inputs = decode_inputs(context, num_blocks, device)
+        meta = metadata(inputs)
+        kv_bytes = 2 * len(model.layers) * context * attn.num_kv_heads * attn.head_dim * 2
+        row = dict(context=context, floor_us=(weight_bytes + kv_bytes) / FLOOR_BYTES_PER_S * 1e6, variants=[])
+        with torch.inference_mode():
+            plain = lambda: model(inputs["ids"], inputs["positions"], caches, meta)  # noqa: E731
+            ref = plain().clone()
+            slot = int(inputs["slot_mapping"][0])
+            ref_kv = [c[:, slot // PAGE, slot % PAGE].clone() for c in caches]
+            row["engine_us"] = chain_us([plain], args.replays)
+            for variant in variants:
+                runner = PersistentDecode(model, caches, **variant)
+                run = lambda: runner(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"],  # noqa: E731
+                                     inputs["seq_lens"])
+                first = run().clone()
+                second = run().clone()
+                kv_diff = max((c[:, slot // PAGE, slot % PAGE].float() - r.float()).abs().max().item() for c, r in zip(caches, ref_kv))
+                logits = model.compute_logits(torch.cat([ref, first]))
+                us = chain_us([run], args.replays)
+                runner.check()
+                row["variants"].append(dict(
+                    variant=variant, us=us, speedup=row["engine_us"] / us,
+                    max_abs_diff=(first.float() - ref.float()).abs().max().item(), ref_max=ref.float().abs().max().item(),
+                    same_argmax=bool(logits[0].argmax() == logits[1].argmax()), kv_max_diff=kv_diff,
+                    same_bits_twice=bool(torch.equal(first, second)), splits=runner.splits, programs=runner.num_programs))
+                print(context, variant, f"engine {row['engine_us']:.1f} us, persistent {us:.1f} us, floor {row['floor_us']:.1f} us",
+                      {k: v for k, v in row["variants"][-1].items() if k not in ("variant", "us")}, flush=True)
+        rows.append(row)
+    result = dict(script="benchmarks/scripts/persistent_decode_pass.py", git_commit=git_commit(),
+                  date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
+                  model="Qwen3-0.6B shape, random (dummy) bf16 weights", rows=rows)
+    Path(args.output_json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

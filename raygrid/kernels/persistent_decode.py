@@ -1,0 +1,397 @@
+"""A whole batch-1 decode pass of a dense Llama or Qwen3 model in one persistent launch.
+
+At batch 1 a decode pass is a chain of about ten short kernels a layer, and each kernel boundary costs about 3.3 us
+even with PDL and the weights in L2: on Qwen3-0.6B that is most of the step at short contexts, and a third of it at
+32k (benchmarks/README.md, "A batch-1 layer as one persistent kernel"). Here one program an SM stays resident for
+the whole pass, and the stages of each layer meet at grid-wide barriers (an arrival counter in global memory,
+about 1 us) instead of kernel boundaries:
+
+1. the residual add and RMSNorm, then qkv_proj (units of ``BN`` output rows);
+2. attention: Qwen3's q/k norms and the rotary embedding of this token's query and key, its key and value stored into
+   the cache, and the cached context in ``SPLITS`` slices a kv head (each writes its partial output and log-sum-exp);
+3. the slices combined, and o_proj (units of ``BN`` rows over a slice of the heads);
+4. the residual add and RMSNorm, then gate_up_proj with SiLU-and-mul (units of ``BN`` rows of each);
+5. down_proj (units of ``BN`` rows over a slice of K).
+
+The split products of stages 3 and 5 are added in a fixed order by every program, so the pass gives the same bits
+every time (atomics would not). Each program keeps its own copy of the residual stream; all copies are equal.
+Roundings follow the engine's kernels: the residual stream, the norms, qkv, q and k after rotary, attention's
+output, o_proj, gate and up, the activation and down_proj are each rounded to the model's dtype where the layer-by-
+layer pass rounds them, so the two agree to that dtype's rounding (tests compare them).
+
+The barrier needs every program resident at once: the grid is at most one program an SM, and the launch has no
+programmatic dependents (PDL), so nothing else holds an SM while it runs. A barrier that waits too long sets the
+error flag rather than hang the GPU (``PersistentDecode.check``). Under Triton's interpreter the programs run one
+after another, so the grid there is one program, which does every unit; the barriers then pass at once.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (about a second)
+# The layer's tensors, in this order in each row of the pointer table.
+W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
+
+
+@triton.jit
+def _grid_sync(counter_ptr, err_ptr, target):
+    """Every program's stores so far made visible to every other, and all ``target`` arrivals (counted from the
+    launch's start) waited for: the block's threads meet, one thread releases its arrival, then polls with acquiring
+    loads. Data written before a barrier is read after it from L2 (``.cg``)."""
+    tl.debug_barrier()
+    tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    spins = 0
+    while (seen < target) & (spins < MAX_SPINS):
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        spins += 1
+    if spins >= MAX_SPINS:
+        tl.store(err_ptr, 1)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _layer_tensor(table_ptr, layer, which: tl.constexpr, dtype: tl.constexpr):
+    """A layer's tensor from the pointer table (every tensor starts 16-byte aligned)."""
+    return tl.multiple_of(tl.load(table_ptr + layer * TABLE_WIDTH + which).to(tl.pointer_type(dtype)), 16)
+
+
+@triton.jit
+def _rms_norm(h, w_ptr, eps, H: tl.constexpr, dtype: tl.constexpr):
+    """RMSNorm of the residual stream ``h`` (float32 holding ``dtype`` values), rounded as the engine's kernel does."""
+    w = tl.load(w_ptr + tl.arange(0, H)).to(tl.float32)
+    y = (h * tl.rsqrt(tl.sum(h * h) / H + eps)).to(dtype).to(tl.float32)
+    return (w * y).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _ordered_sum(h, p_ptr, SPLITS: tl.constexpr, H: tl.constexpr, dtype: tl.constexpr):
+    """The residual stream after a split product: the slices' partial sums (``[SPLITS, H]``) added in order, the
+    product rounded as its own kernel would write it, then added to ``h`` and rounded."""
+    offs = tl.arange(0, H)
+    total = tl.load(p_ptr + offs, cache_modifier=".cg")
+    for s in tl.static_range(1, SPLITS):
+        total += tl.load(p_ptr + s * H + offs, cache_modifier=".cg")
+    return (h + total.to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _rows_times(w_ptr, row0, rows_total, stride, col0, cols_total, x, BN: tl.constexpr, K: tl.constexpr):
+    """``w[row0:row0+BN, col0:col0+K] @ x`` in float32 (rows and columns past the totals count as zeros)."""
+    rows = row0 + tl.arange(0, BN)
+    cols = col0 + tl.arange(0, K)
+    mask = (rows[:, None] < rows_total) & (cols[None, :] < cols_total)
+    w = tl.load(w_ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0)
+    return tl.sum(w.to(tl.float32) * x[None, :], axis=1), rows
+
+
+@triton.jit
+def _head_halves(qkv_ptr, first, count, norm_ptr, cos, sin, eps, BLOCK: tl.constexpr, HALF: tl.constexpr,
+                 QK_NORM: tl.constexpr, dtype: tl.constexpr):
+    """Heads ``first .. first+count`` of the qkv output ``[BLOCK, 2 * HALF]`` as their two halves (float32 holding
+    ``dtype`` values), after Qwen3's per-head RMSNorm (``QK_NORM``) and the NeoX rotation (``cos``/``sin`` of the
+    token's position, ``[HALF]``)."""
+    heads = tl.arange(0, BLOCK)
+    dims = tl.arange(0, HALF)
+    mask = (heads < count)[:, None]
+    base = qkv_ptr + (first + heads)[:, None] * (2 * HALF) + dims[None, :]
+    x1 = tl.load(base, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+    x2 = tl.load(base + HALF, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+    if QK_NORM:
+        inv_rms = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / (2 * HALF) + eps)[:, None]
+        w1 = tl.load(norm_ptr + dims).to(tl.float32)[None, :]
+        w2 = tl.load(norm_ptr + HALF + dims).to(tl.float32)[None, :]
+        x1 = (w1 * (x1 * inv_rms).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+        x2 = (w2 * (x2 * inv_rms).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    y1 = (x1 * cos[None, :] - x2 * sin[None, :]).to(dtype).to(tl.float32)
+    y2 = (x2 * cos[None, :] + x1 * sin[None, :]).to(dtype).to(tl.float32)
+    return y1, y2
+
+
+@triton.jit
+def _attend_slice(qkv_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, ctx, position, slot, cos_ptr, sin_ptr, qn_ptr,
+                  kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
+                  GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
+                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, dtype: tl.constexpr):
+    """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's cached keys; the first
+    slice also stores this token's key and value and attends to them. Writes the partial output and its log-sum-exp
+    (base 2) for each query head (``-inf`` for an empty slice)."""
+    D: tl.constexpr = 2 * HALF
+    dims = tl.arange(0, HALF)
+    cos = tl.load(cos_ptr + position * D + dims)
+    sin = tl.load(sin_ptr + position * D + dims)
+    q1, q2 = _head_halves(qkv_ptr, kvh * GROUP, GROUP, qn_ptr, cos, sin, eps, BLOCK_G, HALF, QK_NORM, dtype)
+    k1, k2 = _head_halves(qkv_ptr, NH + kvh, 1, kn_ptr, cos, sin, eps, 1, HALF, QK_NORM, dtype)
+    k1, k2 = tl.reshape(k1, (HALF,)), tl.reshape(k2, (HALF,))
+    full = tl.arange(0, D)
+    v_new = tl.load(qkv_ptr + (NH + NKV + kvh) * D + full, cache_modifier=".cg").to(tl.float32)
+    qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
+    # The context's slices: a multiple of BLOCK_N keys each; some are empty when it is short.
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
+    lo = split * per_split
+    hi = tl.minimum(ctx, lo + per_split)
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
+    if split == 0:  # this token: stored for the passes after this one, and attended to from registers here
+        where = cache_ptr + (slot // PAGE) * (PAGE * NKV * D) + (slot % PAGE) * (NKV * D) + kvh * D
+        tl.store(where + dims, k1.to(dtype))
+        tl.store(where + HALF + dims, k2.to(dtype))
+        tl.store(where + v_offset + full, v_new.to(dtype))
+        m_i = (tl.sum(q1 * k1[None, :], 1) + tl.sum(q2 * k2[None, :], 1)) * qk_scale
+        l_i = tl.full([BLOCK_G], 1.0, dtype=tl.float32)
+        acc = tl.zeros([BLOCK_G, D], dtype=tl.float32) + v_new[None, :]
+    for start in range(lo, hi, BLOCK_N):
+        pos = start + tl.arange(0, BLOCK_N)
+        valid = pos < hi
+        block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
+        rows = block * (PAGE * NKV * D) + (pos % PAGE) * (NKV * D) + kvh * D
+        keys = cache_ptr + rows[:, None] + dims[None, :]
+        c1 = tl.load(keys, mask=valid[:, None], other=0.0).to(tl.float32)
+        c2 = tl.load(keys + HALF, mask=valid[:, None], other=0.0).to(tl.float32)
+        s = tl.sum(q1[:, None, :] * c1[None, :, :], 2) + tl.sum(q2[:, None, :] * c2[None, :, :], 2)
+        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None]).to(dtype).to(tl.float32)  # rounded as the decode kernel's product takes it
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(cache_ptr + v_offset + rows[:, None] + full[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], 1)
+        m_i = m_new
+    groups = tl.arange(0, BLOCK_G)
+    row = (kvh * GROUP + groups) * SPLITS + split
+    lse = m_i + tl.log2(tl.maximum(l_i, 1e-30))
+    lse = tl.where(l_i > 0.0, lse, float("-inf"))
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    tl.store(part_ptr + row[:, None] * D + full[None, :], out, mask=(groups < GROUP)[:, None])
+    tl.store(lse_ptr + row, lse, mask=groups < GROUP)
+
+
+@triton.jit
+def _attention_rows(part_ptr, lse_ptr, first_head, HPS: tl.constexpr, NH: tl.constexpr, D: tl.constexpr,
+                    SPLITS: tl.constexpr, dtype: tl.constexpr):
+    """Attention's output for heads ``first_head .. +HPS`` as one vector ``[HPS * D]`` in ``dtype``: each head's
+    slices weighted by their share of the softmax."""
+    heads = first_head + tl.arange(0, HPS)
+    splits = tl.arange(0, SPLITS)
+    dims = tl.arange(0, D)
+    hmask = heads < NH
+    lse = tl.load(lse_ptr + heads[:, None] * SPLITS + splits[None, :], mask=hmask[:, None], other=float("-inf"),
+                  cache_modifier=".cg")
+    top = tl.max(lse, 1)
+    weight = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top)[:, None])
+    rows = heads[:, None] * SPLITS + splits[None, :]
+    part = tl.load(part_ptr + rows[:, :, None] * D + dims[None, None, :], mask=hmask[:, None, None], other=0.0,
+                   cache_modifier=".cg")
+    total = tl.sum(weight, 1)
+    out = tl.sum(weight[:, :, None] * part, 1) / tl.where(total == 0.0, 1.0, total)[:, None]
+    return tl.reshape(out.to(dtype).to(tl.float32), (HPS * D,))
+
+
+@triton.jit
+def _persistent_decode_kernel(
+    table_ptr, embed_ptr, final_norm_ptr, cos_ptr, sin_ptr, ids_ptr, pos_ptr, slot_ptr, block_row_ptr, seq_len_ptr,
+    qkv_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr,
+    LAYERS, v_offset, scale, eps,
+    H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
+    HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, dtype: tl.constexpr,
+):
+    """The pass over ``LAYERS`` layers, one program an SM (see the module's docstring for the stages)."""
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    D: tl.constexpr = 2 * HALF
+    GROUP: tl.constexpr = NH // NKV
+    QKV: tl.constexpr = (NH + 2 * NKV) * D
+    COL_BLOCKS: tl.constexpr = H // BN
+    U_QKV: tl.constexpr = (QKV + BN - 1) // BN
+    U_ATTN: tl.constexpr = NKV * SPLITS
+    U_O: tl.constexpr = COL_BLOCKS * SPLIT_O
+    U_GATE_UP: tl.constexpr = (I + BN - 1) // BN
+    U_DOWN: tl.constexpr = COL_BLOCKS * SPLIT_D
+    position = tl.load(pos_ptr)
+    slot = tl.load(slot_ptr)
+    ctx = tl.load(seq_len_ptr) - 1  # keys already in the cache; this token's come from registers
+    h = tl.load(embed_ptr + tl.load(ids_ptr) * H + tl.arange(0, H)).to(tl.float32)
+    sync = 0
+    for layer in range(LAYERS):
+        # 1. residual and norm, qkv_proj
+        if layer > 0:
+            h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
+        x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_INPUT, dtype), eps, H, dtype)
+        w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
+        for u in range(pid, U_QKV, G):
+            y, rows = _rows_times(w_qkv, u * BN, QKV, H, 0, H, x, BN, H)
+            tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G)
+        # 2. attention, each (kv head, slice)
+        cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
+        for u in range(pid, U_ATTN, G):
+            _attend_slice(qkv_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, ctx, position, slot, cos_ptr,
+                          sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype), _layer_tensor(table_ptr, layer, N_K, dtype),
+                          part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP, BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM,
+                          dtype)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G)
+        # 3. the slices combined, o_proj (column block, slice of the heads)
+        w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
+        for u in range(pid, U_O, G):
+            s = u // COL_BLOCKS
+            attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, dtype)
+            y, rows = _rows_times(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, attn, BN, HPS * D)
+            tl.store(po_ptr + s * H + rows, y)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G)
+        # 4. residual and norm, gate_up_proj, SiLU-and-mul
+        h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
+        x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
+        w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
+        for u in range(pid, U_GATE_UP, G):
+            gate, rows = _rows_times(w_gu, u * BN, I, H, 0, H, x, BN, H)
+            up, _ = _rows_times(w_gu + I * H, u * BN, I, H, 0, H, x, BN, H)
+            gate = gate.to(dtype).to(tl.float32)
+            silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+            tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G)
+        # 5. down_proj (column block, slice of K)
+        w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
+        for u in range(pid, U_DOWN, G):
+            s = u // COL_BLOCKS
+            a = tl.load(act_ptr + s * KS_D + tl.arange(0, KS_D), mask=s * KS_D + tl.arange(0, KS_D) < I, other=0.0,
+                        cache_modifier=".cg").to(tl.float32)
+            y, rows = _rows_times(w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, a, BN, KS_D)
+            tl.store(pd_ptr + s * H + rows, y)
+        sync += 1
+        _grid_sync(counter_ptr, err_ptr, sync * G)
+    if pid == 0:
+        h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
+        tl.store(out_ptr + tl.arange(0, H), _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype))
+    # The last program out resets the counters for the next launch: every program has passed its last barrier.
+    if tl.atomic_add(counter_ptr + 1, 1, sem="acq_rel", scope="gpu") == G - 1:
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(counter_ptr + 1, 0, sem="relaxed", scope="gpu")
+
+
+def _power_of_2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+class PersistentDecode:
+    """The launch for one model and its KV caches: a pointer table of each layer's tensors, and the scratch the
+    stages hand over through. ``__call__`` runs a pass for one sequence's one token and returns the final hidden
+    state ``[1, hidden]`` (after the model's last norm), as the model's forward would.
+
+    The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if
+    either is replaced. ``num_programs`` (default: one an SM; one under the interpreter) and ``splits`` (slices of
+    the context a kv head; default: as many as fill the programs), ``block_n`` (keys a step), ``num_warps`` and
+    ``num_stages`` exist for tests and benchmarks."""
+
+    def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
+                 block_n: int = 64, num_warps: int = 8, num_stages: int = 2) -> None:
+        reason = self.unsupported(model, kv_caches)
+        if reason:
+            raise ValueError(f"persistent decode: {reason}")
+        config = model.config
+        attn = model.layers[0].self_attn
+        device = kv_caches[0].device
+        self.dtype = kv_caches[0].dtype
+        self.hidden = config.hidden_size
+        self.heads, self.kv_heads, self.head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        self.inter = model.layers[0].mlp.down_proj.weight.shape[1]
+        self.eps, self.scale, self.qk_norm = float(config.rms_norm_eps), float(attn.attn.scale), attn.q_norm is not None
+        self.page = kv_caches[0].shape[2]
+        self.v_offset = kv_caches[0][1].data_ptr() // self.dtype.itemsize - kv_caches[0][0].data_ptr() // self.dtype.itemsize
+        if num_programs is None:
+            num_programs = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+        self.num_programs = num_programs
+        self.launch = dict(num_warps=num_warps, num_stages=num_stages)
+        self.splits = splits or max(1, 1 << (max(1, num_programs // self.kv_heads).bit_length() - 1))
+        if not _power_of_2(self.splits):
+            raise ValueError(f"persistent decode: splits must be a power of 2, got {self.splits}")
+        self.bn = max(16, min(64, 32768 // self.hidden))
+        self.heads_per_slice = min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
+        self.ks_down = min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn))
+        rows = []
+        for layer, cache in zip(model.layers, kv_caches):
+            a, m = layer.self_attn, layer.mlp
+            norms = (a.q_norm.weight, a.k_norm.weight) if self.qk_norm else (layer.input_layernorm.weight,) * 2
+            tensors = (a.qkv_proj.weight, a.o_proj.weight, m.gate_up_proj.weight, m.down_proj.weight,
+                       layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *norms, cache)
+            rows.append([t.data_ptr() for t in tensors])
+        self.table = torch.tensor(rows, dtype=torch.int64, device=device)
+        self.embed = model.embed_tokens.weight
+        self.final_norm = model.norm.weight
+        self.cos, self.sin = attn.rotary.cos_cache, attn.rotary.sin_cache
+        slices_o = -(-self.heads // self.heads_per_slice)
+        slices_down = -(-self.inter // self.ks_down)
+        f32 = dict(dtype=torch.float32, device=device)
+        qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
+        self.qkv = torch.empty(qkv_width, dtype=self.dtype, device=device)
+        self.part = torch.empty(self.heads * self.splits, self.head_dim, **f32)
+        self.lse = torch.empty(self.heads * self.splits, **f32)
+        self.po = torch.empty(slices_o, self.hidden, **f32)
+        self.act = torch.empty(self.inter, dtype=self.dtype, device=device)
+        self.pd = torch.empty(slices_down, self.hidden, **f32)
+        self.out = torch.empty(1, self.hidden, dtype=self.dtype, device=device)
+        self.counters = torch.zeros(2, dtype=torch.int32, device=device)
+        self.error = torch.zeros(1, dtype=torch.int32, device=device)
+        self.constexprs = dict(
+            H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
+            HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down, SPLITS=self.splits,
+            BLOCK_G=triton.next_power_of_2(self.heads // self.kv_heads), BLOCK_N=block_n, PAGE=self.page,
+            QK_NORM=self.qk_norm, dtype=tl.bfloat16 if self.dtype == torch.bfloat16 else (
+                tl.float16 if self.dtype == torch.float16 else tl.float32),
+        )
+
+    @staticmethod
+    def unsupported(model, kv_caches: list[torch.Tensor]) -> str | None:
+        """Why this model cannot run its decode pass in one launch (None: it can)."""
+        from raygrid.parallel.groups import get_pp_group, get_tp_group
+
+        config = model.config
+        if get_tp_group().world_size > 1 or get_pp_group().world_size > 1:
+            return "only one device (no tensor or pipeline parallelism)"
+        if not model.layers or len(kv_caches) != len(model.layers):
+            return "the model needs its layers and one KV cache each"
+        attn, mlp = model.layers[0].self_attn, model.layers[0].mlp
+        if not hasattr(mlp, "gate_up_proj") or getattr(attn, "qkv_proj", None) is None:
+            return "only dense Llama-family layers (no mixture of experts)"
+        hidden, head_dim = config.hidden_size, attn.head_dim
+        if not _power_of_2(hidden) or hidden > 2048:
+            return f"hidden_size must be a power of 2 up to 2048, got {hidden}"
+        if not _power_of_2(head_dim) or not 2 <= head_dim <= 256:
+            return f"head_dim must be a power of 2 from 2 to 256, got {head_dim}"
+        dtype = kv_caches[0].dtype
+        for layer in model.layers:
+            a, m = layer.self_attn, layer.mlp
+            linears = (a.qkv_proj, a.o_proj, m.gate_up_proj, m.down_proj)
+            if any(linear.weight.dtype != dtype or linear.bias is not None for linear in linears):
+                return "only unquantized linear layers without bias, in the KV cache's dtype"
+            if any(not linear.weight.is_contiguous() for linear in linears):
+                return "linear weights must be contiguous"
+        if any(not cache.is_contiguous() or cache.dtype != dtype for cache in kv_caches):
+            return "KV caches must be contiguous and all of one dtype"
+        if model.embed_tokens is None or model.norm is None or model.embed_tokens.weight.dtype != dtype:
+            return "the model needs its embedding and final norm in the cache's dtype"
+        return None
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
+                 block_tables: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+        """The final hidden state ``[1, hidden]`` of one sequence's one new token (``seq_lens[0]`` counts it)."""
+        _persistent_decode_kernel[(self.num_programs,)](
+            self.table, self.embed, self.final_norm, self.cos, self.sin, input_ids, positions, slot_mapping, block_tables,
+            seq_lens, self.qkv, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters, self.error,
+            self.table.shape[0], self.v_offset, self.scale, self.eps, **self.launch, **self.constexprs,
+        )
+        return self.out
+
+    def check(self) -> None:
+        """Raise if a barrier of any pass so far waited past its limit (programs not all resident): those passes'
+        results are wrong."""
+        if int(self.error.item()):
+            raise RuntimeError("persistent decode: a grid barrier timed out; its programs were not all resident")
