@@ -7,7 +7,8 @@ forward pass alone (no LM head, no sampling). For each context it also records:
 - ``same_argmax``: whether the two give the same greedy token through the LM head;
 - ``kv_match``: whether both wrote the same key and value into the token's cache slot (max abs difference);
 - ``same_bits_twice``: two persistent passes over the same inputs agree to the bit;
-- ``floor_us``: the pass's bytes (weights outside the embedding, plus the K/V read) at 4.2 TB/s.
+- ``floor_us``: the pass's bytes (weights outside the embedding, plus the K/V read) at 4.2 TB/s;
+- ``stage_us_one_pass``: from one pass of a timed launch, each stage's mean time a layer, up to its barrier's end.
 
     python benchmarks/scripts/persistent_decode_pass.py OUT.json --contexts 512 4096 32768 [--variant JSON ...]
 
@@ -107,11 +108,15 @@ def main() -> None:
                 logits = model.compute_logits(torch.cat([ref, first]))
                 us = chain_us([run], args.replays)
                 runner.check()
+                timed = PersistentDecode(model, caches, timed=True, **variant)
+                timed(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"], inputs["seq_lens"])
+                stages = dict(zip(("qkv", "attention", "o_proj", "gate_up", "down"), timed.stage_us()))
                 row["variants"].append(dict(
                     variant=variant, us=us, speedup=row["engine_us"] / us,
                     max_abs_diff=(first.float() - ref.float()).abs().max().item(), ref_max=ref.float().abs().max().item(),
                     same_argmax=bool(logits[0].argmax() == logits[1].argmax()), kv_max_diff=kv_diff,
-                    same_bits_twice=bool(torch.equal(first, second)), splits=runner.splits, programs=runner.num_programs))
+                    same_bits_twice=bool(torch.equal(first, second)), splits=runner.splits, programs=runner.num_programs,
+                    stage_us_one_pass=stages))
                 print(context, variant, f"engine {row['engine_us']:.1f} us, persistent {us:.1f} us, floor {row['floor_us']:.1f} us",
                       {k: v for k, v in row["variants"][-1].items() if k not in ("variant", "us")}, flush=True)
         rows.append(row)

@@ -31,6 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
+from raygrid.kernels.triton_attention import _attend_tile
+
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (about a second)
 # The layer's tensors, in this order in each row of the pointer table.
 W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
@@ -51,6 +53,15 @@ def _grid_sync(counter_ptr, err_ptr, target):
     if spins >= MAX_SPINS:
         tl.store(err_ptr, 1)
     tl.debug_barrier()
+
+
+@triton.jit
+def _record_time(times_ptr, index, pid, TIMED: tl.constexpr):
+    """With ``TIMED``, program 0 stores the GPU's global timer (ns) at ``times_ptr[index]``."""
+    if TIMED:
+        if pid == 0:
+            now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+            tl.store(times_ptr + index, now)
 
 
 @triton.jit
@@ -112,61 +123,49 @@ def _head_halves(qkv_ptr, first, count, norm_ptr, cos, sin, eps, BLOCK: tl.const
 
 
 @triton.jit
-def _attend_slice(qkv_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, ctx, position, slot, cos_ptr, sin_ptr, qn_ptr,
-                  kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
+def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
+                  qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
-                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, dtype: tl.constexpr):
-    """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's cached keys; the first
-    slice also stores this token's key and value and attends to them. Writes the partial output and its log-sum-exp
-    (base 2) for each query head (``-inf`` for an empty slice)."""
+                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, dtype: tl.constexpr):
+    """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
+    token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
+    and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
+    ``q_ptr`` (``[NH, D]``; the units of one kv head write the same values) to come back as one tile."""
     D: tl.constexpr = 2 * HALF
     dims = tl.arange(0, HALF)
+    full = tl.arange(0, D)
+    groups = tl.arange(0, BLOCK_G)
     cos = tl.load(cos_ptr + position * D + dims)
     sin = tl.load(sin_ptr + position * D + dims)
     q1, q2 = _head_halves(qkv_ptr, kvh * GROUP, GROUP, qn_ptr, cos, sin, eps, BLOCK_G, HALF, QK_NORM, dtype)
-    k1, k2 = _head_halves(qkv_ptr, NH + kvh, 1, kn_ptr, cos, sin, eps, 1, HALF, QK_NORM, dtype)
-    k1, k2 = tl.reshape(k1, (HALF,)), tl.reshape(k2, (HALF,))
-    full = tl.arange(0, D)
-    v_new = tl.load(qkv_ptr + (NH + NKV + kvh) * D + full, cache_modifier=".cg").to(tl.float32)
-    qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
-    # The context's slices: a multiple of BLOCK_N keys each; some are empty when it is short.
-    per_split = tl.maximum(tl.cdiv(tl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
+    rows = q_ptr + (kvh * GROUP + groups)[:, None] * D + dims[None, :]
+    gmask = (groups < GROUP)[:, None]
+    tl.store(rows, q1.to(dtype), mask=gmask)
+    tl.store(rows + HALF, q2.to(dtype), mask=gmask)
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
     lo = split * per_split
-    hi = tl.minimum(ctx, lo + per_split)
+    hi = tl.minimum(seq_len, lo + per_split)
+    if (lo <= position) & (position < hi):  # this token's key and value, into the cache before they are read
+        k1, k2 = _head_halves(qkv_ptr, NH + kvh, 1, kn_ptr, cos, sin, eps, 1, HALF, QK_NORM, dtype)
+        where = cache_ptr + (slot // PAGE) * (PAGE * NKV * D) + (slot % PAGE) * (NKV * D) + kvh * D
+        tl.store(where + dims, tl.reshape(k1, (HALF,)).to(dtype))
+        tl.store(where + HALF + dims, tl.reshape(k2, (HALF,)).to(dtype))
+        tl.store(where + v_offset + full, tl.load(qkv_ptr + (NH + NKV + kvh) * D + full, cache_modifier=".cg"))
+    tl.debug_barrier()
+    q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
-    if split == 0:  # this token: stored for the passes after this one, and attended to from registers here
-        where = cache_ptr + (slot // PAGE) * (PAGE * NKV * D) + (slot % PAGE) * (NKV * D) + kvh * D
-        tl.store(where + dims, k1.to(dtype))
-        tl.store(where + HALF + dims, k2.to(dtype))
-        tl.store(where + v_offset + full, v_new.to(dtype))
-        m_i = (tl.sum(q1 * k1[None, :], 1) + tl.sum(q2 * k2[None, :], 1)) * qk_scale
-        l_i = tl.full([BLOCK_G], 1.0, dtype=tl.float32)
-        acc = tl.zeros([BLOCK_G, D], dtype=tl.float32) + v_new[None, :]
     for start in range(lo, hi, BLOCK_N):
         pos = start + tl.arange(0, BLOCK_N)
         valid = pos < hi
-        block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
-        rows = block * (PAGE * NKV * D) + (pos % PAGE) * (NKV * D) + kvh * D
-        keys = cache_ptr + rows[:, None] + dims[None, :]
-        c1 = tl.load(keys, mask=valid[:, None], other=0.0).to(tl.float32)
-        c2 = tl.load(keys + HALF, mask=valid[:, None], other=0.0).to(tl.float32)
-        s = tl.sum(q1[:, None, :] * c1[None, :, :], 2) + tl.sum(q2[:, None, :] * c2[None, :, :], 2)
-        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None]).to(dtype).to(tl.float32)  # rounded as the decode kernel's product takes it
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(cache_ptr + v_offset + rows[:, None] + full[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], 1)
-        m_i = m_new
-    groups = tl.arange(0, BLOCK_G)
+        m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, cache_ptr, cache_ptr + v_offset,
+                                     table_row_ptr, kvh, scale * 1.4426950408889634, full, PAGE * NKV * D, NKV * D, D, D,
+                                     PAGE, DOT_PRECISION, False)
     row = (kvh * GROUP + groups) * SPLITS + split
-    lse = m_i + tl.log2(tl.maximum(l_i, 1e-30))
-    lse = tl.where(l_i > 0.0, lse, float("-inf"))
+    lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.maximum(l_i, 1e-30)), float("-inf"))
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-    tl.store(part_ptr + row[:, None] * D + full[None, :], out, mask=(groups < GROUP)[:, None])
+    tl.store(part_ptr + row[:, None] * D + full[None, :], out, mask=gmask)
     tl.store(lse_ptr + row, lse, mask=groups < GROUP)
 
 
@@ -194,13 +193,15 @@ def _attention_rows(part_ptr, lse_ptr, first_head, HPS: tl.constexpr, NH: tl.con
 @triton.jit
 def _persistent_decode_kernel(
     table_ptr, embed_ptr, final_norm_ptr, cos_ptr, sin_ptr, ids_ptr, pos_ptr, slot_ptr, block_row_ptr, seq_len_ptr,
-    qkv_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr,
+    qkv_ptr, q_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr, times_ptr,
     LAYERS, v_offset, scale, eps,
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, dtype: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
-    """The pass over ``LAYERS`` layers, one program an SM (see the module's docstring for the stages)."""
+    """The pass over ``LAYERS`` layers, one program an SM (see the module's docstring for the stages). ``TIMED``
+    (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     D: tl.constexpr = 2 * HALF
@@ -214,7 +215,8 @@ def _persistent_decode_kernel(
     U_DOWN: tl.constexpr = COL_BLOCKS * SPLIT_D
     position = tl.load(pos_ptr)
     slot = tl.load(slot_ptr)
-    ctx = tl.load(seq_len_ptr) - 1  # keys already in the cache; this token's come from registers
+    seq_len = tl.load(seq_len_ptr)
+    _record_time(times_ptr, 0, pid, TIMED)
     h = tl.load(embed_ptr + tl.load(ids_ptr) * H + tl.arange(0, H)).to(tl.float32)
     sync = 0
     for layer in range(LAYERS):
@@ -228,15 +230,17 @@ def _persistent_decode_kernel(
             tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
         sync += 1
         _grid_sync(counter_ptr, err_ptr, sync * G)
+        _record_time(times_ptr, sync, pid, TIMED)
         # 2. attention, each (kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
         for u in range(pid, U_ATTN, G):
-            _attend_slice(qkv_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, ctx, position, slot, cos_ptr,
-                          sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype), _layer_tensor(table_ptr, layer, N_K, dtype),
-                          part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP, BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM,
-                          dtype)
+            _attend_slice(qkv_ptr, q_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, seq_len, position, slot,
+                          cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
+                          _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, dtype)
         sync += 1
         _grid_sync(counter_ptr, err_ptr, sync * G)
+        _record_time(times_ptr, sync, pid, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         for u in range(pid, U_O, G):
@@ -246,18 +250,23 @@ def _persistent_decode_kernel(
             tl.store(po_ptr + s * H + rows, y)
         sync += 1
         _grid_sync(counter_ptr, err_ptr, sync * G)
+        _record_time(times_ptr, sync, pid, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         for u in range(pid, U_GATE_UP, G):
-            gate, rows = _rows_times(w_gu, u * BN, I, H, 0, H, x, BN, H)
-            up, _ = _rows_times(w_gu + I * H, u * BN, I, H, 0, H, x, BN, H)
-            gate = gate.to(dtype).to(tl.float32)
+            rows = u * BN + tl.arange(0, BN)
+            where = w_gu + rows[:, None] * H + tl.arange(0, H)[None, :]
+            wg = tl.load(where, mask=(rows < I)[:, None], other=0.0)  # both tiles asked for before either is summed
+            wu = tl.load(where + I * H, mask=(rows < I)[:, None], other=0.0)
+            gate = tl.sum(wg.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
+            up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
         sync += 1
         _grid_sync(counter_ptr, err_ptr, sync * G)
+        _record_time(times_ptr, sync, pid, TIMED)
         # 5. down_proj (column block, slice of K)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         for u in range(pid, U_DOWN, G):
@@ -268,6 +277,7 @@ def _persistent_decode_kernel(
             tl.store(pd_ptr + s * H + rows, y)
         sync += 1
         _grid_sync(counter_ptr, err_ptr, sync * G)
+        _record_time(times_ptr, sync, pid, TIMED)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
         tl.store(out_ptr + tl.arange(0, H), _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype))
@@ -289,10 +299,11 @@ class PersistentDecode:
     The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if
     either is replaced. ``num_programs`` (default: one an SM; one under the interpreter) and ``splits`` (slices of
     the context a kv head; default: as many as fill the programs), ``block_n`` (keys a step), ``num_warps`` and
-    ``num_stages`` exist for tests and benchmarks."""
+    ``num_stages`` exist for tests and benchmarks; with ``timed`` (GPU only) each pass records when each stage ended
+    (``stage_us``)."""
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
-                 block_n: int = 64, num_warps: int = 8, num_stages: int = 2) -> None:
+                 block_n: int = 64, num_warps: int = 8, num_stages: int = 2, timed: bool = False) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -332,6 +343,7 @@ class PersistentDecode:
         f32 = dict(dtype=torch.float32, device=device)
         qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
         self.qkv = torch.empty(qkv_width, dtype=self.dtype, device=device)
+        self.q = torch.empty(self.heads, self.head_dim, dtype=self.dtype, device=device)
         self.part = torch.empty(self.heads * self.splits, self.head_dim, **f32)
         self.lse = torch.empty(self.heads * self.splits, **f32)
         self.po = torch.empty(slices_o, self.hidden, **f32)
@@ -340,11 +352,12 @@ class PersistentDecode:
         self.out = torch.empty(1, self.hidden, dtype=self.dtype, device=device)
         self.counters = torch.zeros(2, dtype=torch.int32, device=device)
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
+        self.times = torch.zeros(5 * len(model.layers) + 1, dtype=torch.int64, device=device)
         self.constexprs = dict(
             H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down, SPLITS=self.splits,
-            BLOCK_G=triton.next_power_of_2(self.heads // self.kv_heads), BLOCK_N=block_n, PAGE=self.page,
-            QK_NORM=self.qk_norm, dtype=tl.bfloat16 if self.dtype == torch.bfloat16 else (
+            BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
+            QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32", TIMED=timed, dtype=tl.bfloat16 if self.dtype == torch.bfloat16 else (
                 tl.float16 if self.dtype == torch.float16 else tl.float32),
         )
 
@@ -385,10 +398,18 @@ class PersistentDecode:
         """The final hidden state ``[1, hidden]`` of one sequence's one new token (``seq_lens[0]`` counts it)."""
         _persistent_decode_kernel[(self.num_programs,)](
             self.table, self.embed, self.final_norm, self.cos, self.sin, input_ids, positions, slot_mapping, block_tables,
-            seq_lens, self.qkv, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters, self.error,
+            seq_lens, self.qkv, self.q, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters,
+            self.error, self.times,
             self.table.shape[0], self.v_offset, self.scale, self.eps, **self.launch, **self.constexprs,
         )
         return self.out
+
+    def stage_us(self) -> list[float]:
+        """With ``timed``: the last pass's five stages, each one's mean over the layers in microseconds (qkv,
+        attention, o_proj, gate_up, down; each up to the barrier after it)."""
+        ends = self.times.tolist()
+        steps = [(b - a) / 1e3 for a, b in zip(ends, ends[1:])]
+        return [sum(steps[i::5]) / len(steps[i::5]) for i in range(5)]
 
     def check(self) -> None:
         """Raise if a barrier of any pass so far waited past its limit (programs not all resident): those passes'
