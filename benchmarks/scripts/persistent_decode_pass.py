@@ -57,6 +57,29 @@ def metadata(inputs: dict) -> AttentionMetadata:
                              decode_order=torch.zeros(1, dtype=torch.int32, device=device))
 
 
+def run_variant(model, caches, inputs: dict, variant: dict, ref: torch.Tensor, ref_kv: list, engine_us: float,
+                replays: int) -> dict:
+    """One launch of ``PersistentDecode(**variant)``: its time, and its result against the engine's pass."""
+    slot = int(inputs["slot_mapping"][0])
+    runner = PersistentDecode(model, caches, **variant)
+    run = lambda: runner(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"],  # noqa: E731
+                         inputs["seq_lens"])
+    first = run().clone()
+    second = run().clone()
+    kv_diff = max((c[:, slot // PAGE, slot % PAGE].float() - r.float()).abs().max().item() for c, r in zip(caches, ref_kv))
+    logits = model.compute_logits(torch.cat([ref, first]))
+    us = chain_us([run], replays)
+    runner.check()
+    timed = PersistentDecode(model, caches, timed=True, **variant)
+    timed(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"], inputs["seq_lens"])
+    timed.check()
+    return dict(variant=variant, us=us, speedup=engine_us / us,
+                max_abs_diff=(first.float() - ref.float()).abs().max().item(), ref_max=ref.float().abs().max().item(),
+                same_argmax=bool(logits[0].argmax() == logits[1].argmax()), kv_max_diff=kv_diff,
+                same_bits_twice=bool(torch.equal(first, second)), splits=runner.splits, programs=runner.num_programs,
+                stage_us_one_pass=dict(zip(("qkv", "attention", "o_proj", "gate_up", "down"), timed.stage_us())))
+
+
 def git_commit() -> str:
     if os.environ.get("RAYGRID_GIT_COMMIT"):
         return os.environ["RAYGRID_GIT_COMMIT"]
@@ -99,26 +122,11 @@ def main() -> None:
             ref_kv = [c[:, slot // PAGE, slot % PAGE].clone() for c in caches]
             row["engine_us"] = chain_us([plain], args.replays)
             for variant in variants:
-                runner = PersistentDecode(model, caches, **variant)
-                run = lambda: runner(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"],  # noqa: E731
-                                     inputs["seq_lens"])
-                first = run().clone()
-                second = run().clone()
-                kv_diff = max((c[:, slot // PAGE, slot % PAGE].float() - r.float()).abs().max().item() for c, r in zip(caches, ref_kv))
-                logits = model.compute_logits(torch.cat([ref, first]))
-                us = chain_us([run], args.replays)
-                runner.check()
-                timed = PersistentDecode(model, caches, timed=True, **variant)
-                timed(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"], inputs["seq_lens"])
-                stages = dict(zip(("qkv", "attention", "o_proj", "gate_up", "down"), timed.stage_us()))
-                row["variants"].append(dict(
-                    variant=variant, us=us, speedup=row["engine_us"] / us,
-                    max_abs_diff=(first.float() - ref.float()).abs().max().item(), ref_max=ref.float().abs().max().item(),
-                    same_argmax=bool(logits[0].argmax() == logits[1].argmax()), kv_max_diff=kv_diff,
-                    same_bits_twice=bool(torch.equal(first, second)), splits=runner.splits, programs=runner.num_programs,
-                    stage_us_one_pass=stages))
-                print(context, variant, f"engine {row['engine_us']:.1f} us, persistent {us:.1f} us, floor {row['floor_us']:.1f} us",
-                      {k: v for k, v in row["variants"][-1].items() if k not in ("variant", "us")}, flush=True)
+                try:
+                    row["variants"].append(run_variant(model, caches, inputs, variant, ref, ref_kv, row["engine_us"], args.replays))
+                except Exception as error:  # a launch that does not compile or fit: recorded, the others still run
+                    row["variants"].append(dict(variant=variant, error=f"{type(error).__name__}: {error}"[:500]))
+                print(context, f"engine {row['engine_us']:.1f} us, floor {row['floor_us']:.1f} us:", row["variants"][-1], flush=True)
         rows.append(row)
     result = dict(script="benchmarks/scripts/persistent_decode_pass.py", git_commit=git_commit(),
                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

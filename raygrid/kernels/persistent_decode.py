@@ -126,7 +126,8 @@ def _head_halves(qkv_ptr, first, count, norm_ptr, cos, sin, eps, BLOCK: tl.const
 def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
-                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, dtype: tl.constexpr):
+                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr,
+                  dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
@@ -156,17 +157,48 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        pos = start + tl.arange(0, BLOCK_N)
-        valid = pos < hi
-        m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, cache_ptr, cache_ptr + v_offset,
-                                     table_row_ptr, kvh, scale * 1.4426950408889634, full, PAGE * NKV * D, NKV * D, D, D,
-                                     PAGE, DOT_PRECISION, False)
+    qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
+    if PREFETCH:  # each step asks for the next tile's keys and values before it works on its own
+        keys, values = _kv_tile(cache_ptr, v_offset, table_row_ptr, lo, hi, kvh, full, NKV, D, PAGE, BLOCK_N)
+        for start in range(lo, hi, BLOCK_N):
+            next_keys, next_values = _kv_tile(cache_ptr, v_offset, table_row_ptr, start + BLOCK_N, hi, kvh, full, NKV, D,
+                                              PAGE, BLOCK_N)
+            valid = start + tl.arange(0, BLOCK_N) < hi
+            s = tl.dot(q, tl.trans(keys), input_precision=DOT_PRECISION) * qk_scale
+            s = tl.where(valid[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(dtype), values, input_precision=DOT_PRECISION)
+            m_i = m_new
+            keys, values = next_keys, next_values
+    else:
+        for start in range(lo, hi, BLOCK_N):
+            pos = start + tl.arange(0, BLOCK_N)
+            valid = pos < hi
+            m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, cache_ptr,
+                                         cache_ptr + v_offset, table_row_ptr, kvh, qk_scale, full, PAGE * NKV * D, NKV * D,
+                                         D, D, PAGE, DOT_PRECISION, False)
     row = (kvh * GROUP + groups) * SPLITS + split
     lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.maximum(l_i, 1e-30)), float("-inf"))
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(part_ptr + row[:, None] * D + full[None, :], out, mask=gmask)
     tl.store(lse_ptr + row, lse, mask=groups < GROUP)
+
+
+@triton.jit
+def _kv_tile(cache_ptr, v_offset, table_row_ptr, start, hi, kvh, dims, NKV: tl.constexpr, D: tl.constexpr,
+             PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Keys and values ``[BLOCK_N, D]`` of positions ``start ..`` (zeros from ``hi`` on), found through the block
+    table."""
+    pos = start + tl.arange(0, BLOCK_N)
+    valid = pos < hi
+    block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
+    rows = block * (PAGE * NKV * D) + (pos % PAGE) * (NKV * D) + kvh * D
+    where = cache_ptr + rows[:, None] + dims[None, :]
+    return (tl.load(where, mask=valid[:, None], other=0.0),
+            tl.load(where + v_offset, mask=valid[:, None], other=0.0))
 
 
 @triton.jit
@@ -198,7 +230,7 @@ def _persistent_decode_kernel(
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TIMED: tl.constexpr, dtype: tl.constexpr,
+    PREFETCH: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, one program an SM (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -237,7 +269,7 @@ def _persistent_decode_kernel(
             _attend_slice(qkv_ptr, q_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, seq_len, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
-                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, dtype)
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, PREFETCH, dtype)
         sync += 1
         _grid_sync(counter_ptr, err_ptr, sync * G)
         _record_time(times_ptr, sync, pid, TIMED)
@@ -303,7 +335,7 @@ class PersistentDecode:
     (``stage_us``)."""
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
-                 block_n: int = 64, num_warps: int = 8, num_stages: int = 2, timed: bool = False) -> None:
+                 block_n: int = 64, num_warps: int = 8, num_stages: int = 2, prefetch: bool = True, timed: bool = False) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -357,7 +389,7 @@ class PersistentDecode:
             H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down, SPLITS=self.splits,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
-            QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32", TIMED=timed, dtype=tl.bfloat16 if self.dtype == torch.bfloat16 else (
+            QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32", PREFETCH=prefetch, TIMED=timed, dtype=tl.bfloat16 if self.dtype == torch.bfloat16 else (
                 tl.float16 if self.dtype == torch.float16 else tl.float32),
         )
 
