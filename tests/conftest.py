@@ -40,10 +40,9 @@ def qwen3_dir(tmp_path_factory, tokenizer):
     return str(path)
 
 
-@pytest.fixture(scope="session")
-def llama_dir(tmp_path_factory, tokenizer):
-    """Llama-3 shaped: GQA, untied LM head, llama3 rope scaling, sharded safetensors."""
-    config = LlamaConfig(
+def tiny_llama_config(tokenizer, **overrides):
+    """Llama-3 shaped: GQA, untied LM head, llama3 rope scaling."""
+    fields = dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=160,
@@ -65,8 +64,24 @@ def llama_dir(tmp_path_factory, tokenizer):
         pad_token_id=tokenizer.pad_token_id,
         architectures=["LlamaForCausalLM"],
     )
+    fields.update(overrides)
+    return LlamaConfig(**fields)
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory, tokenizer):
+    """Llama-3 shaped (``tiny_llama_config``), in sharded safetensors."""
     path = tmp_path_factory.mktemp("ckpt") / "llama"
-    write_random_checkpoint(path, config, tokenizer, seed=2, max_shard_size="60KB")
+    write_random_checkpoint(path, tiny_llama_config(tokenizer), tokenizer, seed=2, max_shard_size="60KB")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def llama_wide_heads_dir(tmp_path_factory, tokenizer):
+    """``tiny_llama_config`` with heads 16 wide (4 heads, 2 kv heads) rather than 8: the persistent decode pass
+    multiplies on tensor cores, which take at least 16."""
+    path = tmp_path_factory.mktemp("ckpt") / "llama_wide_heads"
+    write_random_checkpoint(path, tiny_llama_config(tokenizer, num_attention_heads=4), tokenizer, seed=4)
     return str(path)
 
 

@@ -408,3 +408,33 @@ def test_expert_parallel_on_two_gpus_equals_one_gpu_for_every_sampling_parameter
         outputs_agree(outputs, expected, logprob_tol=1e-3)
         assert alone_ep[0].outputs[0].token_ids == alone[0].outputs[0].token_ids
         assert stats.eplb_rebalances >= (5 if "enable_eplb" in mode else 0), mode
+
+
+@pytest.mark.parametrize("model", ["qwen3", "llama_wide_heads"])
+def test_persistent_decode_equals_the_layer_by_layer_engine_for_every_sampling_parameter(model_dirs, llama_wide_heads_dir,
+                                                                                        tokenizer, model):
+    """A lone request's decode passes in one persistent launch (the default) against the engine with it off (CUDA
+    graphs of the layer-by-layer pass), each prompt alone so that its decode steps take the launch: the same
+    tokens and logprobs within float32's rounding for every sampling feature, the launch taken for most passes, and
+    no barrier of it timed out."""
+    from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
+
+    path = llama_wide_heads_dir if model == "llama_wide_heads" else model_dirs[model]
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), seed=37)]
+    results, passes = [], []
+    for persistent in (False, True):
+        llm = LLM(model=path, max_model_len=512, gpu_memory_utilization=0.3, device="cuda", dtype="float32",
+                  persistent_decode=persistent)
+        try:
+            stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
+            outputs = [llm.generate([p], params, use_tqdm=False)[0] for p, params in zip(prompts, params_per_prompt(stop))]
+            results.append(summarize(outputs))
+            runner = llm.engine.executor.worker.runner
+            passes.append(runner.persistent_passes)
+            assert (runner.persistent is not None) == persistent
+            if persistent:
+                runner.persistent.check()
+        finally:
+            llm.shutdown()
+    assert passes[0] == 0 and passes[1] >= 100, passes  # 12 requests of up to 20 tokens, one with n=2
+    assert_same_outputs(results[0], results[1])

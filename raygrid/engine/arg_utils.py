@@ -52,6 +52,8 @@ class EngineArgs:
     max_logprobs: int = _arg(20, "most logprobs a request may ask for")
     seed: int = _arg(0, "engine seed (weights of dummy loading, noise of unseeded requests)")
     enforce_eager: bool = _arg(False, "no CUDA graphs")
+    persistent_decode: bool = _arg(True, "on one GPU, a lone request's decode passes as one persistent kernel (dense "
+                                         "Llama/Qwen3 without quantization, contexts up to 16,384 tokens)")
     load_format: Literal["auto", "dummy"] = _arg("auto", "'dummy': random weights made on the device from config.json alone")
     quantization: Literal["fp8"] | None = _arg(None, "'fp8': linear layers in float8 with per-channel scales, activations "
                                                      "quantized per token (default: what the checkpoint is)")
@@ -166,6 +168,7 @@ class EngineArgs:
             return EngineConfig(
                 model=ModelConfig(model=model_path, tokenizer=self.tokenizer, dtype=self.dtype, max_model_len=self.max_model_len,
                                   max_logprobs=self.max_logprobs, seed=self.seed, enforce_eager=self.enforce_eager,
+                                  persistent_decode=self.persistent_decode,
                                   load_format=load_format, quantization=self.quantization),
                 cache=CacheConfig(block_size=self.block_size, num_kv_blocks=self.num_kv_blocks,
                                   enable_prefix_caching=self.enable_prefix_caching,

@@ -51,6 +51,8 @@ class ModelRunner:
         self.graphs: FullGraphs | None = None  # decode steps, and steps with prefill over many requests
         self.piecewise: PiecewiseGraphs | None = None  # steps with prefill (none under expert parallelism)
         self.graph_memory_bytes = 0  # device memory the CUDA graphs hold, once captured
+        self.persistent = None  # kernels.persistent_decode.PersistentDecode: a lone request's decode passes, in one launch
+        self.persistent_passes = 0
         # Requests this worker refused (until the scheduler reports them finished), and why.
         self.rejected: dict[str, str] = {}
         self._copy_stream: torch.cuda.Stream | None = None  # grammar masks go to the device on it
@@ -162,6 +164,7 @@ class ModelRunner:
 
     def initialize_kv_cache(self, kv_caches: list[torch.Tensor]) -> None:
         self.kv_caches = kv_caches
+        self.persistent = self._persistent_decode(kv_caches)
         if self.rebalancer is not None:  # the profiling passes counted made-up tokens
             for layer in self.rebalancer.layers:
                 layer.map.window.zero_()
@@ -170,6 +173,28 @@ class ModelRunner:
             self.graphs, self.piecewise = self.capture_graphs(kv_caches)
             self.graph_memory_bytes = free_before - free_device_memory()
             logger.info("CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
+
+    def _persistent_decode(self, kv_caches: list[torch.Tensor]):
+        """The one-launch decode pass for this model and cache, compiled and checked by a pass over the null block
+        (block 0, which nothing reads); None where the engine's arguments, the device or the model rule it out."""
+        if not (self.config.model.persistent_decode and self.device.type == "cuda" and ops.use_triton(kv_caches[0])):
+            return None
+        from raygrid.kernels.persistent_decode import PersistentDecode  # Triton: only with a GPU
+
+        reason = PersistentDecode.unsupported(self.model, kv_caches)
+        if reason:
+            logger.info("decode passes layer by layer: %s", reason)
+            return None
+        persistent = PersistentDecode(self.model, kv_caches)
+        meta = single_sequence_metadata(1, self.block_size, self.device, first_block=0)
+        ids = torch.zeros(1, dtype=torch.long, device=self.device)
+        persistent(ids, ids.clone(), meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
+        persistent.check()
+        return persistent
+
+    def _takes_persistent(self, num_reqs: int, num_tokens: int, meta: AttentionMetadata) -> bool:
+        return (self.persistent is not None and num_reqs == 1 and num_tokens == 1
+                and meta.seq_lens[0] <= self.persistent.max_context)
 
     # ------------------------------------------------------------------ state
 
@@ -315,8 +340,12 @@ class ModelRunner:
             shape = (input_ids.shape[0], self.model.config.hidden_size)  # every stage refuses the same requests
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
-        plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs)
-        hidden = self.forward(plan, input_ids, positions, meta, intermediate)
+        if self._takes_persistent(num_reqs, input_ids.shape[0], meta):
+            hidden = self.persistent(input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
+            self.persistent_passes += 1
+        else:
+            plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs)
+            hidden = self.forward(plan, input_ids, positions, meta, intermediate)
         self._after_forward()
         req_ids = list(self.batch.req_ids)
         if not self.pp.is_last:

@@ -33,6 +33,9 @@ import triton.language as tl
 
 from raygrid.kernels.triton_attention import _attend_tile
 
+# The longest context (this token included) the engine takes this pass for: beyond it the layer-by-layer pass, whose
+# decode attention streams the cache faster than one program an SM does (benchmarks/README.md).
+MAX_CONTEXT = 16384
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (about a second)
 # The layer's tensors, in this order in each row of the pointer table.
 W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
@@ -330,12 +333,17 @@ class PersistentDecode:
 
     The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if
     either is replaced. ``num_programs`` (default: one an SM; one under the interpreter) and ``splits`` (slices of
-    the context a kv head; default: as many as fill the programs), ``block_n`` (keys a step), ``num_warps`` and
-    ``num_stages`` exist for tests and benchmarks; with ``timed`` (GPU only) each pass records when each stage ended
+    the context a kv head; default: as many as fill the programs), ``block_n`` (keys a step), ``num_warps``,
+    ``num_stages``, ``prefetch`` (the attention loop loads the next keys and values itself, rather than Triton's
+    pipelining), and the units' sizes (``rows_per_unit`` of every product, ``heads_per_slice`` of o_proj's and
+    ``down_slice`` of down_proj's K) exist for tests and benchmarks; with ``timed`` (GPU only) each pass records when each stage ended
     (``stage_us``)."""
 
+    max_context = MAX_CONTEXT
+
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
-                 block_n: int = 64, num_warps: int = 8, num_stages: int = 2, prefetch: bool = True, timed: bool = False) -> None:
+                 block_n: int = 128, num_warps: int = 8, num_stages: int = 2, prefetch: bool = False, timed: bool = False,
+                 rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -356,9 +364,13 @@ class PersistentDecode:
         self.splits = splits or max(1, 1 << (max(1, num_programs // self.kv_heads).bit_length() - 1))
         if not _power_of_2(self.splits):
             raise ValueError(f"persistent decode: splits must be a power of 2, got {self.splits}")
-        self.bn = max(16, min(64, 32768 // self.hidden))
-        self.heads_per_slice = min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        self.ks_down = min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn))
+        # A unit's weight tile is at most 32K elements: 64 KiB of bf16, 64 registers a thread at 8 warps.
+        self.bn = rows_per_unit or max(16, min(64, 32768 // self.hidden))
+        self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
+        self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn))
+        for name, value in (("rows_per_unit", self.bn), ("heads_per_slice", self.heads_per_slice), ("down_slice", self.ks_down)):
+            if not _power_of_2(value):
+                raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
         rows = []
         for layer, cache in zip(model.layers, kv_caches):
             a, m = layer.self_attn, layer.mlp
@@ -409,8 +421,8 @@ class PersistentDecode:
         hidden, head_dim = config.hidden_size, attn.head_dim
         if not _power_of_2(hidden) or hidden > 2048:
             return f"hidden_size must be a power of 2 up to 2048, got {hidden}"
-        if not _power_of_2(head_dim) or not 2 <= head_dim <= 256:
-            return f"head_dim must be a power of 2 from 2 to 256, got {head_dim}"
+        if not _power_of_2(head_dim) or not 16 <= head_dim <= 256:
+            return f"head_dim must be a power of 2 from 16 to 256 (tensor-core products), got {head_dim}"
         dtype = kv_caches[0].dtype
         for layer in model.layers:
             a, m = layer.self_attn, layer.mlp

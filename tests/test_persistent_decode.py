@@ -1,0 +1,84 @@
+"""The one-launch batch-1 decode pass (kernels/persistent_decode.py) against the model's own layer-by-layer pass on the
+same weights and cache: the final hidden state and the key and value it stores. On CPU the kernel runs under Triton's
+interpreter (one program doing every unit, float32); on a GPU with one program an SM. The engine's use of it is
+checked on the GPU (tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
+
+from raygrid.kernels.persistent_decode import PersistentDecode  # noqa: E402
+from raygrid.models.layers.attention import AttentionMetadata  # noqa: E402
+from raygrid.models.loader import load_hf_config, load_model  # noqa: E402
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+PAGE = 16
+
+
+def step_metadata(block_table: torch.Tensor, start: int, count: int) -> tuple[torch.Tensor, AttentionMetadata]:
+    """Positions and metadata of ``count`` tokens of one sequence from position ``start``."""
+    positions = torch.arange(start, start + count, device=DEVICE)
+    slots = block_table[0, positions // PAGE].long() * PAGE + positions % PAGE
+    seq_len = start + count
+    return positions, AttentionMetadata(
+        slot_mapping=slots, block_tables=block_table, seq_lens=[seq_len], query_start_loc=[0, count], max_query_len=count,
+        seq_lens_tensor=torch.tensor([seq_len], dtype=torch.int32, device=DEVICE),
+        query_start_loc_tensor=torch.tensor([0, count], dtype=torch.int32, device=DEVICE),
+        decode_order=torch.zeros(1, dtype=torch.int32, device=DEVICE))
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama"])
+def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_heads_dir):
+    """Contexts of 1, 37 and 150 tokens in shuffled pages (keys a step: 16, so 150 takes 10 steps), with the
+    context in 1 and in 4 slices, and products in units of 16 rows over slices of K (one head of o_proj's, 32 of
+    down_proj's): the hidden state and the stored key and value agree with the model's pass to
+    float32's rounding; the barrier counters are back at 0 and no barrier timed out."""
+    path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
+    model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
+    attn = model.layers[0].self_attn
+    generator = torch.Generator().manual_seed(0)
+    num_blocks = 24
+    caches = [torch.randn(2, num_blocks, PAGE, attn.num_kv_heads, attn.head_dim, generator=generator).to(DEVICE)
+              for _ in model.layers]
+    checked = 0
+    for context in (1, 37, 150):
+        ids = torch.randint(3, model.config.vocab_size, (context + 1,), generator=generator).to(DEVICE)
+        table = (torch.randperm(num_blocks - 1, generator=generator)[:11] + 1).to(torch.int32)[None, :].to(DEVICE)
+        with torch.inference_mode():
+            positions, meta = step_metadata(table, 0, context)
+            model(ids[:context], positions, caches, meta)  # the prompt's keys and values
+            expected_caches = [c.clone() for c in caches]
+            positions, meta = step_metadata(table, context, 1)
+            expected = model(ids[context:], positions, expected_caches, meta)
+            for splits in (1, 4):
+                ours = [c.clone() for c in caches]
+                # Small units, so that every product has several column blocks and slices of K (down_proj's last
+                # one part empty on the Llama, whose intermediate size is 160).
+                runner = PersistentDecode(model, ours, splits=splits, block_n=16, rows_per_unit=16, heads_per_slice=1,
+                                          down_slice=32)
+                hidden = runner(ids[context:], positions, meta.slot_mapping, table, meta.seq_lens_tensor)
+                torch.testing.assert_close(hidden, expected, atol=2e-5, rtol=1e-4)
+                for mine, theirs in zip(ours, expected_caches):
+                    torch.testing.assert_close(mine, theirs, atol=2e-5, rtol=1e-4)
+                runner.check()
+                assert runner.counters.tolist() == [0, 0]
+                checked += 1
+    assert checked == 6
+
+
+def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):
+    """Heads narrower than a tensor-core product, experts, FP8 weights: each refused with its reason; a model it
+    takes is refused nothing."""
+    def reason(path, **kwargs):
+        model = load_model(path, load_hf_config(path), torch.float32, DEVICE, **kwargs)
+        attn = model.layers[0].self_attn
+        caches = [torch.zeros(2, 4, PAGE, attn.num_kv_heads, attn.head_dim, device=DEVICE) for _ in model.layers]
+        return PersistentDecode.unsupported(model, caches)
+
+    assert reason(qwen3_dir) is None
+    assert "head_dim must be a power of 2 from 16" in reason(llama_dir)
+    assert "no mixture of experts" in reason(qwen3_moe_dir)
+    assert "only unquantized linear layers" in reason(qwen3_dir, quantization="fp8")
