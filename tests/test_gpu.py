@@ -410,6 +410,17 @@ def test_expert_parallel_on_two_gpus_equals_one_gpu_for_every_sampling_parameter
         assert stats.eplb_rebalances >= (5 if "enable_eplb" in mode else 0), mode
 
 
+def persistent_passes(llm, expected: bool) -> int:
+    """How many passes the engine's runner took in one persistent launch; checks that it has the launch if
+    ``expected`` and that no barrier of it timed out. (A function, so that no name holds the runner, and with it the
+    KV pool, once the engine is shut down.)"""
+    runner = llm.engine.executor.worker.runner
+    assert (runner.persistent is not None) == expected
+    if expected:
+        runner.persistent.check()
+    return runner.persistent_passes
+
+
 @pytest.mark.parametrize("model", ["qwen3", "llama_wide_heads"])
 def test_persistent_decode_equals_the_layer_by_layer_engine_for_every_sampling_parameter(model_dirs, llama_wide_heads_dir,
                                                                                         tokenizer, model):
@@ -429,11 +440,7 @@ def test_persistent_decode_equals_the_layer_by_layer_engine_for_every_sampling_p
             stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
             outputs = [llm.generate([p], params, use_tqdm=False)[0] for p, params in zip(prompts, params_per_prompt(stop))]
             results.append(summarize(outputs))
-            runner = llm.engine.executor.worker.runner
-            passes.append(runner.persistent_passes)
-            assert (runner.persistent is not None) == persistent
-            if persistent:
-                runner.persistent.check()
+            passes.append(persistent_passes(llm, persistent))
         finally:
             llm.shutdown()
     assert passes[0] == 0 and passes[1] >= 100, passes  # 12 requests of up to 20 tokens, one with n=2

@@ -27,6 +27,8 @@ after another, so the grid there is one program, which does every unit; the barr
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import triton
 import triton.language as tl
@@ -225,7 +227,15 @@ def _attention_rows(part_ptr, lse_ptr, first_head, HPS: tl.constexpr, NH: tl.con
     return tl.reshape(out.to(dtype).to(tl.float32), (HPS * D,))
 
 
-@triton.jit
+# The step's inputs are read once each, so their addresses' alignment is not worth a variant of its own: a pass
+# launches the variant the engine's start compiled wherever the staged inputs lie (Tritons before 3.3 have no
+# such option, and compile one).
+_STEP_INPUTS = ["ids_ptr", "pos_ptr", "slot_ptr", "block_row_ptr", "seq_len_ptr"]
+_NO_ALIGNMENT = ({"do_not_specialize_on_alignment": _STEP_INPUTS}
+                 if "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters else {})
+
+
+@triton.jit(**_NO_ALIGNMENT)
 def _persistent_decode_kernel(
     table_ptr, embed_ptr, final_norm_ptr, cos_ptr, sin_ptr, ids_ptr, pos_ptr, slot_ptr, block_row_ptr, seq_len_ptr,
     qkv_ptr, q_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr, times_ptr,
