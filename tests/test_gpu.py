@@ -296,7 +296,8 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model
     # 48 running at most: the later requests' prompts join steps of the others' decodes (mixed steps), and every mixed
     # graph (2,048 tokens at most over 48 sequences) takes the short query tiles, as with the default 256, so the
     # prompts' launch is captured in none of them.
-    llm = LLM(model=model_dirs["qwen3"], max_model_len=2048, max_num_seqs=48, gpu_memory_utilization=0.3, dtype="bfloat16")
+    llm = LLM(model=model_dirs["qwen3"], max_model_len=2048, max_num_seqs=48, gpu_memory_utilization=0.3, dtype="bfloat16",
+              persistent_decode=True)  # the lone first request's decode passes take it
     compiled = []
     knobs.runtime.jit_cache_hook = lambda *, fn, key, **_: compiled.append(f"{fn.name} {key}")
     try:
@@ -424,7 +425,7 @@ def persistent_passes(llm, expected: bool) -> int:
 @pytest.mark.parametrize("model", ["qwen3", "llama_wide_heads"])
 def test_persistent_decode_equals_the_layer_by_layer_engine_for_every_sampling_parameter(model_dirs, llama_wide_heads_dir,
                                                                                         tokenizer, model):
-    """A lone request's decode passes in one persistent launch (the default) against the engine with it off (CUDA
+    """A lone request's decode passes in one persistent launch (``persistent_decode=True``) against the engine without it (CUDA
     graphs of the layer-by-layer pass), each prompt alone so that its decode steps take the launch: the same
     tokens and logprobs within float32's rounding for every sampling feature, the launch taken for most passes, and
     no barrier of it timed out."""

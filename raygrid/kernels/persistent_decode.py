@@ -70,6 +70,15 @@ def _record_time(times_ptr, index, pid, TIMED: tl.constexpr):
 
 
 @triton.jit
+def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+    """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
+    sync += 1
+    _grid_sync(counter_ptr, err_ptr, sync * G)
+    _record_time(times_ptr, sync, pid, TIMED)
+    return sync
+
+
+@triton.jit
 def _layer_tensor(table_ptr, layer, which: tl.constexpr, dtype: tl.constexpr):
     """A layer's tensor from the pointer table (every tensor starts 16-byte aligned)."""
     return tl.multiple_of(tl.load(table_ptr + layer * TABLE_WIDTH + which).to(tl.pointer_type(dtype)), 16)
@@ -273,9 +282,7 @@ def _persistent_decode_kernel(
         for u in range(pid, U_QKV, G):
             y, rows = _rows_times(w_qkv, u * BN, QKV, H, 0, H, x, BN, H)
             tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
-        sync += 1
-        _grid_sync(counter_ptr, err_ptr, sync * G)
-        _record_time(times_ptr, sync, pid, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 2. attention, each (kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
         for u in range(pid, U_ATTN, G):
@@ -283,9 +290,7 @@ def _persistent_decode_kernel(
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, PREFETCH, dtype)
-        sync += 1
-        _grid_sync(counter_ptr, err_ptr, sync * G)
-        _record_time(times_ptr, sync, pid, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         for u in range(pid, U_O, G):
@@ -293,9 +298,7 @@ def _persistent_decode_kernel(
             attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, dtype)
             y, rows = _rows_times(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, attn, BN, HPS * D)
             tl.store(po_ptr + s * H + rows, y)
-        sync += 1
-        _grid_sync(counter_ptr, err_ptr, sync * G)
-        _record_time(times_ptr, sync, pid, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
@@ -309,9 +312,7 @@ def _persistent_decode_kernel(
             up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
-        sync += 1
-        _grid_sync(counter_ptr, err_ptr, sync * G)
-        _record_time(times_ptr, sync, pid, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         for u in range(pid, U_DOWN, G):
@@ -320,9 +321,7 @@ def _persistent_decode_kernel(
                         cache_modifier=".cg").to(tl.float32)
             y, rows = _rows_times(w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, a, BN, KS_D)
             tl.store(pd_ptr + s * H + rows, y)
-        sync += 1
-        _grid_sync(counter_ptr, err_ptr, sync * G)
-        _record_time(times_ptr, sync, pid, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
         tl.store(out_ptr + tl.arange(0, H), _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype))
