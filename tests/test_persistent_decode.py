@@ -82,3 +82,16 @@ def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir
     assert "head_dim must be a power of 2 from 16" in reason(llama_dir)
     assert "no mixture of experts" in reason(qwen3_moe_dir)
     assert "only unquantized linear layers" in reason(qwen3_dir, quantization="fp8")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's residency limits")
+def test_a_grid_the_gpu_cannot_hold_at_once_is_refused(qwen3_dir):
+    """Barriers wait for every program, so a grid larger than the GPU holds at once would wait for programs that
+    never start: refused with the limit, before any launch. Two programs an SM at 4 warps fit."""
+    model = load_model(qwen3_dir, load_hf_config(qwen3_dir), torch.float32, DEVICE)
+    attn = model.layers[0].self_attn
+    caches = [torch.zeros(2, 4, PAGE, attn.num_kv_heads, attn.head_dim, device=DEVICE) for _ in model.layers]
+    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    with pytest.raises(ValueError, match=r"num_programs \(\d+\) exceeds the \d+ the GPU holds at once"):
+        PersistentDecode(model, caches, num_programs=64 * sms)
+    assert PersistentDecode(model, caches, num_programs=2 * sms, num_warps=4).num_programs == 2 * sms

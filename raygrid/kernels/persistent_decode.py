@@ -410,9 +410,11 @@ class PersistentDecode:
             H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down, SPLITS=self.splits,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
-            QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32", PREFETCH=prefetch, TIMED=timed, dtype=tl.bfloat16 if self.dtype == torch.bfloat16 else (
-                tl.float16 if self.dtype == torch.float16 else tl.float32),
+            QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32", PREFETCH=prefetch,
+            TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
+        if device.type == "cuda":
+            self._check_residency(device)
 
     @staticmethod
     def unsupported(model, kv_caches: list[torch.Tensor]) -> str | None:
@@ -446,15 +448,40 @@ class PersistentDecode:
             return "the model needs its embedding and final norm in the cache's dtype"
         return None
 
+    def _arguments(self, input_ids, positions, slot_mapping, block_tables, seq_lens) -> tuple:
+        return (self.table, self.embed, self.final_norm, self.cos, self.sin, input_ids, positions, slot_mapping, block_tables,
+                seq_lens, self.qkv, self.q, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters,
+                self.error, self.times, self.table.shape[0], self.v_offset, self.scale, self.eps)
+
+    def _check_residency(self, device: torch.device) -> None:
+        """Refuse a grid the GPU cannot hold at once: its barriers would wait for programs that never start. One
+        program an SM always fits (a compiled program fits an SM); more are checked against the compiled kernel's
+        registers and shared memory (Triton's driver reports the SM's)."""
+        from triton.runtime import driver
+
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        if self.num_programs <= sms:
+            return
+        step = torch.zeros(1, dtype=torch.long, device=device)
+        kernel = _persistent_decode_kernel.warmup(
+            *self._arguments(step, step, step, torch.zeros(1, 1, dtype=torch.int32, device=device), step.int()),
+            grid=(self.num_programs,), **self.launch, **self.constexprs)
+        kernel._init_handles()
+        sm = driver.active.utils.get_device_properties(device.index if device.index is not None else torch.cuda.current_device())
+        warps = self.launch["num_warps"]
+        registers = -(-kernel.n_regs * 32 // 256) * 256 * warps  # allocated a warp at a time, 256 at once
+        per_sm = min(sm["max_num_regs"] // max(registers, 1), sm["max_shared_mem"] // max(kernel.metadata.shared, 1),
+                     64 // warps)
+        if self.num_programs > per_sm * sms:
+            raise ValueError(f"persistent decode: num_programs ({self.num_programs}) exceeds the {per_sm * sms} the GPU "
+                             f"holds at once ({per_sm} an SM at {kernel.n_regs} registers a thread and "
+                             f"{kernel.metadata.shared} bytes of shared memory)")
+
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
                  block_tables: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
         """The final hidden state ``[1, hidden]`` of one sequence's one new token (``seq_lens[0]`` counts it)."""
         _persistent_decode_kernel[(self.num_programs,)](
-            self.table, self.embed, self.final_norm, self.cos, self.sin, input_ids, positions, slot_mapping, block_tables,
-            seq_lens, self.qkv, self.q, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters,
-            self.error, self.times,
-            self.table.shape[0], self.v_offset, self.scale, self.eps, **self.launch, **self.constexprs,
-        )
+            *self._arguments(input_ids, positions, slot_mapping, block_tables, seq_lens), **self.launch, **self.constexprs)
         return self.out
 
     def stage_us(self) -> list[float]:
