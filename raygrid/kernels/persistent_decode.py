@@ -35,9 +35,10 @@ import triton.language as tl
 
 from raygrid.kernels.triton_attention import _attend_tile
 
-# The longest context (this token included) the engine takes this pass for: beyond it the layer-by-layer pass, whose
-# decode attention streams the cache faster than one program an SM does (benchmarks/README.md).
-MAX_CONTEXT = 16384
+# The longest context (this token included) the engine takes this pass for. Measured faster than the layer-by-layer
+# pass up to 32k on an H200 (1.09x there); beyond, attention's share grows, and the layer-by-layer pass's split
+# decode launch reads the cache faster (about 4.4 against 3.4 TB/s; benchmarks/README.md).
+MAX_CONTEXT = 32768
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (about a second)
 # The layer's tensors, in this order in each row of the pointer table.
 W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
@@ -341,17 +342,20 @@ class PersistentDecode:
     state ``[1, hidden]`` (after the model's last norm), as the model's forward would.
 
     The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if
-    either is replaced. ``num_programs`` (default: one an SM; one under the interpreter) and ``splits`` (slices of
-    the context a kv head; default: as many as fill the programs), ``block_n`` (keys a step), ``num_warps``,
-    ``num_stages``, ``prefetch`` (the attention loop loads the next keys and values itself, rather than Triton's
-    pipelining), and the units' sizes (``rows_per_unit`` of every product, ``heads_per_slice`` of o_proj's and
-    ``down_slice`` of down_proj's K) exist for tests and benchmarks; with ``timed`` (GPU only) each pass records when each stage ended
-    (``stage_us``)."""
+    either is replaced. The launch's defaults are the fastest measured on an H200 (benchmarks/README.md, "A lone
+    request's decode pass as one persistent kernel"): two programs an SM of 4 warps where the GPU holds them at once
+    (else one an SM), 64 keys a step, products in units of 16 rows at Qwen3-0.6B's width. The arguments exist for
+    tests and benchmarks: ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a kv head;
+    default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``prefetch`` (the attention
+    loop loads the next keys and values itself, rather than Triton's pipelining), the units' sizes
+    (``rows_per_unit`` of every product, ``heads_per_slice`` of o_proj's K, ``down_slice`` of down_proj's K), and
+    ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``)."""
 
     max_context = MAX_CONTEXT
+    programs_per_sm = 2
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
-                 block_n: int = 128, num_warps: int = 8, num_stages: int = 2, prefetch: bool = False, timed: bool = False,
+                 block_n: int = 64, num_warps: int = 4, num_stages: int = 2, prefetch: bool = False, timed: bool = False,
                  rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
@@ -366,15 +370,9 @@ class PersistentDecode:
         self.eps, self.scale, self.qk_norm = float(config.rms_norm_eps), float(attn.attn.scale), attn.q_norm is not None
         self.page = kv_caches[0].shape[2]
         self.v_offset = kv_caches[0][1].data_ptr() // self.dtype.itemsize - kv_caches[0][0].data_ptr() // self.dtype.itemsize
-        if num_programs is None:
-            num_programs = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        self.num_programs = num_programs
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
-        self.splits = splits or max(1, 1 << (max(1, num_programs // self.kv_heads).bit_length() - 1))
-        if not _power_of_2(self.splits):
-            raise ValueError(f"persistent decode: splits must be a power of 2, got {self.splits}")
-        # A unit's weight tile is at most 32K elements: 64 KiB of bf16, 64 registers a thread at 8 warps.
-        self.bn = rows_per_unit or max(16, min(64, 32768 // self.hidden))
+        # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
+        self.bn = rows_per_unit or max(16, min(64, 16384 // self.hidden))
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
         self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn))
         for name, value in (("rows_per_unit", self.bn), ("heads_per_slice", self.heads_per_slice), ("down_slice", self.ks_down)):
@@ -397,8 +395,6 @@ class PersistentDecode:
         qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
         self.qkv = torch.empty(qkv_width, dtype=self.dtype, device=device)
         self.q = torch.empty(self.heads, self.head_dim, dtype=self.dtype, device=device)
-        self.part = torch.empty(self.heads * self.splits, self.head_dim, **f32)
-        self.lse = torch.empty(self.heads * self.splits, **f32)
         self.po = torch.empty(slices_o, self.hidden, **f32)
         self.act = torch.empty(self.inter, dtype=self.dtype, device=device)
         self.pd = torch.empty(slices_down, self.hidden, **f32)
@@ -408,13 +404,33 @@ class PersistentDecode:
         self.times = torch.zeros(5 * len(model.layers) + 1, dtype=torch.int64, device=device)
         self.constexprs = dict(
             H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
-            HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down, SPLITS=self.splits,
+            HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32", PREFETCH=prefetch,
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
-        if device.type == "cuda":
-            self._check_residency(device)
+        if device.type != "cuda":
+            self._configure(num_programs or 1, splits)
+            return
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self._configure(num_programs or self.programs_per_sm * sms, splits)
+        held = self._programs_held(device, sms)
+        if self.num_programs > held:
+            if num_programs is not None:
+                raise ValueError(f"persistent decode: num_programs ({num_programs}) exceeds the {held} the GPU holds at "
+                                 "once: its barriers would wait for programs that never start")
+            self._configure(sms, splits)  # one an SM always fits: a compiled program fits an SM
+
+    def _configure(self, num_programs: int, splits: int | None) -> None:
+        """The grid, and the context's slices a kv head (as many as fill it), with their scratch."""
+        self.num_programs = num_programs
+        self.splits = splits or max(1, 1 << (max(1, num_programs // self.kv_heads).bit_length() - 1))
+        if not _power_of_2(self.splits):
+            raise ValueError(f"persistent decode: splits must be a power of 2, got {self.splits}")
+        device = self.table.device
+        self.part = torch.empty(self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
+        self.lse = torch.empty(self.heads * self.splits, dtype=torch.float32, device=device)
+        self.constexprs["SPLITS"] = self.splits
 
     @staticmethod
     def unsupported(model, kv_caches: list[torch.Tensor]) -> str | None:
@@ -453,15 +469,11 @@ class PersistentDecode:
                 seq_lens, self.qkv, self.q, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters,
                 self.error, self.times, self.table.shape[0], self.v_offset, self.scale, self.eps)
 
-    def _check_residency(self, device: torch.device) -> None:
-        """Refuse a grid the GPU cannot hold at once: its barriers would wait for programs that never start. One
-        program an SM always fits (a compiled program fits an SM); more are checked against the compiled kernel's
-        registers and shared memory (Triton's driver reports the SM's)."""
+    def _programs_held(self, device: torch.device, sms: int) -> int:
+        """How many programs of this launch the GPU holds at once, from the compiled kernel's registers and shared
+        memory and the SM's (as Triton's driver reports them). A grid beyond it would never finish its barriers."""
         from triton.runtime import driver
 
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        if self.num_programs <= sms:
-            return
         step = torch.zeros(1, dtype=torch.long, device=device)
         kernel = _persistent_decode_kernel.warmup(
             *self._arguments(step, step, step, torch.zeros(1, 1, dtype=torch.int32, device=device), step.int()),
@@ -472,10 +484,7 @@ class PersistentDecode:
         registers = -(-kernel.n_regs * 32 // 256) * 256 * warps  # allocated a warp at a time, 256 at once
         per_sm = min(sm["max_num_regs"] // max(registers, 1), sm["max_shared_mem"] // max(kernel.metadata.shared, 1),
                      64 // warps)
-        if self.num_programs > per_sm * sms:
-            raise ValueError(f"persistent decode: num_programs ({self.num_programs}) exceeds the {per_sm * sms} the GPU "
-                             f"holds at once ({per_sm} an SM at {kernel.n_regs} registers a thread and "
-                             f"{kernel.metadata.shared} bytes of shared memory)")
+        return max(per_sm, 1) * sms
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
                  block_tables: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
