@@ -2,9 +2,9 @@
 
 At batch 1 a decode pass is a chain of about ten short kernels a layer, and each kernel boundary costs about 3.3 us
 even with PDL and the weights in L2: on Qwen3-0.6B that is most of the step at short contexts, and a third of it at
-32k (benchmarks/README.md, "A batch-1 layer as one persistent kernel"). Here one program an SM stays resident for
-the whole pass, and the stages of each layer meet at grid-wide barriers (an arrival counter in global memory,
-about 1 us) instead of kernel boundaries:
+32k (benchmarks/README.md, "A batch-1 layer as one persistent kernel"). Here the programs (two an SM, or one) stay
+resident for the whole pass, and the stages of each layer meet at grid-wide barriers (an arrival counter in global
+memory, about 1 us) instead of kernel boundaries:
 
 1. the residual add and RMSNorm, then qkv_proj (units of ``BN`` output rows);
 2. attention: Qwen3's q/k norms and the rotary embedding of this token's query and key, its key and value stored into
@@ -19,8 +19,9 @@ Roundings follow the engine's kernels: the residual stream, the norms, qkv, q an
 output, o_proj, gate and up, the activation and down_proj are each rounded to the model's dtype where the layer-by-
 layer pass rounds them, so the two agree to that dtype's rounding (tests compare them).
 
-The barrier needs every program resident at once: the grid is at most one program an SM, and the launch has no
-programmatic dependents (PDL), so nothing else holds an SM while it runs. A barrier that waits too long sets the
+The barrier needs every program resident at once: the grid is at most what the GPU holds at once (checked against
+the compiled kernel's registers and shared memory), and the launch has no programmatic dependents (PDL), so nothing
+else holds an SM while it runs. A barrier that waits too long sets the
 error flag rather than hang the GPU (``PersistentDecode.check``). Under Triton's interpreter the programs run one
 after another, so the grid there is one program, which does every unit; the barriers then pass at once.
 """
@@ -36,7 +37,7 @@ import triton.language as tl
 from raygrid.kernels.triton_attention import _attend_tile
 
 # The longest context (this token included) the engine takes this pass for. Measured faster than the layer-by-layer
-# pass up to 32k on an H200 (1.09x there); beyond, attention's share grows, and the layer-by-layer pass's split
+# pass up to 32k on an H200 (1.08 and 1.09x there, two commands); beyond, attention's share grows, and the layer-by-layer pass's split
 # decode launch reads the cache faster (about 4.4 against 3.4 TB/s; benchmarks/README.md).
 MAX_CONTEXT = 32768
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (about a second)
@@ -141,8 +142,7 @@ def _head_halves(qkv_ptr, first, count, norm_ptr, cos, sin, eps, BLOCK: tl.const
 def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
-                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr,
-                  dtype: tl.constexpr):
+                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
@@ -173,47 +173,17 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
     qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
-    if PREFETCH:  # each step asks for the next tile's keys and values before it works on its own
-        keys, values = _kv_tile(cache_ptr, v_offset, table_row_ptr, lo, hi, kvh, full, NKV, D, PAGE, BLOCK_N)
-        for start in range(lo, hi, BLOCK_N):
-            next_keys, next_values = _kv_tile(cache_ptr, v_offset, table_row_ptr, start + BLOCK_N, hi, kvh, full, NKV, D,
-                                              PAGE, BLOCK_N)
-            valid = start + tl.arange(0, BLOCK_N) < hi
-            s = tl.dot(q, tl.trans(keys), input_precision=DOT_PRECISION) * qk_scale
-            s = tl.where(valid[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.exp2(s - m_new[:, None])
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(dtype), values, input_precision=DOT_PRECISION)
-            m_i = m_new
-            keys, values = next_keys, next_values
-    else:
-        for start in range(lo, hi, BLOCK_N):
-            pos = start + tl.arange(0, BLOCK_N)
-            valid = pos < hi
-            m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, cache_ptr,
-                                         cache_ptr + v_offset, table_row_ptr, kvh, qk_scale, full, PAGE * NKV * D, NKV * D,
-                                         D, D, PAGE, DOT_PRECISION, False)
+    for start in range(lo, hi, BLOCK_N):
+        pos = start + tl.arange(0, BLOCK_N)
+        valid = pos < hi
+        m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, cache_ptr, cache_ptr + v_offset,
+                                     table_row_ptr, kvh, qk_scale, full, PAGE * NKV * D, NKV * D, D, D, PAGE,
+                                     DOT_PRECISION, False)
     row = (kvh * GROUP + groups) * SPLITS + split
     lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.maximum(l_i, 1e-30)), float("-inf"))
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(part_ptr + row[:, None] * D + full[None, :], out, mask=gmask)
     tl.store(lse_ptr + row, lse, mask=groups < GROUP)
-
-
-@triton.jit
-def _kv_tile(cache_ptr, v_offset, table_row_ptr, start, hi, kvh, dims, NKV: tl.constexpr, D: tl.constexpr,
-             PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Keys and values ``[BLOCK_N, D]`` of positions ``start ..`` (zeros from ``hi`` on), found through the block
-    table."""
-    pos = start + tl.arange(0, BLOCK_N)
-    valid = pos < hi
-    block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
-    rows = block * (PAGE * NKV * D) + (pos % PAGE) * (NKV * D) + kvh * D
-    where = cache_ptr + rows[:, None] + dims[None, :]
-    return (tl.load(where, mask=valid[:, None], other=0.0),
-            tl.load(where + v_offset, mask=valid[:, None], other=0.0))
 
 
 @triton.jit
@@ -253,7 +223,7 @@ def _persistent_decode_kernel(
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PREFETCH: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
+    TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, one program an SM (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -290,7 +260,7 @@ def _persistent_decode_kernel(
             _attend_slice(qkv_ptr, q_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, seq_len, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
-                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, PREFETCH, dtype)
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, dtype)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
@@ -346,8 +316,7 @@ class PersistentDecode:
     request's decode pass as one persistent kernel"): two programs an SM of 4 warps where the GPU holds them at once
     (else one an SM), 64 keys a step, products in units of 16 rows at Qwen3-0.6B's width. The arguments exist for
     tests and benchmarks: ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a kv head;
-    default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``prefetch`` (the attention
-    loop loads the next keys and values itself, rather than Triton's pipelining), the units' sizes
+    default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, the units' sizes
     (``rows_per_unit`` of every product, ``heads_per_slice`` of o_proj's K, ``down_slice`` of down_proj's K), and
     ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``)."""
 
@@ -355,7 +324,7 @@ class PersistentDecode:
     programs_per_sm = 2
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
-                 block_n: int = 64, num_warps: int = 4, num_stages: int = 2, prefetch: bool = False, timed: bool = False,
+                 block_n: int = 64, num_warps: int = 4, num_stages: int = 2, timed: bool = False,
                  rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
@@ -406,7 +375,7 @@ class PersistentDecode:
             H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
-            QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32", PREFETCH=prefetch,
+            QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
