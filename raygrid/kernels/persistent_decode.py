@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from raygrid.kernels.triton_attention import _attend_tile
+from raygrid.kernels.triton_attention import attend_range
 
 # The longest context (this token included) the engine takes this pass for. Measured faster than the layer-by-layer
 # pass up to 32k on an H200 (1.08 and 1.09x there, two commands); beyond, attention's share grows, and the layer-by-layer pass's split
@@ -169,16 +169,8 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
         tl.store(where + v_offset + full, tl.load(qkv_ptr + (NH + NKV + kvh) * D + full, cache_modifier=".cg"))
     tl.debug_barrier()
     q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
-    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
-    qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
-    for start in range(lo, hi, BLOCK_N):
-        pos = start + tl.arange(0, BLOCK_N)
-        valid = pos < hi
-        m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, cache_ptr, cache_ptr + v_offset,
-                                     table_row_ptr, kvh, qk_scale, full, PAGE * NKV * D, NKV * D, D, D, PAGE,
-                                     DOT_PRECISION, False)
+    m_i, l_i, acc = attend_range(q, lo, hi, cache_ptr, cache_ptr + v_offset, table_row_ptr, kvh, scale, full,
+                                 PAGE * NKV * D, NKV * D, D, BLOCK_G, D, BLOCK_N, D, PAGE, DOT_PRECISION, False)
     row = (kvh * GROUP + groups) * SPLITS + split
     lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.maximum(l_i, 1e-30)), float("-inf"))
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]

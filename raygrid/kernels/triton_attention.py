@@ -108,6 +108,25 @@ def _attend_tile(
 
 
 @triton.jit
+def attend_range(q, lo, hi, k_cache, v_cache, table_row_ptr, kvh, scale, dims, stride_cb, stride_cs, stride_ch,
+                 BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 PAGE: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr):
+    """The queries ``q`` ``[BLOCK_G, BLOCK_D]`` of one kv head over its keys at positions ``lo .. hi``, ``BLOCK_N`` a
+    step (``_attend_tile``): the running max, sum and unnormalized output (base 2) at the end."""
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
+    for start in range(lo, hi, BLOCK_N):
+        pos = start + tl.arange(0, BLOCK_N)
+        valid = pos < hi
+        m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, k_cache, v_cache, table_row_ptr,
+                                     kvh, qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, PAGE, DOT_PRECISION,
+                                     TMA)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
     scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
@@ -147,17 +166,8 @@ def _decode_kernel(
     q = tl.load(q_ptr + b * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=qmask, other=0.0)
     if FP16_COMPUTE:  # keys and values follow q's dtype
         q = q.to(tl.float16)
-    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
-    for start in range(lo, hi, BLOCK_N):
-        pos = start + tl.arange(0, BLOCK_N)
-        valid = pos < hi
-        m_i, l_i, acc = _attend_tile(
-            q, start, pos, valid, valid[None, :], m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr + b * stride_bt, kvh,
-            qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, PAGE, DOT_PRECISION, TMA,
-        )
+    m_i, l_i, acc = attend_range(q, lo, hi, k_cache_ptr, v_cache_ptr, block_tables_ptr + b * stride_bt, kvh, scale, dims,
+                                 stride_cb, stride_cs, stride_ch, BLOCK_G, BLOCK_D, BLOCK_N, HEAD_DIM, PAGE, DOT_PRECISION, TMA)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # padding rows (seq_len 0) and empty splits: zeros
     if SPLITS == 1 or slices <= 1:
         tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
