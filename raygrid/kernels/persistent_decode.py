@@ -40,7 +40,7 @@ from raygrid.kernels.triton_attention import attend_range
 # pass up to 32k on an H200 (1.08 and 1.09x there, two commands); beyond, attention's share grows, and the layer-by-layer pass's split
 # decode launch reads the cache faster (about 4.4 against 3.4 TB/s; benchmarks/README.md).
 MAX_CONTEXT = 32768
-MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (about a second)
+MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (a few seconds)
 # The layer's tensors, in this order in each row of the pointer table.
 W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
 
@@ -217,7 +217,7 @@ def _persistent_decode_kernel(
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
     TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
-    """The pass over ``LAYERS`` layers, one program an SM (see the module's docstring for the stages). ``TIMED``
+    """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
