@@ -22,13 +22,16 @@ import torch
 triton = pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
 KERNEL_MODULES = ["triton_allreduce", "triton_attention", "triton_linear", "triton_moe", "triton_ops", "triton_quant",
-                  "triton_sampling"]
+                  "triton_sampling", "persistent_decode"]
 
 
 def describe(value):
+    from triton import language as tl
     from triton.runtime.jit import mangle_type
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    if isinstance(value, tl.dtype):  # a constexpr naming the dtype a kernel computes in
+        return {"tl_dtype": str(value)}
     if isinstance(value, TensorDescriptor):  # a bulk-copy (TMA) descriptor: its type names dtype and block
         return {"descriptor": mangle_type(value)}
     if isinstance(value, torch.Tensor):
@@ -126,6 +129,28 @@ def exercise_every_kernel() -> None:
         for two_shot in (False, True):
             triton_allreduce.launch_all_reduce(two_shot, x.flatten(), x.flatten().clone(), buffers, 1024, 4096, 0, 2, 3,
                                                compile_only=True)
+        run_persistent_decode_once(dtype)
+
+
+def run_persistent_decode_once(dtype: torch.dtype) -> None:
+    """One pass of the one-launch decode kernel over a tiny Qwen3 of zeros (its launch is what counts here)."""
+    from transformers import Qwen3Config
+
+    from raygrid.kernels.persistent_decode import PersistentDecode
+    from raygrid.models.qwen3 import Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
+    model = Qwen3ForCausalLM(config).to(dtype)
+    for module in model.modules():
+        if hasattr(module, "cos_cache"):
+            module.float()
+    for param in model.parameters():
+        param.data.zero_()
+    caches = [torch.zeros(2, 4, 16, 2, 16, dtype=dtype)]
+    ids = torch.tensor([3])
+    PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2, down_slice=32)(
+        ids, ids.clone(), torch.tensor([19]), torch.tensor([[0, 1]], dtype=torch.int32), torch.tensor([4], dtype=torch.int32))
 
 
 # Built in a fresh process: under the interpreter, the kernels' jit helpers are interpreted functions, which the
@@ -133,6 +158,7 @@ def exercise_every_kernel() -> None:
 BUILD = textwrap.dedent('''
     import importlib, json, sys
     import torch
+    from triton import language as tl
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -148,7 +174,9 @@ BUILD = textwrap.dedent('''
         signature, constexprs = {}, {}
         for param in kernel.params:
             arg = launch["args"].get(param.name, {"value": param.default})
-            if param.is_constexpr or arg.get("value", 0) is None or isinstance(arg.get("value"), str):
+            if "tl_dtype" in arg:
+                signature[param.name], constexprs[param.name] = "constexpr", tl.dtype(arg["tl_dtype"])
+            elif param.is_constexpr or arg.get("value", 0) is None or isinstance(arg.get("value"), str):
                 signature[param.name], constexprs[param.name] = "constexpr", arg.get("value")
             elif "tensor" in arg:
                 signature[param.name] = "*" + TYPES[arg["tensor"]]
