@@ -11,23 +11,11 @@ import torch
 pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
 from raygrid.kernels.persistent_decode import PersistentDecode  # noqa: E402
-from raygrid.models.layers.attention import AttentionMetadata  # noqa: E402
+from raygrid.engine.memory_profile import sequence_metadata  # noqa: E402
 from raygrid.models.loader import load_hf_config, load_model  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 PAGE = 16
-
-
-def step_metadata(block_table: torch.Tensor, start: int, count: int) -> tuple[torch.Tensor, AttentionMetadata]:
-    """Positions and metadata of ``count`` tokens of one sequence from position ``start``."""
-    positions = torch.arange(start, start + count, device=DEVICE)
-    slots = block_table[0, positions // PAGE].long() * PAGE + positions % PAGE
-    seq_len = start + count
-    return positions, AttentionMetadata(
-        slot_mapping=slots, block_tables=block_table, seq_lens=[seq_len], query_start_loc=[0, count], max_query_len=count,
-        seq_lens_tensor=torch.tensor([seq_len], dtype=torch.int32, device=DEVICE),
-        query_start_loc_tensor=torch.tensor([0, count], dtype=torch.int32, device=DEVICE),
-        decode_order=torch.zeros(1, dtype=torch.int32, device=DEVICE))
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama"])
@@ -48,10 +36,10 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
         ids = torch.randint(3, model.config.vocab_size, (context + 1,), generator=generator).to(DEVICE)
         table = (torch.randperm(num_blocks - 1, generator=generator)[:11] + 1).to(torch.int32)[None, :].to(DEVICE)
         with torch.inference_mode():
-            positions, meta = step_metadata(table, 0, context)
+            positions, meta = sequence_metadata(table, 0, context, PAGE)
             model(ids[:context], positions, caches, meta)  # the prompt's keys and values
             expected_caches = [c.clone() for c in caches]
-            positions, meta = step_metadata(table, context, 1)
+            positions, meta = sequence_metadata(table, context, 1, PAGE)
             expected = model(ids[context:], positions, expected_caches, meta)
             for splits in (1, 4):
                 ours = [c.clone() for c in caches]

@@ -19,16 +19,15 @@ Each ``--variant`` is a JSON of ``PersistentDecode`` keyword arguments (``num_wa
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import subprocess
 import tempfile
 from pathlib import Path
 
 import torch
 
 from raygrid.bench.kernel_timing import chain_us
+from raygrid.bench.throughput import provenance
+from raygrid.engine.memory_profile import sequence_metadata
 from raygrid.kernels.persistent_decode import PersistentDecode
 from raygrid.models.default_model import build_tokenizer, qwen3_0_6b_config, write_config_only
 from raygrid.models.layers.attention import AttentionMetadata
@@ -38,23 +37,15 @@ PAGE = 64
 FLOOR_BYTES_PER_S = 4.2e12
 
 
-def decode_inputs(context: int, num_blocks: int, device) -> dict:
-    """One sequence whose ``context`` cached tokens lie in random pages, and its next token at position ``context``."""
+def decode_inputs(context: int, num_blocks: int, device) -> tuple[dict, AttentionMetadata]:
+    """One sequence whose ``context`` cached tokens lie in random pages, and its next token at position ``context``:
+    the launch's inputs, and the model's metadata for the same step."""
     pages = -(-(context + 1) // PAGE)
     blocks = (torch.randperm(num_blocks - 1, device=device)[:pages] + 1).to(torch.int32)[None, :]
-    position = torch.tensor([context], device=device)
-    slot = blocks[0, context // PAGE].long() * PAGE + context % PAGE
-    return dict(ids=torch.tensor([17], device=device), positions=position, slot_mapping=slot.reshape(1),
-                block_tables=blocks, seq_lens=torch.tensor([context + 1], dtype=torch.int32, device=device))
-
-
-def metadata(inputs: dict) -> AttentionMetadata:
-    seq_len = int(inputs["seq_lens"][0])
-    device = inputs["ids"].device
-    return AttentionMetadata(slot_mapping=inputs["slot_mapping"], block_tables=inputs["block_tables"], seq_lens=[seq_len],
-                             query_start_loc=[0, 1], max_query_len=1, seq_lens_tensor=inputs["seq_lens"],
-                             query_start_loc_tensor=torch.tensor([0, 1], dtype=torch.int32, device=device),
-                             decode_order=torch.zeros(1, dtype=torch.int32, device=device))
+    positions, meta = sequence_metadata(blocks, context, 1, PAGE)
+    inputs = dict(ids=torch.tensor([17], device=device), positions=positions, slot_mapping=meta.slot_mapping,
+                  block_tables=blocks, seq_lens=meta.seq_lens_tensor)
+    return inputs, meta
 
 
 def run_variant(model, caches, inputs: dict, variant: dict, ref: torch.Tensor, ref_kv: list, engine_us: float,
@@ -80,15 +71,6 @@ def run_variant(model, caches, inputs: dict, variant: dict, ref: torch.Tensor, r
                 stage_us_one_pass=dict(zip(("qkv", "attention", "o_proj", "gate_up", "down"), timed.stage_us())))
 
 
-def git_commit() -> str:
-    if os.environ.get("RAYGRID_GIT_COMMIT"):
-        return os.environ["RAYGRID_GIT_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("output_json")
@@ -111,8 +93,7 @@ def main() -> None:
     variants = [{}] + [json.loads(v) for v in args.variant]
     rows = []
     for context in args.contexts:
-        inputs = decode_inputs(context, num_blocks, device)
-        meta = metadata(inputs)
+        inputs, meta = decode_inputs(context, num_blocks, device)
         kv_bytes = 2 * len(model.layers) * context * attn.num_kv_heads * attn.head_dim * 2
         row = dict(context=context, floor_us=(weight_bytes + kv_bytes) / FLOOR_BYTES_PER_S * 1e6, variants=[])
         with torch.inference_mode():
@@ -128,9 +109,7 @@ def main() -> None:
                     row["variants"].append(dict(variant=variant, error=f"{type(error).__name__}: {error}"[:500]))
                 print(context, f"engine {row['engine_us']:.1f} us, floor {row['floor_us']:.1f} us:", row["variants"][-1], flush=True)
         rows.append(row)
-    result = dict(script="benchmarks/scripts/persistent_decode_pass.py", git_commit=git_commit(),
-                  date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
+    result = dict(provenance(), torch=torch.__version__, triton=__import__("triton").__version__,
                   model="Qwen3-0.6B shape, random (dummy) bf16 weights", rows=rows)
     Path(args.output_json).write_text(json.dumps(result, indent=1))
 

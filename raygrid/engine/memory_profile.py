@@ -101,15 +101,24 @@ def single_sequence_metadata(num_tokens: int, block_size: int, device: torch.dev
     kernel compiles a variant for each dtype it is given, and the memory profile's pass should compile the ones
     that steps launch, not one that users' first prompts then wait for (benchmarks/README.md)."""
     blocks = -(-num_tokens // block_size)
-    positions = torch.arange(num_tokens, device=device)
-    return AttentionMetadata(
-        slot_mapping=positions + first_block * block_size,
-        block_tables=torch.arange(first_block, first_block + blocks, dtype=torch.int32, device=device)[None, :],
-        seq_lens=[num_tokens],
-        query_start_loc=[0, num_tokens],
-        max_query_len=num_tokens,
-        seq_lens_tensor=torch.tensor([num_tokens], dtype=torch.int32, device=device),
-        query_start_loc_tensor=torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
+    table = torch.arange(first_block, first_block + blocks, dtype=torch.int32, device=device)[None, :]
+    return sequence_metadata(table, 0, num_tokens, block_size)[1]
+
+
+def sequence_metadata(block_table: torch.Tensor, start: int, count: int, block_size: int) -> tuple[torch.Tensor, AttentionMetadata]:
+    """Positions and attention inputs of ``count`` tokens of one sequence from position ``start``, whose blocks are
+    ``block_table`` (``[1, blocks]`` int32, on the tokens' device): a prompt chunk, or one decode token."""
+    device = block_table.device
+    positions = torch.arange(start, start + count, device=device)
+    seq_len = start + count
+    return positions, AttentionMetadata(
+        slot_mapping=block_table[0, positions // block_size].long() * block_size + positions % block_size,
+        block_tables=block_table,
+        seq_lens=[seq_len],
+        query_start_loc=[0, count],
+        max_query_len=count,
+        seq_lens_tensor=torch.tensor([seq_len], dtype=torch.int32, device=device),
+        query_start_loc_tensor=torch.tensor([0, count], dtype=torch.int32, device=device),
         decode_order=torch.zeros(1, dtype=torch.int32, device=device),  # a decode pass (one token) launches as steps do
     )
 
