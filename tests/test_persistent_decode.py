@@ -41,11 +41,11 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             expected_caches = [c.clone() for c in caches]
             positions, meta = sequence_metadata(table, context, 1, PAGE)
             expected = model(ids[context:], positions, expected_caches, meta)
-            for splits in (1, 4):
+            for splits, qreg in ((1, False), (3, True)):
                 ours = [c.clone() for c in caches]
                 # Small units, so that every product has several column blocks and slices of K (down_proj's last
                 # one part empty on the Llama, whose intermediate size is 160).
-                runner = PersistentDecode(model, ours, splits=splits, block_n=16, rows_per_unit=16, heads_per_slice=1,
+                runner = PersistentDecode(model, ours, splits=splits, block_n=16, rows_per_unit=16, heads_per_slice=1, q_in_registers=qreg,
                                           down_slice=32)
                 hidden = runner(ids[context:], positions, meta.slot_mapping, table, meta.seq_lens_tensor)
                 torch.testing.assert_close(hidden, expected, atol=2e-5, rtol=1e-4)

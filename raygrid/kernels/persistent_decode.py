@@ -72,12 +72,43 @@ def _record_time(times_ptr, index, pid, TIMED: tl.constexpr):
 
 
 @triton.jit
-def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+def _prefetch(address, nbytes, pid, G, LINES: tl.constexpr):
+    """This program's share of ``[address, address + nbytes)`` asked into L2, ``LINES`` 128-byte lines at a time;
+    nothing waits for it."""
+    total = tl.cdiv(nbytes, 128)
+    for first in range(pid * LINES, total, G * LINES):
+        lines = tl.minimum(first + tl.arange(0, LINES), total - 1)
+        tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [address + lines * 128],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr, ahead=0, ahead_bytes=0,
+               ahead2=0, ahead2_bytes=0, PREFETCH: tl.constexpr = False):
     """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
     sync += 1
-    _grid_sync(counter_ptr, err_ptr, sync * G)
+    if PREFETCH:
+        tl.debug_barrier()
+        tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+        _prefetch(ahead, ahead_bytes, pid, G, 256)
+        _prefetch(ahead2, ahead2_bytes, pid, G, 256)
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        spins = 0
+        while (seen < sync * G) & (spins < MAX_SPINS):
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+            spins += 1
+        if spins >= MAX_SPINS:
+            tl.store(err_ptr, 1)
+        tl.debug_barrier()
+    else:
+        _grid_sync(counter_ptr, err_ptr, sync * G)
     _record_time(times_ptr, sync, pid, TIMED)
     return sync
+
+
+@triton.jit
+def _address(table_ptr, layer, which: tl.constexpr):
+    return tl.load(table_ptr + layer * TABLE_WIDTH + which)
 
 
 @triton.jit
@@ -142,7 +173,8 @@ def _head_halves(qkv_ptr, first, count, norm_ptr, cos, sin, eps, BLOCK: tl.const
 def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
-                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, dtype: tl.constexpr):
+                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, Q_REG: tl.constexpr,
+                  dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
@@ -154,10 +186,11 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     cos = tl.load(cos_ptr + position * D + dims)
     sin = tl.load(sin_ptr + position * D + dims)
     q1, q2 = _head_halves(qkv_ptr, kvh * GROUP, GROUP, qn_ptr, cos, sin, eps, BLOCK_G, HALF, QK_NORM, dtype)
-    rows = q_ptr + (kvh * GROUP + groups)[:, None] * D + dims[None, :]
     gmask = (groups < GROUP)[:, None]
-    tl.store(rows, q1.to(dtype), mask=gmask)
-    tl.store(rows + HALF, q2.to(dtype), mask=gmask)
+    if not Q_REG:
+        rows = q_ptr + (kvh * GROUP + groups)[:, None] * D + dims[None, :]
+        tl.store(rows, q1.to(dtype), mask=gmask)
+        tl.store(rows + HALF, q2.to(dtype), mask=gmask)
     per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
     lo = split * per_split
     hi = tl.minimum(seq_len, lo + per_split)
@@ -167,8 +200,11 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
         tl.store(where + dims, tl.reshape(k1, (HALF,)).to(dtype))
         tl.store(where + HALF + dims, tl.reshape(k2, (HALF,)).to(dtype))
         tl.store(where + v_offset + full, tl.load(qkv_ptr + (NH + NKV + kvh) * D + full, cache_modifier=".cg"))
-    tl.debug_barrier()
-    q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
+    if Q_REG:
+        q = tl.reshape(tl.permute(tl.join(q1, q2), (0, 2, 1)), (BLOCK_G, D)).to(dtype)
+    else:
+        tl.debug_barrier()
+        q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
     m_i, l_i, acc = attend_range(q, lo, hi, cache_ptr, cache_ptr + v_offset, table_row_ptr, kvh, scale, full,
                                  PAGE * NKV * D, NKV * D, D, BLOCK_G, D, BLOCK_N, D, PAGE, DOT_PRECISION, False)
     row = (kvh * GROUP + groups) * SPLITS + split
@@ -180,19 +216,19 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
 
 @triton.jit
 def _attention_rows(part_ptr, lse_ptr, first_head, HPS: tl.constexpr, NH: tl.constexpr, D: tl.constexpr,
-                    SPLITS: tl.constexpr, dtype: tl.constexpr):
+                    SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, dtype: tl.constexpr):
     """Attention's output for heads ``first_head .. +HPS`` as one vector ``[HPS * D]`` in ``dtype``: each head's
     slices weighted by their share of the softmax."""
     heads = first_head + tl.arange(0, HPS)
-    splits = tl.arange(0, SPLITS)
+    splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, D)
-    hmask = heads < NH
-    lse = tl.load(lse_ptr + heads[:, None] * SPLITS + splits[None, :], mask=hmask[:, None], other=float("-inf"),
+    mask = (heads < NH)[:, None] & (splits < SPLITS)[None, :]
+    lse = tl.load(lse_ptr + heads[:, None] * SPLITS + splits[None, :], mask=mask, other=float("-inf"),
                   cache_modifier=".cg")
     top = tl.max(lse, 1)
     weight = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top)[:, None])
     rows = heads[:, None] * SPLITS + splits[None, :]
-    part = tl.load(part_ptr + rows[:, :, None] * D + dims[None, None, :], mask=hmask[:, None, None], other=0.0,
+    part = tl.load(part_ptr + rows[:, :, None] * D + dims[None, None, :], mask=mask[:, :, None], other=0.0,
                    cache_modifier=".cg")
     total = tl.sum(weight, 1)
     out = tl.sum(weight[:, :, None] * part, 1) / tl.where(total == 0.0, 1.0, total)[:, None]
@@ -214,8 +250,8 @@ def _persistent_decode_kernel(
     LAYERS, v_offset, scale, eps,
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TIMED: tl.constexpr, dtype: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    TIMED: tl.constexpr, Q_REG: tl.constexpr, PREFETCH: tl.constexpr, ELEM: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -252,16 +288,18 @@ def _persistent_decode_kernel(
             _attend_slice(qkv_ptr, q_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, seq_len, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
-                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, dtype)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, Q_REG, dtype)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED, _address(table_ptr, layer, W_O),
+                          H * NH * D * ELEM, _address(table_ptr, layer, W_GATE_UP), 2 * I * H * ELEM, PREFETCH)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
-            attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, dtype)
+            attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
             y, rows = _rows_times(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, attn, BN, HPS * D)
             tl.store(po_ptr + s * H + rows, y)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED, _address(table_ptr, layer, W_DOWN),
+                          H * I * ELEM, 0, 0, PREFETCH)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
@@ -275,7 +313,9 @@ def _persistent_decode_kernel(
             up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED,
+                          _address(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV),
+                          tl.where(layer + 1 < LAYERS, QKV * H * ELEM, 0), 0, 0, PREFETCH)
         # 5. down_proj (column block, slice of K)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         for u in range(pid, U_DOWN, G):
@@ -317,7 +357,9 @@ class PersistentDecode:
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
                  block_n: int = 64, num_warps: int = 4, num_stages: int = 2, timed: bool = False,
-                 rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None) -> None:
+                 rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None,
+                 programs_per_sm: int | None = None, max_registers: int | None = None, q_in_registers: bool = False,
+                 prefetch: bool = False) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -332,6 +374,9 @@ class PersistentDecode:
         self.page = kv_caches[0].shape[2]
         self.v_offset = kv_caches[0][1].data_ptr() // self.dtype.itemsize - kv_caches[0][0].data_ptr() // self.dtype.itemsize
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
+        if max_registers:
+            self.launch["maxnreg"] = max_registers
+        self.programs_per_sm = programs_per_sm or self.programs_per_sm
         # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
         self.bn = rows_per_unit or max(16, min(64, 16384 // self.hidden))
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
@@ -368,7 +413,8 @@ class PersistentDecode:
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
-            TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
+            TIMED=timed, Q_REG=q_in_registers, PREFETCH=prefetch and device.type == "cuda", ELEM=self.dtype.itemsize,
+            dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
             self._configure(num_programs or 1, splits)
@@ -386,12 +432,10 @@ class PersistentDecode:
         """The grid, and the context's slices a kv head (as many as fill it), with their scratch."""
         self.num_programs = num_programs
         self.splits = splits or max(1, 1 << (max(1, num_programs // self.kv_heads).bit_length() - 1))
-        if not _power_of_2(self.splits):
-            raise ValueError(f"persistent decode: splits must be a power of 2, got {self.splits}")
         device = self.table.device
         self.part = torch.empty(self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
         self.lse = torch.empty(self.heads * self.splits, dtype=torch.float32, device=device)
-        self.constexprs["SPLITS"] = self.splits
+        self.constexprs.update(SPLITS=self.splits, BLOCK_S=triton.next_power_of_2(self.splits))
 
     @staticmethod
     def unsupported(model, kv_caches: list[torch.Tensor]) -> str | None:
