@@ -185,6 +185,39 @@ def test_decode_padding_rows_are_zero(num_splits):
     assert torch.count_nonzero(out[1]) == 0 and torch.isfinite(out).all()
 
 
+@pytest.mark.skipif(not ON_GPU, reason="a cache half of more than 2**31 elements (8.6 GB): on the GPU only")
+def test_attention_reads_pages_past_2_31_elements_of_a_cache_half():
+    """A model of few layers on a large GPU gets a KV half of more than 2**31 elements a layer, so a page's offset
+    there needs 64 bits. Two sequences in the pool's last pages, written by store_kv, then read by decode (rows
+    gathered through the table, 1 and 3 slices) and by prefill, each against the reference."""
+    block_size, heads, kv_heads, head_dim, dtype = 16, 4, 1, 128, torch.bfloat16
+    num_blocks = 2**31 // (block_size * kv_heads * head_dim) + 64
+    cache = torch.zeros(2, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=DEVICE)
+    seq_lens = [200, 500]
+    pages = [-(-n // block_size) for n in seq_lens]
+    tables = torch.zeros(2, max(pages), dtype=torch.int32)
+    tables[0, : pages[0]] = torch.arange(num_blocks - pages[0], num_blocks)
+    tables[1, : pages[1]] = torch.arange(num_blocks - pages[0] - pages[1], num_blocks - pages[0]).flip(0)
+    tables = tables.to(DEVICE)
+    slots = torch.cat([(tables[i, : pages[i], None].long() * block_size + torch.arange(block_size, device=DEVICE)).flatten()[:n]
+                       for i, n in enumerate(seq_lens)])
+    keys, values = (torch.randn(len(slots), kv_heads, head_dim, dtype=dtype, device=DEVICE) for _ in range(2))
+    store_kv(keys, values, cache, slots)
+    assert torch.equal(cache[0].view(-1, kv_heads, head_dim)[slots], keys)
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    scale = head_dim**-0.5
+    query = torch.randn(2, heads, head_dim, dtype=dtype, device=DEVICE)
+    expected = paged_attention_ref(query, cache, tables, seq_lens, [0, 1, 2], scale)
+    for splits in (1, 3):
+        got = paged_attention_decode(query, cache, tables, lens, scale, num_splits=splits, min_split_tokens=64)
+        torch.testing.assert_close(got, expected, **tol(dtype))
+    starts = [0, 30, 60]  # the last 30 tokens of each sequence as new queries
+    prompt = torch.randn(60, heads, head_dim, dtype=dtype, device=DEVICE)
+    expected = paged_attention_ref(prompt, cache, tables, seq_lens, starts, scale)
+    got = paged_attention_prefill(prompt, cache, tables, lens, torch.tensor(starts, dtype=torch.int32, device=DEVICE), scale)
+    torch.testing.assert_close(got, expected, **tol(dtype))
+
+
 # pack: query heads of one kv head that share a program (1, or both heads of a group of two).
 @pytest.mark.parametrize("pack", [1, 2])
 @pytest.mark.parametrize("dtype", DTYPES)

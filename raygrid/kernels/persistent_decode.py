@@ -78,32 +78,61 @@ def _prefetch(address, nbytes, pid, G, LINES: tl.constexpr):
     total = tl.cdiv(nbytes, 128)
     for first in range(pid * LINES, total, G * LINES):
         lines = tl.minimum(first + tl.arange(0, LINES), total - 1)
-        tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [address + lines * 128],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+        _prefetch_lines(address + lines * 128)
 
 
 @triton.jit
-def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr, ahead=0, ahead_bytes=0,
-               ahead2=0, ahead2_bytes=0, PREFETCH: tl.constexpr = False):
-    """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
-    sync += 1
-    if PREFETCH:
-        tl.debug_barrier()
-        tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
-        _prefetch(ahead, ahead_bytes, pid, G, 256)
-        _prefetch(ahead2, ahead2_bytes, pid, G, 256)
+def _arrive(counter_ptr, sync):
+    """This program's arrival at the launch's ``sync + 1``-th barrier, after all its stores so far; returns its number."""
+    tl.debug_barrier()
+    tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+    return sync + 1
+
+
+@triton.jit
+def _wait(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+    """The wait at barrier ``sync`` for every program's arrival (``sync * G`` in all), timed with ``TIMED``."""
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    spins = 0
+    while (seen < sync * G) & (spins < MAX_SPINS):
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-        spins = 0
-        while (seen < sync * G) & (spins < MAX_SPINS):
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-            spins += 1
-        if spins >= MAX_SPINS:
-            tl.store(err_ptr, 1)
-        tl.debug_barrier()
-    else:
-        _grid_sync(counter_ptr, err_ptr, sync * G)
+        spins += 1
+    if spins >= MAX_SPINS:
+        tl.store(err_ptr, 1)
+    tl.debug_barrier()
     _record_time(times_ptr, sync, pid, TIMED)
+
+
+@triton.jit
+def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+    """The barrier after a stage, timed with ``TIMED``; returns its number."""
+    sync = _arrive(counter_ptr, sync)
+    _wait(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     return sync
+
+
+@triton.jit
+def _prefetch_kv(cache_address, v_offset, table_row_ptr, seq_len, pid, G, NKV: tl.constexpr, D: tl.constexpr,
+                 SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILES: tl.constexpr,
+                 ELEM: tl.constexpr):
+    """The first ``TILES`` tiles of keys and values of this program's attention units, asked into L2."""
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
+    for u in range(pid, NKV * SPLITS, G):
+        lo = (u // NKV) * per_split
+        hi = tl.minimum(tl.minimum(seq_len, lo + per_split), lo + TILES * BLOCK_N)
+        pos = lo + tl.arange(0, TILES * BLOCK_N)
+        pos = tl.where(pos < hi, pos, lo)
+        block = tl.load(table_row_ptr + pos // PAGE).to(tl.int64)
+        row = cache_address + ((block * PAGE + pos % PAGE) * (NKV * D) + (u % NKV) * D) * ELEM
+        for half in tl.static_range(0, D * ELEM, 128):
+            _prefetch_lines(row + half)
+            _prefetch_lines(row + half + v_offset * ELEM)
+
+
+@triton.jit
+def _prefetch_lines(addresses):
+    tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [addresses], dtype=tl.int32,
+                              is_pure=False, pack=1)
 
 
 @triton.jit
@@ -251,7 +280,8 @@ def _persistent_decode_kernel(
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TIMED: tl.constexpr, Q_REG: tl.constexpr, PREFETCH: tl.constexpr, ELEM: tl.constexpr, dtype: tl.constexpr,
+    TIMED: tl.constexpr, Q_REG: tl.constexpr, PREFETCH: tl.constexpr, KV_AHEAD: tl.constexpr, ELEM: tl.constexpr,
+    dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -270,6 +300,9 @@ def _persistent_decode_kernel(
     slot = tl.load(slot_ptr)
     seq_len = tl.load(seq_len_ptr)
     _record_time(times_ptr, 0, pid, TIMED)
+    if KV_AHEAD > 0:
+        _prefetch_kv(_address(table_ptr, 0, KV_CACHE), v_offset, block_row_ptr, seq_len, pid, G, NKV, D, SPLITS, BLOCK_N,
+                     PAGE, KV_AHEAD, ELEM)
     h = tl.load(embed_ptr + tl.load(ids_ptr) * H + tl.arange(0, H)).to(tl.float32)
     sync = 0
     for layer in range(LAYERS):
@@ -289,8 +322,7 @@ def _persistent_decode_kernel(
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, Q_REG, dtype)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED, _address(table_ptr, layer, W_O),
-                          H * NH * D * ELEM, _address(table_ptr, layer, W_GATE_UP), 2 * I * H * ELEM, PREFETCH)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         for u in range(pid, U_O, G):
@@ -298,8 +330,10 @@ def _persistent_decode_kernel(
             attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
             y, rows = _rows_times(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, attn, BN, HPS * D)
             tl.store(po_ptr + s * H + rows, y)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED, _address(table_ptr, layer, W_DOWN),
-                          H * I * ELEM, 0, 0, PREFETCH)
+        sync = _arrive(counter_ptr, sync)
+        if PREFETCH:
+            _prefetch(_address(table_ptr, layer, W_DOWN), H * I * ELEM, pid, G, 256)
+        _wait(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
@@ -313,9 +347,14 @@ def _persistent_decode_kernel(
             up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED,
-                          _address(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV),
-                          tl.where(layer + 1 < LAYERS, QKV * H * ELEM, 0), 0, 0, PREFETCH)
+        sync = _arrive(counter_ptr, sync)
+        if layer + 1 < LAYERS:
+            if PREFETCH:
+                _prefetch(_address(table_ptr, layer + 1, W_QKV), QKV * H * ELEM, pid, G, 256)
+            if KV_AHEAD > 0:
+                _prefetch_kv(_address(table_ptr, layer + 1, KV_CACHE), v_offset, block_row_ptr, seq_len, pid, G, NKV, D,
+                             SPLITS, BLOCK_N, PAGE, KV_AHEAD, ELEM)
+        _wait(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         for u in range(pid, U_DOWN, G):
@@ -359,7 +398,7 @@ class PersistentDecode:
                  block_n: int = 64, num_warps: int = 4, num_stages: int = 2, timed: bool = False,
                  rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None,
                  programs_per_sm: int | None = None, max_registers: int | None = None, q_in_registers: bool = False,
-                 prefetch: bool = False) -> None:
+                 prefetch: bool = False, kv_ahead: int = 0) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -413,7 +452,8 @@ class PersistentDecode:
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
-            TIMED=timed, Q_REG=q_in_registers, PREFETCH=prefetch and device.type == "cuda", ELEM=self.dtype.itemsize,
+            TIMED=timed, Q_REG=q_in_registers, PREFETCH=prefetch and device.type == "cuda",
+            KV_AHEAD=kv_ahead if device.type == "cuda" else 0, ELEM=self.dtype.itemsize,
             dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":

@@ -89,7 +89,7 @@ def _attend_tile(
         row = tl.load(table_row_ptr + start // PAGE) * PAGE + start % PAGE
         k = k_cache.load([row, kvh * HEAD_DIM]).to(q.dtype)
     else:
-        block = tl.load(table_row_ptr + pos // PAGE, mask=kv_valid, other=0)
+        block = tl.load(table_row_ptr + pos // PAGE, mask=kv_valid, other=0).to(tl.int64)  # past 2**31 elements
         offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
         kvmask = kv_valid[:, None] & (dims[None, :] < HEAD_DIM)
         k = tl.load(k_cache + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)
@@ -234,7 +234,7 @@ def _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_c
             block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
         else:
             block = tl.load(table_row_ptr + pos // PAGE)
-        offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
+        offsets = block.to(tl.int64) * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch  # past 2**31 elements
         return _load_tile(k_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(dtype), offsets
 
 
