@@ -36,9 +36,10 @@ import triton.language as tl
 
 from raygrid.kernels.triton_attention import attend_range
 
-# The longest context (this token included) the engine takes this pass for. Measured faster than the layer-by-layer
-# pass up to 32k on an H200 (1.08 and 1.09x there, two commands); beyond, attention's share grows, and the layer-by-layer pass's split
-# decode launch reads the cache faster (about 4.4 against 3.4 TB/s; benchmarks/README.md).
+# The longest context (this token included) the engine takes this pass for. On an H200 it was faster than the
+# layer-by-layer pass at 8k and 16k in every command (1.15 to 1.24x), and at about 32k it ties: 1.08 to 1.10x in three
+# commands, 0.96x in a fourth. Beyond, attention's share grows, and the layer-by-layer pass's split decode launch
+# reads the cache faster (about 4.4 against 3.4 TB/s; benchmarks/README.md).
 MAX_CONTEXT = 32768
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (a few seconds)
 # The layer's tensors, in this order in each row of the pointer table.
@@ -72,72 +73,12 @@ def _record_time(times_ptr, index, pid, TIMED: tl.constexpr):
 
 
 @triton.jit
-def _prefetch(address, nbytes, pid, G, LINES: tl.constexpr):
-    """This program's share of ``[address, address + nbytes)`` asked into L2, ``LINES`` 128-byte lines at a time;
-    nothing waits for it."""
-    total = tl.cdiv(nbytes, 128)
-    for first in range(pid * LINES, total, G * LINES):
-        lines = tl.minimum(first + tl.arange(0, LINES), total - 1)
-        _prefetch_lines(address + lines * 128)
-
-
-@triton.jit
-def _arrive(counter_ptr, sync):
-    """This program's arrival at the launch's ``sync + 1``-th barrier, after all its stores so far; returns its number."""
-    tl.debug_barrier()
-    tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
-    return sync + 1
-
-
-@triton.jit
-def _wait(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
-    """The wait at barrier ``sync`` for every program's arrival (``sync * G`` in all), timed with ``TIMED``."""
-    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-    spins = 0
-    while (seen < sync * G) & (spins < MAX_SPINS):
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-        spins += 1
-    if spins >= MAX_SPINS:
-        tl.store(err_ptr, 1)
-    tl.debug_barrier()
-    _record_time(times_ptr, sync, pid, TIMED)
-
-
-@triton.jit
 def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
-    """The barrier after a stage, timed with ``TIMED``; returns its number."""
-    sync = _arrive(counter_ptr, sync)
-    _wait(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+    """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
+    sync += 1
+    _grid_sync(counter_ptr, err_ptr, sync * G)
+    _record_time(times_ptr, sync, pid, TIMED)
     return sync
-
-
-@triton.jit
-def _prefetch_kv(cache_address, v_offset, table_row_ptr, seq_len, pid, G, NKV: tl.constexpr, D: tl.constexpr,
-                 SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILES: tl.constexpr,
-                 ELEM: tl.constexpr):
-    """The first ``TILES`` tiles of keys and values of this program's attention units, asked into L2."""
-    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
-    for u in range(pid, NKV * SPLITS, G):
-        lo = (u // NKV) * per_split
-        hi = tl.minimum(tl.minimum(seq_len, lo + per_split), lo + TILES * BLOCK_N)
-        pos = lo + tl.arange(0, TILES * BLOCK_N)
-        pos = tl.where(pos < hi, pos, lo)
-        block = tl.load(table_row_ptr + pos // PAGE).to(tl.int64)
-        row = cache_address + ((block * PAGE + pos % PAGE) * (NKV * D) + (u % NKV) * D) * ELEM
-        for half in tl.static_range(0, D * ELEM, 128):
-            _prefetch_lines(row + half)
-            _prefetch_lines(row + half + v_offset * ELEM)
-
-
-@triton.jit
-def _prefetch_lines(addresses):
-    tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [addresses], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
-def _address(table_ptr, layer, which: tl.constexpr):
-    return tl.load(table_ptr + layer * TABLE_WIDTH + which)
 
 
 @triton.jit
@@ -202,8 +143,7 @@ def _head_halves(qkv_ptr, first, count, norm_ptr, cos, sin, eps, BLOCK: tl.const
 def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
-                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, Q_REG: tl.constexpr,
-                  dtype: tl.constexpr):
+                  PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
@@ -215,11 +155,10 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     cos = tl.load(cos_ptr + position * D + dims)
     sin = tl.load(sin_ptr + position * D + dims)
     q1, q2 = _head_halves(qkv_ptr, kvh * GROUP, GROUP, qn_ptr, cos, sin, eps, BLOCK_G, HALF, QK_NORM, dtype)
+    rows = q_ptr + (kvh * GROUP + groups)[:, None] * D + dims[None, :]
     gmask = (groups < GROUP)[:, None]
-    if not Q_REG:
-        rows = q_ptr + (kvh * GROUP + groups)[:, None] * D + dims[None, :]
-        tl.store(rows, q1.to(dtype), mask=gmask)
-        tl.store(rows + HALF, q2.to(dtype), mask=gmask)
+    tl.store(rows, q1.to(dtype), mask=gmask)
+    tl.store(rows + HALF, q2.to(dtype), mask=gmask)
     per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
     lo = split * per_split
     hi = tl.minimum(seq_len, lo + per_split)
@@ -229,11 +168,8 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
         tl.store(where + dims, tl.reshape(k1, (HALF,)).to(dtype))
         tl.store(where + HALF + dims, tl.reshape(k2, (HALF,)).to(dtype))
         tl.store(where + v_offset + full, tl.load(qkv_ptr + (NH + NKV + kvh) * D + full, cache_modifier=".cg"))
-    if Q_REG:
-        q = tl.reshape(tl.permute(tl.join(q1, q2), (0, 2, 1)), (BLOCK_G, D)).to(dtype)
-    else:
-        tl.debug_barrier()
-        q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
+    tl.debug_barrier()
+    q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
     m_i, l_i, acc = attend_range(q, lo, hi, cache_ptr, cache_ptr + v_offset, table_row_ptr, kvh, scale, full,
                                  PAGE * NKV * D, NKV * D, D, BLOCK_G, D, BLOCK_N, D, PAGE, DOT_PRECISION, False)
     row = (kvh * GROUP + groups) * SPLITS + split
@@ -279,9 +215,8 @@ def _persistent_decode_kernel(
     LAYERS, v_offset, scale, eps,
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TIMED: tl.constexpr, Q_REG: tl.constexpr, PREFETCH: tl.constexpr, KV_AHEAD: tl.constexpr, ELEM: tl.constexpr,
-    dtype: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -300,9 +235,6 @@ def _persistent_decode_kernel(
     slot = tl.load(slot_ptr)
     seq_len = tl.load(seq_len_ptr)
     _record_time(times_ptr, 0, pid, TIMED)
-    if KV_AHEAD > 0:
-        _prefetch_kv(_address(table_ptr, 0, KV_CACHE), v_offset, block_row_ptr, seq_len, pid, G, NKV, D, SPLITS, BLOCK_N,
-                     PAGE, KV_AHEAD, ELEM)
     h = tl.load(embed_ptr + tl.load(ids_ptr) * H + tl.arange(0, H)).to(tl.float32)
     sync = 0
     for layer in range(LAYERS):
@@ -321,7 +253,7 @@ def _persistent_decode_kernel(
             _attend_slice(qkv_ptr, q_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, seq_len, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
-                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, Q_REG, dtype)
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, dtype)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
@@ -330,10 +262,7 @@ def _persistent_decode_kernel(
             attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
             y, rows = _rows_times(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, attn, BN, HPS * D)
             tl.store(po_ptr + s * H + rows, y)
-        sync = _arrive(counter_ptr, sync)
-        if PREFETCH:
-            _prefetch(_address(table_ptr, layer, W_DOWN), H * I * ELEM, pid, G, 256)
-        _wait(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
@@ -347,14 +276,7 @@ def _persistent_decode_kernel(
             up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
-        sync = _arrive(counter_ptr, sync)
-        if layer + 1 < LAYERS:
-            if PREFETCH:
-                _prefetch(_address(table_ptr, layer + 1, W_QKV), QKV * H * ELEM, pid, G, 256)
-            if KV_AHEAD > 0:
-                _prefetch_kv(_address(table_ptr, layer + 1, KV_CACHE), v_offset, block_row_ptr, seq_len, pid, G, NKV, D,
-                             SPLITS, BLOCK_N, PAGE, KV_AHEAD, ELEM)
-        _wait(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         for u in range(pid, U_DOWN, G):
@@ -396,9 +318,7 @@ class PersistentDecode:
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
                  block_n: int = 64, num_warps: int = 4, num_stages: int = 2, timed: bool = False,
-                 rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None,
-                 programs_per_sm: int | None = None, max_registers: int | None = None, q_in_registers: bool = False,
-                 prefetch: bool = False, kv_ahead: int = 0) -> None:
+                 rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -413,9 +333,6 @@ class PersistentDecode:
         self.page = kv_caches[0].shape[2]
         self.v_offset = kv_caches[0][1].data_ptr() // self.dtype.itemsize - kv_caches[0][0].data_ptr() // self.dtype.itemsize
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
-        if max_registers:
-            self.launch["maxnreg"] = max_registers
-        self.programs_per_sm = programs_per_sm or self.programs_per_sm
         # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
         self.bn = rows_per_unit or max(16, min(64, 16384 // self.hidden))
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
@@ -452,9 +369,7 @@ class PersistentDecode:
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
-            TIMED=timed, Q_REG=q_in_registers, PREFETCH=prefetch and device.type == "cuda",
-            KV_AHEAD=kv_ahead if device.type == "cuda" else 0, ELEM=self.dtype.itemsize,
-            dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
+            TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
             self._configure(num_programs or 1, splits)
