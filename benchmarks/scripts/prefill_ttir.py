@@ -41,7 +41,7 @@ def prefill_signature(kernel, values: dict, descriptor: str | None) -> tuple[dic
 def kernel_ops(subtiles: int, tma: bool, block_m: int) -> list[str]:
     kernel = triton_attention._prefill_kernel
     values = dict(QUERIES_PER_KV=2, HEAD_DIM=128, BLOCK_D=128, PAGE=64, BLOCK_M=block_m, BLOCK_N=64, PACK=2,
-                  DOT_PRECISION="tf32", FP16_COMPUTE=False, TMA=tma, SUBTILES=subtiles, PDL=True)
+                  DOT_PRECISION="tf32", FP16_COMPUTE=False, TMA=tma, WIDE=False, SUBTILES=subtiles, PDL=True)
     signature, constexprs = prefill_signature(kernel, values, "tensordesc<bf16[64, 128]>" if tma else None)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)

@@ -94,7 +94,7 @@ def main() -> None:
     launch = triton_attention.PREFILL_CONFIG
     constexprs = dict(QUERIES_PER_KV=2, HEAD_DIM=128, BLOCK_D=128, PAGE=64, BLOCK_M=launch["block_m"],
                       BLOCK_N=launch["block_n"], PACK=launch["pack"], DOT_PRECISION="tf32", FP16_COMPUTE=False,
-                      TMA=True, SUBTILES=launch["subtiles"], PDL=True,
+                      TMA=True, WIDE=False, SUBTILES=launch["subtiles"], PDL=True,
                       AHEAD=False)  # a constexpr of the candidate diff's tree only (its Triton variant, off)
     kernel = triton_attention._prefill_kernel
     sig, values = prefill_signature(kernel, constexprs, f"tensordesc<bf16[{launch['block_n']}, 128]>")

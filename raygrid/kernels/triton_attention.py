@@ -79,17 +79,20 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slo
 def _attend_tile(
     q, start, pos, kv_valid, score_mask, m_i, l_i, acc, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
     stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TMA: tl.constexpr,
+    TMA: tl.constexpr, WIDE: tl.constexpr,
 ):
     """One step of online softmax: the queries ``q`` against the keys at positions ``pos`` (``start`` on, found through
     the block table), folded into the running max ``m_i``, sum ``l_i`` and output ``acc`` (base 2). With TMA the
     tile starts at a multiple of its length and lies in one page; ``k_cache``/``v_cache`` are tensor descriptors
-    over the cache's [slots, kv_heads * head_dim] rows, and each tile comes by one bulk copy."""
+    over the cache's [slots, kv_heads * head_dim] rows, and each tile comes by one bulk copy. With WIDE the rows'
+    offsets are 64-bit (``wide_offsets``)."""
     if TMA:
         row = tl.load(table_row_ptr + start // PAGE) * PAGE + start % PAGE
         k = k_cache.load([row, kvh * HEAD_DIM]).to(q.dtype)
     else:
-        block = tl.load(table_row_ptr + pos // PAGE, mask=kv_valid, other=0).to(tl.int64)  # past 2**31 elements
+        block = tl.load(table_row_ptr + pos // PAGE, mask=kv_valid, other=0)
+        if WIDE:
+            block = block.to(tl.int64)
         offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
         kvmask = kv_valid[:, None] & (dims[None, :] < HEAD_DIM)
         k = tl.load(k_cache + offsets[:, None] + dims[None, :], mask=kvmask, other=0.0).to(q.dtype)
@@ -110,7 +113,7 @@ def _attend_tile(
 @triton.jit
 def attend_range(q, lo, hi, k_cache, v_cache, table_row_ptr, kvh, scale, dims, stride_cb, stride_cs, stride_ch,
                  BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 PAGE: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr):
+                 PAGE: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr, WIDE: tl.constexpr):
     """The queries ``q`` ``[BLOCK_G, BLOCK_D]`` of one kv head over its keys at positions ``lo .. hi``, ``BLOCK_N`` a
     step (``_attend_tile``): the running max, sum and unnormalized output (base 2) at the end."""
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
@@ -122,7 +125,7 @@ def attend_range(q, lo, hi, k_cache, v_cache, table_row_ptr, kvh, scale, dims, s
         valid = pos < hi
         m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, k_cache, v_cache, table_row_ptr,
                                      kvh, qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, PAGE, DOT_PRECISION,
-                                     TMA)
+                                     TMA, WIDE)
     return m_i, l_i, acc
 
 
@@ -132,7 +135,7 @@ def _decode_kernel(
     scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, ORDERED: tl.constexpr, PDL: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, WIDE: tl.constexpr, ORDERED: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (sequence, kv head, split): the kv head's K/V are read once for all its query heads.
     With SPLITS > 1 each program takes one slice of the context (at least MIN_SPLIT tokens, so short
@@ -167,7 +170,8 @@ def _decode_kernel(
     if FP16_COMPUTE:  # keys and values follow q's dtype
         q = q.to(tl.float16)
     m_i, l_i, acc = attend_range(q, lo, hi, k_cache_ptr, v_cache_ptr, block_tables_ptr + b * stride_bt, kvh, scale, dims,
-                                 stride_cb, stride_cs, stride_ch, BLOCK_G, BLOCK_D, BLOCK_N, HEAD_DIM, PAGE, DOT_PRECISION, TMA)
+                                 stride_cb, stride_cs, stride_ch, BLOCK_G, BLOCK_D, BLOCK_N, HEAD_DIM, PAGE, DOT_PRECISION, TMA,
+                                 WIDE)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # padding rows (seq_len 0) and empty splits: zeros
     if SPLITS == 1 or slices <= 1:
         tl.store(out_ptr + b * stride_ot + heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=qmask)
@@ -222,7 +226,7 @@ def _load_tile(ptr, offsets, valid, dims, HEAD_DIM: tl.constexpr, BLOCK_D: tl.co
 @triton.jit
 def _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_cb, stride_cs, stride_ch, dtype: tl.constexpr,
                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr, CAUSAL_MASK: tl.constexpr,
-                  TMA: tl.constexpr):
+                  TMA: tl.constexpr, WIDE: tl.constexpr):
     """The key tile at positions ``pos`` (``start`` on), in ``dtype``, and where it lies, for ``_prefill_values``:
     with TMA its first row in the cache (one bulk copy), otherwise each row's offset (rows gathered through the
     block table)."""
@@ -234,7 +238,9 @@ def _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_c
             block = tl.load(table_row_ptr + pos // PAGE, mask=valid, other=0)
         else:
             block = tl.load(table_row_ptr + pos // PAGE)
-        offsets = block.to(tl.int64) * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch  # past 2**31 elements
+        if WIDE:
+            block = block.to(tl.int64)
+        offsets = block * stride_cb + (pos % PAGE) * stride_cs + kvh * stride_ch
         return _load_tile(k_cache, offsets, valid, dims, HEAD_DIM, BLOCK_D, CAUSAL_MASK).to(dtype), offsets
 
 
@@ -256,6 +262,7 @@ def _prefill_tile(
     q, q_pos, start, end, m_i, l_i, acc, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
     stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     """Online softmax over the keys at [start, start + BLOCK_N): only the tiles on the diagonal
     (CAUSAL_MASK) pay for masks; the ones below it are read and used whole. With TMA the tile lies in one
@@ -264,7 +271,7 @@ def _prefill_tile(
     pos = start + tl.arange(0, BLOCK_N)
     valid = pos < end
     k, where = _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_cb, stride_cs, stride_ch,
-                             q.dtype, HEAD_DIM, BLOCK_D, PAGE, CAUSAL_MASK, TMA)
+                             q.dtype, HEAD_DIM, BLOCK_D, PAGE, CAUSAL_MASK, TMA, WIDE)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     if CAUSAL_MASK:
         s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
@@ -279,6 +286,7 @@ def _prefill_tile_halves(
     qa, qb, pos_a, pos_b, start, end, ma, la, acca, mb, lb, accb, k_cache, v_cache, table_row_ptr, kvh, qk_scale, dims,
     stride_cb, stride_cs, stride_ch, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     """``_prefill_tile`` for a query tile held as two halves (``SUBTILES=2``), each with its own running max, sum and
     output. Triton waits for each half's scores right after asking for them (its pipeliner waits for every product
@@ -288,7 +296,7 @@ def _prefill_tile_halves(
     pos = start + tl.arange(0, BLOCK_N)
     valid = pos < end
     k, where = _prefill_keys(k_cache, table_row_ptr, start, pos, valid, kvh, dims, stride_cb, stride_cs, stride_ch,
-                             qa.dtype, HEAD_DIM, BLOCK_D, PAGE, CAUSAL_MASK, TMA)
+                             qa.dtype, HEAD_DIM, BLOCK_D, PAGE, CAUSAL_MASK, TMA, WIDE)
     sa = tl.dot(qa, tl.trans(k), input_precision=DOT_PRECISION)
     sb = tl.dot(qb, tl.trans(k), input_precision=DOT_PRECISION)
     if CAUSAL_MASK:
@@ -310,7 +318,7 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     QUERIES_PER_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, SUBTILES: tl.constexpr, PDL: tl.constexpr,
+    FP16_COMPUTE: tl.constexpr, TMA: tl.constexpr, WIDE: tl.constexpr, SUBTILES: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per (pack of query heads, query tile): causal attention of the tile's queries, which are
     the last tokens of their sequence, over its cached keys. The tile's BLOCK_M rows are BLOCK_M / PACK
@@ -350,12 +358,12 @@ def _prefill_kernel(
         for start in range(0, unmasked_end, BLOCK_N):
             m_i, l_i, acc = _prefill_tile(
                 q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
-                stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, False, DOT_PRECISION, TMA,
+                stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, False, DOT_PRECISION, TMA, WIDE,
             )
         for start in range(unmasked_end, end, BLOCK_N):
             m_i, l_i, acc = _prefill_tile(
                 q, q_pos, start, end, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_row, kvh, qk_scale, dims,
-                stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, True, DOT_PRECISION, TMA,
+                stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, True, DOT_PRECISION, TMA, WIDE,
             )
         _prefill_store(out_ptr, q_start, tokens, heads, dims, qmask, acc, l_i, stride_ot, stride_oh)
     else:
@@ -378,11 +386,13 @@ def _prefill_kernel(
             ma, la, acca, mb, lb, accb = _prefill_tile_halves(
                 qa, qb, pos_a, pos_b, start, end, ma, la, acca, mb, lb, accb, k_cache_ptr, v_cache_ptr, table_row, kvh,
                 qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, False, DOT_PRECISION, TMA,
+                WIDE,
             )
         for start in range(unmasked_end, end, BLOCK_N):
             ma, la, acca, mb, lb, accb = _prefill_tile_halves(
                 qa, qb, pos_a, pos_b, start, end, ma, la, acca, mb, lb, accb, k_cache_ptr, v_cache_ptr, table_row, kvh,
                 qk_scale, dims, stride_cb, stride_cs, stride_ch, HEAD_DIM, BLOCK_D, PAGE, BLOCK_N, True, DOT_PRECISION, TMA,
+                WIDE,
             )
         _prefill_store(out_ptr, q_start, tokens_a, heads_a, dims, qmask_a, acca, la, stride_ot, stride_oh)
         _prefill_store(out_ptr, q_start, tokens_b, heads_b, dims, qmask_b, accb, lb, stride_ot, stride_oh)
@@ -556,7 +566,8 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
         DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
-        ORDERED=order is not None, num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
+        WIDE=wide_offsets(k_cache), ORDERED=order is not None, num_warps=num_warps, num_stages=num_stages,
+        **pdl_launch(query.device),
     )
     if splits > 1:
         _combine_splits_kernel[(num_seqs, num_heads)](
@@ -612,10 +623,17 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=_tile_width(head_dim),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
-        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, SUBTILES=subtiles, num_warps=num_warps,
-        num_stages=num_stages, **pdl_launch(query.device),
+        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, WIDE=wide_offsets(k_cache), SUBTILES=subtiles,
+        num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
     )
     return out
+
+
+def wide_offsets(k_cache: torch.Tensor) -> bool:
+    """Whether offsets into this cache half need 64 bits: a model of few layers on a large GPU gets more than 2**31
+    elements a layer. Kernels gathering rows then widen each page's offset; elsewhere 32 bits are cheaper (2 to 3%
+    of a decode launch at W1's batches on an H200, benchmarks/README.md)."""
+    return k_cache.shape[0] * k_cache.stride(0) > 2**31 - 1
 
 
 def _tma_fits(k_cache: torch.Tensor, block_n: int) -> bool:
