@@ -53,7 +53,7 @@ class EngineArgs:
     seed: int = _arg(0, "engine seed (weights of dummy loading, noise of unseeded requests)")
     enforce_eager: bool = _arg(False, "no CUDA graphs")
     persistent_decode: bool = _arg(False, "on one GPU, a lone request's decode passes as one persistent kernel (dense "
-                                          "Llama/Qwen3 without quantization, contexts up to 32,768 tokens); its sums run "
+                                          "Llama/Qwen3 without quantization, contexts up to 40,960 tokens); its sums run "
                                           "in another order, so in 16-bit a lone request's tokens may differ from the "
                                           "same request's in a batch")
     load_format: Literal["auto", "dummy"] = _arg("auto", "'dummy': random weights made on the device from config.json alone")
