@@ -566,7 +566,7 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_D=block_d, PAGE=k_cache.shape[1], BLOCK_N=block_n, SPLITS=splits, MIN_SPLIT=min_split_tokens,
         DOT_PRECISION=_dot_precision(query), FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
-        WIDE=wide_offsets(k_cache), ORDERED=order is not None, num_warps=num_warps, num_stages=num_stages,
+        WIDE=keys is k_cache and wide_offsets(k_cache), ORDERED=order is not None, num_warps=num_warps, num_stages=num_stages,
         **pdl_launch(query.device),
     )
     if splits > 1:
@@ -623,16 +623,18 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, HEAD_DIM=head_dim, BLOCK_D=_tile_width(head_dim),
         PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, PACK=pack, DOT_PRECISION=_dot_precision(query),
-        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache, WIDE=wide_offsets(k_cache), SUBTILES=subtiles,
-        num_warps=num_warps, num_stages=num_stages, **pdl_launch(query.device),
+        FP16_COMPUTE=_fp16_compute(query, k_cache), TMA=keys is not k_cache,
+        WIDE=keys is k_cache and wide_offsets(k_cache), SUBTILES=subtiles, num_warps=num_warps, num_stages=num_stages,
+        **pdl_launch(query.device),
     )
     return out
 
 
 def wide_offsets(k_cache: torch.Tensor) -> bool:
     """Whether offsets into this cache half need 64 bits: a model of few layers on a large GPU gets more than 2**31
-    elements a layer. Kernels gathering rows then widen each page's offset; elsewhere 32 bits are cheaper (2 to 3%
-    of a decode launch at W1's batches on an H200, benchmarks/README.md)."""
+    elements a layer. Launches gathering rows then widen each page's offset (bulk copies address rows, and need no
+    such variant: the engine compiles theirs on its small profiling cache). Elsewhere 32 bits are cheaper: 2 to 3% of
+    a decode launch at W1's batches on an H200 (benchmarks/README.md)."""
     return k_cache.shape[0] * k_cache.stride(0) > 2**31 - 1
 
 
