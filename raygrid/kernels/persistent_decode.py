@@ -38,9 +38,9 @@ from raygrid.kernels.triton_attention import attend_range, wide_offsets
 
 # The longest context (this token included) the engine takes this pass for: Qwen3's longest. On an H200 the pass
 # beat the layer-by-layer one at 8k and 16k in every command (1.15 to 1.24x); from 32k to 41k it led in most (1.03
-# to 1.10x) and trailed once (0.96x at 32,832), and end to end a token at 32k took 1.88 ms against 2.06. Attention's
-# share grows with the context, and the layer-by-layer pass's split decode launch reads the cache faster (about 4.4
-# against 3.4 TB/s; benchmarks/README.md), so longer contexts keep that pass.
+# to 1.10x) and trailed once (0.96x at 32,832). End to end a token at 32k took 1.91 to 1.93 ms against 2.07.
+# Attention's share grows with the context, and the layer-by-layer pass's split decode launch reads the cache faster
+# (about 4.4 against 3.4 TB/s; benchmarks/README.md), so longer contexts keep that pass.
 MAX_CONTEXT = 40960
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (a few seconds)
 # The layer's tensors, in this order in each row of the pointer table.
