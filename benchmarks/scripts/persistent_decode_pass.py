@@ -83,6 +83,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = build_tokenizer(vocab_size=151936)
         config = qwen3_0_6b_config(tokenizer)
+        if max(args.contexts) >= config.max_position_embeddings:  # the token's position indexes the rotary tables
+            parser.error(f"--contexts: at most {config.max_position_embeddings - 1} (max_position_embeddings), "
+                         f"got {max(args.contexts)}")
         write_config_only(Path(tmp), config, tokenizer)
         model = load_model(tmp, config, torch.bfloat16, device, load_format="dummy")
     attn = model.layers[0].self_attn
