@@ -190,6 +190,8 @@ def test_attention_reads_pages_past_2_31_elements_of_a_cache_half():
     """A model of few layers on a large GPU gets a KV half of more than 2**31 elements a layer, so a page's offset
     there needs 64 bits. Two sequences in the pool's last pages, written by store_kv, then read by decode (rows
     gathered through the table, 1 and 3 slices) and by prefill, each against the reference."""
+    from raygrid.engine.memory_profile import sequence_metadata
+
     block_size, heads, kv_heads, head_dim, dtype = 16, 4, 1, 128, torch.bfloat16
     num_blocks = 2**31 // (block_size * kv_heads * head_dim) + 64
     cache = torch.zeros(2, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=DEVICE)
@@ -199,8 +201,7 @@ def test_attention_reads_pages_past_2_31_elements_of_a_cache_half():
     tables[0, : pages[0]] = torch.arange(num_blocks - pages[0], num_blocks)
     tables[1, : pages[1]] = torch.arange(num_blocks - pages[0] - pages[1], num_blocks - pages[0]).flip(0)
     tables = tables.to(DEVICE)
-    slots = torch.cat([(tables[i, : pages[i], None].long() * block_size + torch.arange(block_size, device=DEVICE)).flatten()[:n]
-                       for i, n in enumerate(seq_lens)])
+    slots = torch.cat([sequence_metadata(tables[i : i + 1], 0, n, block_size)[1].slot_mapping for i, n in enumerate(seq_lens)])
     keys, values = (torch.randn(len(slots), kv_heads, head_dim, dtype=dtype, device=DEVICE) for _ in range(2))
     store_kv(keys, values, cache, slots)
     assert torch.equal(cache[0].view(-1, kv_heads, head_dim)[slots], keys)
