@@ -32,6 +32,9 @@ from raygrid.kernels.triton_attention import decode_splits, paged_attention_deco
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
 CASES = [(256, 530), (128, 1200), (32, 1536), (8, 1800), (4, 8192), (1, 16384)]  # (sequences, context length)
 LONG_CASES = [(1, 32768), (1, 8192), (2, 16384), (4, 8192)]
+# Pipeline stages the sweeps try. With the block table's load ahead of the K/V copies, Triton (3.6 to 3.9) keeps one
+# K/V buffer up to 4 stages; 5 is the first that holds two tiles in flight (benchmarks/README.md, tenth session).
+STAGES = (2, 3, 5)
 
 
 def make_case(num_seqs: int, context: int, page: int = PAGE, heads: int = HEADS):
@@ -94,9 +97,7 @@ def main() -> None:
         return sweep_placement(args)
     if args.order:
         return sweep_order(args)
-    # Stages: with the block table's load ahead of the K/V copies, Triton (3.6 to 3.9) keeps one K/V buffer up to 4
-    # stages; 5 is the first that holds two tiles in flight (benchmarks/README.md, tenth session).
-    grid = ((64,), (4,), (2,)) if args.default_config_only else ((32, 64, 128), (4, 8), (2, 3, 5))
+    grid = ((64,), (4,), (2,)) if args.default_config_only else ((32, 64, 128), (4, 8), STAGES)
     if args.long:
         return sweep_long(args)
     results = []
@@ -133,7 +134,7 @@ def sweep_long(args) -> None:
         read = kv_bytes(num_seqs * context)
         auto = decode_splits(num_seqs, KV_HEADS, query.device)
         for block_n, warps, stages, splits, min_split in itertools.product(
-                (64, 128), (4, 8), (2, 3, 5), sorted({auto, 16, 32, 64, 128}), (256, 512)):
+                (64, 128), (4, 8), STAGES, sorted({auto, 16, 32, 64, 128}), (256, 512)):
             row = {"seqs": num_seqs, "context": context, "block_n": block_n, "warps": warps, "stages": stages,
                    "splits": splits, "min_split": min_split}
 
@@ -163,7 +164,7 @@ def sweep_tma(args) -> None:
     for num_seqs, context in CASES + [(1, 32768)]:
         read = kv_bytes(num_seqs * context)
         splits = decode_splits(num_seqs, KV_HEADS, torch.device("cuda"))
-        launches = [(16, False, 4, 2)] + list(itertools.product((64,), (False, True), (4, 8), (2, 3, 5)))
+        launches = [(16, False, 4, 2)] + list(itertools.product((64,), (False, True), (4, 8), STAGES))
         cases = {page: make_case(num_seqs, context, page) for page in (16, 64)}
         for page, tma, warps, stages in launches:
             query, cache, tables, lens = cases[page]
