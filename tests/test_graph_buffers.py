@@ -1,15 +1,18 @@
 """The static buffers CUDA graphs replay from (engine/cuda_graphs.py, GraphBuffers). Graphs need a GPU, but how a
 replay readies the staged inputs does not: a graph over T tokens and R sequences must see the step's rows as
-staged and only padding past them (slot -1, length 0, no queries), and must refuse inputs staged elsewhere."""
+staged and only padding past them (slot -1, length 0, no queries), and must refuse inputs staged elsewhere. The
+staging buffers those inputs arrive through (engine/staging.py) are checked here too."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
 from raygrid.engine.cuda_graphs import GraphBuffers
+from raygrid.engine.staging import ALIGN, StagingBuffers
 from raygrid.models.layers.attention import AttentionMetadata
 
 MAX_TOKENS, MAX_SEQS, MAX_BLOCKS = 16, 4, 3
@@ -86,3 +89,32 @@ def test_the_result_is_copied_to_static_outputs_for_the_steps_rows():
     out_hidden, out_residual = buffers.result(3)
     torch.testing.assert_close(out_hidden, hidden[:3] * 2)
     torch.testing.assert_close(out_residual, residual[:3] * 2)
+
+
+def test_staging_copies_a_group_of_fields_in_one_span_at_fixed_aligned_places():
+    """StagingBuffers: each field has one fixed place (its device twin, which graphs read), aligned as a tensor of its
+    own would be; a group staged together lands there with its values and dtypes, skipped fields (None) untouched
+    by the caller, and on a GPU through alternating pinned host buffers."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    staging = StagingBuffers(device, {
+        "input_ids": ((MAX_TOKENS,), torch.int64), "seq_lens": ((MAX_SEQS,), torch.int32),
+        "greedy": ((MAX_SEQS,), torch.bool), "top_k": ((MAX_SEQS,), torch.int64),
+        "block_tables": ((MAX_SEQS, MAX_BLOCKS), torch.int32), "seeds": ((MAX_SEQS,), torch.int64)})
+    offsets = list(staging.offsets.values())
+    assert offsets == sorted(offsets) and all(o % ALIGN == 0 for o in offsets)
+    for name, tensor in staging.device.items():
+        assert tensor.data_ptr() % 16 == 0 and tensor.shape == staging.specs[name][0] and tensor.dtype == staging.specs[name][1]
+    for step in range(3):  # a GPU alternates two host buffers: each step's values must still arrive
+        staging.next_step()
+        staged = staging.stage(input_ids=np.arange(5) + 10 * step, seq_lens=np.array([3, 4 + step], dtype=np.int64),
+                               greedy=np.array([True, False]), top_k=None,
+                               block_tables=np.array([[1, 2], [3, 4 + step]], dtype=np.int64))
+        staged_seeds = staging.stage(seeds=np.array([2**62 + step, -1]))
+        assert set(staged) == {"input_ids", "seq_lens", "greedy", "block_tables"} and set(staged_seeds) == {"seeds"}
+        for name, tensor in {**staged, **staged_seeds}.items():
+            assert tensor.data_ptr() == staging.device[name].data_ptr() and tensor.dtype == staging.specs[name][1]
+        assert staged["input_ids"].tolist() == list(range(10 * step, 10 * step + 5))
+        assert staged["seq_lens"].tolist() == [3, 4 + step]
+        assert staged["greedy"].tolist() == [True, False]
+        assert staged["block_tables"][:, :2].tolist() == [[1, 2], [3, 4 + step]]
+        assert staged_seeds["seeds"].tolist() == [2**62 + step, -1]

@@ -570,6 +570,11 @@ def test_gumbel_argmax(dtype):
     flat = torch.zeros(2, vocab, dtype=dtype, device=DEVICE)
     flat[:, [7, vocab - 5]] = 1.0
     assert gumbel_argmax(flat, torch.zeros(2, device=DEVICE), seeds[:2], **sizes).tolist() == [7, 7]
+    chunk = sizes.get("chunk", 8192)  # a tie between two chunks past the first: the earlier chunk's id
+    flat.zero_()
+    flat[:, [chunk + 3, 2 * chunk + 5]] = 1.0
+    tokens = gumbel_argmax(flat, torch.zeros(2, device=DEVICE), seeds[:2], **sizes)
+    assert tokens.dtype == torch.int64 and tokens.tolist() == [chunk + 3] * 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -125,16 +125,18 @@ class GraphBuffers:
         staged = (input_ids, self.input_ids), (positions, self.positions), (meta.slot_mapping, self.slot_mapping)
         if n and any(given.data_ptr() != static.data_ptr() for given, static in staged):
             raise ValueError("a CUDA graph replays the staged inputs (StagingBuffers.put), not other tensors")
-        self.slot_mapping[n:padded].fill_(-1)
+        # Each write below is skipped where it has no rows: at small batches a step's host time is mostly such calls.
+        if padded > n:
+            self.slot_mapping[n:padded].fill_(-1)
         if self.intermediate is not None:
             for static, given in zip(self.intermediate, intermediate):
                 static[:n].copy_(given)
         b = meta.seq_lens_tensor.shape[0]
-        if num_seqs:
+        if num_seqs > b:
             self.seq_lens[b:num_seqs].zero_()
             self.decode_order[b:num_seqs].copy_(self._rows[b:num_seqs])
-        if queries:
-            self.query_start_loc[b + 1 : num_seqs + 1].fill_(n)
+            if queries:
+                self.query_start_loc[b + 1 : num_seqs + 1].fill_(n)
         return n
 
     def keep(self, result) -> None:

@@ -60,17 +60,20 @@ class ModelRunner:
         self.prev_sampled_index: dict[str, int] = {}
         max_reqs = config.scheduler.max_num_seqs
         max_tokens = max(config.scheduler.max_num_batched_tokens, max_reqs)  # a decode graph's rows too
+        # Declared in the groups staged together (one copy each), the large fields of a group last: a step's
+        # model inputs, then its sampling inputs, then its grammar rows. A request has at most one token whose
+        # id is still on the device (async scheduling), so the placeholders need a row each, not a token each.
         self.staging = StagingBuffers(device, {
             "input_ids": ((max_tokens,), torch.int64),
             "positions": ((max_tokens,), torch.int64),
             "slot_mapping": ((max_tokens,), torch.int64),
             "logits_indices": ((max_reqs,), torch.int64),
+            "placeholder_index": ((max_reqs,), torch.int64),
+            "placeholder_source": ((max_reqs,), torch.int64),
             "seq_lens": ((max_reqs,), torch.int32),
             "decode_order": ((max_reqs,), torch.int32),
             "query_start_loc": ((max_reqs + 1,), torch.int32),
             "block_tables": ((max_reqs, self.max_blocks_per_req), torch.int32),
-            "placeholder_index": ((max_tokens,), torch.int64),
-            "placeholder_source": ((max_tokens,), torch.int64),
             "temperature": ((max_reqs,), torch.float32),
             "greedy": ((max_reqs,), torch.bool),
             "top_k": ((max_reqs,), torch.int64),
@@ -79,9 +82,9 @@ class ModelRunner:
             "repetition_penalty": ((max_reqs,), torch.float32),
             "frequency_penalty": ((max_reqs,), torch.float32),
             "presence_penalty": ((max_reqs,), torch.float32),
+            "seeds": ((max_reqs,), torch.int64),
             "grammar_rows": ((max_reqs,), torch.int64),
             "grammar_mask_rows": ((max_reqs,), torch.int64),
-            "seeds": ((max_reqs,), torch.int64),
         })
         self.sampling_inputs = SamplingInputs(self.staging, device, self.vocab_size, config.model.seed)
         # Expert parallelism: every DP rank of the world runs a forward pass each step (a dummy one when it has
@@ -285,27 +288,31 @@ class ModelRunner:
         # A request samples once its sequence is computed to the end (not mid-prompt).
         sample_rows = np.nonzero(seq_lens >= batch.num_tokens[:n])[0]
 
-        put = self.staging.put
-        input_ids_dev = put("input_ids", input_ids)
         # Async scheduling: a position past the tokens this worker knows is the token the previous
         # step sampled for that request, still on the device.
         unknown = np.nonzero(positions >= batch.num_tokens[row_of_token])[0]
+        sources = None
         if len(unknown):
             sources = np.fromiter((self.prev_sampled_index[batch.req_ids[row]] for row in row_of_token[unknown].tolist()), dtype=np.int64)
-            index = put("placeholder_index", unknown)
-            input_ids_dev[index] = self.prev_sampled[put("placeholder_source", sources)].to(input_ids_dev.dtype)
+        staged = self.staging.stage(
+            input_ids=input_ids, positions=positions, slot_mapping=slot_mapping, logits_indices=cu[sample_rows] - 1,
+            placeholder_index=unknown if len(unknown) else None, placeholder_source=sources, seq_lens=seq_lens,
+            decode_order=np.argsort(-seq_lens, kind="stable") if total == n else None, query_start_loc=query_start_loc,
+            block_tables=batch.block_table[:n])
+        input_ids_dev = staged["input_ids"]
+        if len(unknown):
+            input_ids_dev[staged["placeholder_index"]] = self.prev_sampled[staged["placeholder_source"]].to(input_ids_dev.dtype)
         meta = AttentionMetadata(
-            slot_mapping=put("slot_mapping", slot_mapping),
-            block_tables=put("block_tables", batch.block_table[:n]),
+            slot_mapping=staged["slot_mapping"],
+            block_tables=staged["block_tables"],
             seq_lens=seq_lens.tolist(),
             query_start_loc=query_start_loc.tolist(),
             max_query_len=int(num_sched.max()),
-            seq_lens_tensor=put("seq_lens", seq_lens),
-            query_start_loc_tensor=put("query_start_loc", query_start_loc),
-            decode_order=put("decode_order", np.argsort(-seq_lens, kind="stable")) if total == n else None,
+            seq_lens_tensor=staged["seq_lens"],
+            query_start_loc_tensor=staged["query_start_loc"],
+            decode_order=staged.get("decode_order"),
         )
-        logits_indices = put("logits_indices", cu[sample_rows] - 1)
-        return input_ids_dev, put("positions", positions), meta, logits_indices, sample_rows, seq_lens[sample_rows]
+        return input_ids_dev, staged["positions"], meta, staged["logits_indices"], sample_rows, seq_lens[sample_rows]
 
     # ------------------------------------------------------------------ the step
 
@@ -396,7 +403,8 @@ class ModelRunner:
             bitmask.record_stream(torch.cuda.current_stream())
         else:
             bitmask = host
-        apply_token_bitmask(logits, bitmask, self.staging.put("grammar_rows", rows[mask_rows]), self.staging.put("grammar_mask_rows", mask_rows))
+        staged = self.staging.stage(grammar_rows=rows[mask_rows], grammar_mask_rows=mask_rows)
+        apply_token_bitmask(logits, bitmask, staged["grammar_rows"], staged["grammar_mask_rows"])
 
     def _prompt_logprobs(self, hidden: torch.Tensor, meta: AttentionMetadata) -> dict[str, tuple[int, list[SampleLogprobs]]]:
         """For the requests that ask for prompt_logprobs: the entries of the prompt tokens this step's

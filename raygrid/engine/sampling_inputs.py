@@ -28,7 +28,6 @@ class SamplingInputs:
         Under async scheduling a row's last token may still be on the device (sampled by the step
         before, which the host has not seen): ``positions`` counts it, and so do the penalty counts
         and the min_tokens check, so that async computes what synchronous scheduling computes."""
-        put = self.staging.put  # pinned and asynchronous: a pageable copy would wait for the running step
         temperature = b.temperature[rows]
         greedy = temperature < 1e-5
         top_k = b.top_k[rows]
@@ -42,20 +41,31 @@ class SamplingInputs:
             counts, prompt_mask = self._token_statistics(b, rows, positions, prev_sampled, prev_sampled_index)
         adjust = self._logit_adjustments(b, rows, positions, prev_sampled, prev_sampled_index)
         seeds = row_seeds(b.seed[rows], b.seeded[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
+        # Pinned and asynchronous, in one copy: a pageable copy would wait for the running step.
+        staged = self.staging.stage(
+            temperature=temperature, greedy=greedy,
+            top_k=np.where(top_k > 0, top_k, self.vocab_size) if (top_k > 0).any() else None,
+            top_p=top_p if (top_p < 1).any() else None,
+            min_p=min_p if (min_p > 0).any() else None,
+            repetition_penalty=b.repetition_penalty[rows] if use_penalties else None,
+            frequency_penalty=b.frequency_penalty[rows] if use_penalties else None,
+            presence_penalty=b.presence_penalty[rows] if use_penalties else None,
+            seeds=seeds,
+        )
         return SamplingMetadata(
-            temperature=put("temperature", temperature),
-            greedy=put("greedy", greedy),
+            temperature=staged["temperature"],
+            greedy=staged["greedy"],
             all_greedy=bool(greedy.all()),
-            top_k=put("top_k", np.where(top_k > 0, top_k, self.vocab_size)) if (top_k > 0).any() else None,
-            top_p=put("top_p", top_p) if (top_p < 1).any() else None,
-            min_p=put("min_p", min_p) if (min_p > 0).any() else None,
-            repetition_penalty=put("repetition_penalty", b.repetition_penalty[rows]) if use_penalties else None,
-            frequency_penalty=put("frequency_penalty", b.frequency_penalty[rows]) if use_penalties else None,
-            presence_penalty=put("presence_penalty", b.presence_penalty[rows]) if use_penalties else None,
+            top_k=staged.get("top_k"),
+            top_p=staged.get("top_p"),
+            min_p=staged.get("min_p"),
+            repetition_penalty=staged.get("repetition_penalty"),
+            frequency_penalty=staged.get("frequency_penalty"),
+            presence_penalty=staged.get("presence_penalty"),
             output_token_counts=counts,
             prompt_token_mask=prompt_mask,
             **adjust,
-            seeds=put("seeds", seeds),
+            seeds=staged["seeds"],
             num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
         )
 

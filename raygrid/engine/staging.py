@@ -1,57 +1,92 @@
-"""Pinned host buffers and their device twins for each step's inputs."""
+"""Pinned host buffers and their device twin for each step's inputs, copied over in one transfer a group."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+ALIGN = 256  # bytes: every field starts aligned, as a tensor of its own would (kernels specialize on 16)
+
 
 class StagingBuffers:
-    """Host-to-device transfer of each step's inputs through pinned buffers and their device twins,
-    allocated once. Two sets of host buffers alternate by step: with async scheduling a step fills
-    its inputs while the previous step's copies may still be queued. On CPU the arrays are used in place.
+    """Host-to-device transfer of each step's inputs. Every field has a fixed place in one device buffer (the
+    fields' device twins are views of it, so CUDA graphs read a step's inputs from them directly,
+    engine/cuda_graphs.py) and the same place in a pinned host buffer. ``stage`` writes a group of fields
+    into the host buffer and copies the span they cover in one transfer. Below long contexts a lone request's
+    step waits for the host, whose time is mostly such fixed costs: one copy a group instead of one a field took
+    a quarter off the host's time for a step's inputs on an H200's host (benchmarks/README.md, eleventh session).
+    Fields staged together should be declared next to each other, the large ones last: the span runs from the
+    first field's start to the last one's used end, unused capacity in between included.
 
-    A set is written again only after the device has run everything queued while it was current: an event
-    recorded when the step leaves it. Without that wait, steps that sample nothing (the chunks of a long prompt
-    before its last) return at once, the host runs two or more steps ahead of the device, and a queued copy
-    reads the buffers after a later step has overwritten them: a chunk then ran with another chunk's tokens,
-    positions and slots (benchmarks/README.md, "A race in the staged inputs").
+    Two host buffers alternate by step: with async scheduling a step fills its inputs while the previous
+    step's copy may still be queued. A buffer is written again only after the device has run everything
+    queued while it was current: an event recorded when the step leaves it. Without that wait, steps that
+    sample nothing (the chunks of a long prompt before its last) return at once, the host runs two or more
+    steps ahead of the device, and a queued copy reads the buffer after a later step has overwritten it: a
+    chunk then ran with another chunk's tokens, positions and slots (benchmarks/README.md, "A race in the
+    staged inputs").
 
-    The device twins never move, so CUDA graphs read a step's inputs from them directly (engine/cuda_graphs.py).
-    They start as zeros: a graph's padding rows read whatever an earlier step left there, always a valid token
-    id and position."""
+    The buffers start as zeros: a graph's padding rows read whatever an earlier step left there, always a
+    valid token id and position. On the CPU the host buffer is the device buffer: nothing is copied."""
 
     def __init__(self, device: torch.device, specs: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
         self.on_gpu = device.type == "cuda"
-        self.dtypes = {name: dtype for name, (_, dtype) in specs.items()}
-        self.hosts: list[dict[str, torch.Tensor]] = [{}, {}]
-        self.device: dict[str, torch.Tensor] = {}
+        self.offsets: dict[str, int] = {}
+        end = 0
+        for name, (shape, dtype) in specs.items():
+            self.offsets[name] = end
+            end += -(-int(np.prod(shape)) * dtype.itemsize // ALIGN) * ALIGN
+        self.specs = specs
+        self.nbytes = end
+        self.device_bytes = torch.zeros(end, dtype=torch.uint8, device=device)
+        self.device = {name: self._field(self.device_bytes, name) for name in specs}
+        sets = 2 if self.on_gpu else 1
+        # Zeros too: a span copies the host's bytes of the fields between those staged, and of the rows past them,
+        # which graphs read as padding, so they must hold valid ids and positions from the start.
+        self.host_bytes = [torch.zeros(end, dtype=torch.uint8, pin_memory=True) for _ in range(sets)] if self.on_gpu else [self.device_bytes]
+        self.hosts = [{name: self._field(buf, name).numpy() for name in specs} for buf in self.host_bytes]
+        self._views: dict[str, tuple[int, torch.Tensor]] = {}  # per field: the last rows staged, and their view
         self.current = 0
-        self.released: list[torch.cuda.Event | None] = [None, None]  # per set: recorded when a step left it
-        if self.on_gpu:
-            for name, (shape, dtype) in specs.items():
-                for host in self.hosts:
-                    host[name] = torch.empty(shape, dtype=dtype, pin_memory=True)
-                self.device[name] = torch.zeros(shape, dtype=dtype, device=device)
+        self.released: list[torch.cuda.Event | None] = [None] * sets  # per set: recorded when a step left it
+
+    def _field(self, buffer: torch.Tensor, name: str) -> torch.Tensor:
+        shape, dtype = self.specs[name]
+        start = self.offsets[name]
+        return buffer[start : start + int(np.prod(shape)) * dtype.itemsize].view(dtype).view(shape)
+
+    def _rows(self, name: str, rows: int) -> torch.Tensor:
+        """The device field's first ``rows`` rows; the view is kept while steps stage as many (a decode step's
+        shape repeats, and making a view is a call into torch)."""
+        kept = self._views.get(name)
+        if kept is None or kept[0] != rows:
+            kept = self._views[name] = (rows, self.device[name][:rows])
+        return kept[1]
 
     def next_step(self) -> None:
-        """Move to the other set of host buffers, once the copies out of it (queued two steps ago) are done."""
-        if self.on_gpu:
-            event = self.released[self.current] or torch.cuda.Event()
-            event.record()
-            self.released[self.current] = event
+        """Move to the other host buffer, once the copies out of it (queued two steps ago) are done."""
+        if not self.on_gpu:
+            return
+        event = self.released[self.current] or torch.cuda.Event()
+        event.record()
+        self.released[self.current] = event
         self.current ^= 1
-        if self.on_gpu and self.released[self.current] is not None:
+        if self.released[self.current] is not None:
             self.released[self.current].synchronize()
 
-    def put(self, name: str, array: np.ndarray) -> torch.Tensor:
-        """The array on the device (asynchronous copy; the step's one sync comes later)."""
-        dtype = self.dtypes[name]
-        if not self.on_gpu:
-            return torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
-        rows = array.shape[0]
-        host = self.hosts[self.current][name][:rows]
-        host.numpy()[(slice(None),) + tuple(slice(0, s) for s in array.shape[1:])] = array
-        device = self.device[name][:rows]
-        device.copy_(host, non_blocking=True)
-        return device
+    def stage(self, **arrays: np.ndarray | None) -> dict[str, torch.Tensor]:
+        """The arrays on the device, by field name, as views of the fields' first rows (``None`` is skipped):
+        written into the host buffer, then copied in one transfer, queued on the current stream."""
+        host = self.hosts[self.current]
+        lo, hi, staged = self.nbytes, 0, {}
+        for name, array in arrays.items():
+            if array is None:
+                continue
+            rows = array.shape[0]
+            host[name][(slice(0, rows),) + tuple(slice(0, s) for s in array.shape[1:])] = array
+            start = self.offsets[name]
+            lo = min(lo, start)
+            hi = max(hi, start + rows * host[name][0:1].nbytes)
+            staged[name] = self._rows(name, rows)
+        if self.on_gpu and hi > lo:
+            self.device_bytes[lo:hi].copy_(self.host_bytes[self.current][lo:hi], non_blocking=True)
+        return staged

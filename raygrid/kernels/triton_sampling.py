@@ -2,7 +2,8 @@
 
 One pass over the logits in their own dtype: temperature, noise from a Philox stream keyed by the
 row's seed, and a running argmax, with no float32 copy of the ``[B, V]`` logits and no softmax.
-Each program takes one chunk of one row; a small torch reduction picks the best chunk.
+Each program takes one chunk of one row; a second launch picks each row's best chunk (one launch, not the four
+torch calls of an argmax and a gather: at batch 1 a step's host time is mostly such calls).
 Ties go to the lowest token id, as ``torch.argmax`` does.
 """
 
@@ -83,8 +84,21 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
             logits, temperature, seeds, best_value, best_index, logits.stride(0), vocab_size,
             NUM_CHUNKS=num_chunks, CHUNK=chunk, BLOCK=block, GREEDY_BELOW=GREEDY_TEMPERATURE, num_warps=4,
         )
-    best_chunk = best_value.argmax(dim=1, keepdim=True)  # the first best chunk holds the lowest tied id
-    return best_index.gather(1, best_chunk).squeeze(1).long()
+    tokens = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
+    if num_rows:
+        _best_chunk_kernel[(num_rows,)](best_value, best_index, tokens, NUM_CHUNKS=num_chunks,
+                                        BLOCK_C=triton.next_power_of_2(num_chunks), num_warps=1)
+    return tokens
+
+
+@triton.jit
+def _best_chunk_kernel(best_value_ptr, best_index_ptr, tokens_ptr, NUM_CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Each row's token: the id its best chunk found, the first best chunk (it holds the lowest tied id)."""
+    row = tl.program_id(0)
+    chunks = tl.arange(0, BLOCK_C)
+    values = tl.load(best_value_ptr + row * NUM_CHUNKS + chunks, mask=chunks < NUM_CHUNKS, other=float("-inf"))
+    first = tl.min(tl.where(values == tl.max(values, 0), chunks, NUM_CHUNKS - 1), 0)
+    tl.store(tokens_ptr + row, tl.load(best_index_ptr + row * NUM_CHUNKS + first).to(tl.int64))
 
 
 @triton.jit
