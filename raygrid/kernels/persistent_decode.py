@@ -145,7 +145,7 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr,
-                  dtype: tl.constexpr):
+                  ATTENTION_STAGES: tl.constexpr, dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
@@ -173,7 +173,8 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     tl.debug_barrier()
     q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
     m_i, l_i, acc = attend_range(q, lo, hi, cache_ptr, cache_ptr + v_offset, table_row_ptr, kvh, scale, full,
-                                 PAGE * NKV * D, NKV * D, D, BLOCK_G, D, BLOCK_N, D, PAGE, DOT_PRECISION, False, WIDE)
+                                 PAGE * NKV * D, NKV * D, D, BLOCK_G, D, BLOCK_N, D, PAGE, DOT_PRECISION, False, WIDE,
+                                 ATTENTION_STAGES)
     row = (kvh * GROUP + groups) * SPLITS + split
     lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.maximum(l_i, 1e-30)), float("-inf"))
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
@@ -218,7 +219,8 @@ def _persistent_decode_kernel(
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr, TIMED: tl.constexpr,
+    dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -255,7 +257,7 @@ def _persistent_decode_kernel(
             _attend_slice(qkv_ptr, q_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, seq_len, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
-                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, dtype)
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, dtype)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
@@ -311,7 +313,8 @@ class PersistentDecode:
     request's decode pass as one persistent kernel"): two programs an SM of 4 warps where the GPU holds them at once
     (else one an SM), 64 keys a step, products in units of 16 rows at Qwen3-0.6B's width. The arguments exist for
     tests and benchmarks: ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a kv head;
-    default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, the units' sizes
+    default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages`` (the
+    attention loop's own, else ``num_stages``), the units' sizes
     (``rows_per_unit`` of every product, ``heads_per_slice`` of o_proj's K, ``down_slice`` of down_proj's K), and
     ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``)."""
 
@@ -319,7 +322,7 @@ class PersistentDecode:
     programs_per_sm = 2
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
-                 block_n: int = 64, num_warps: int = 4, num_stages: int = 2, timed: bool = False,
+                 block_n: int = 64, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None, timed: bool = False,
                  rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
@@ -371,7 +374,7 @@ class PersistentDecode:
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
-            WIDE=any(wide_offsets(cache[0]) for cache in kv_caches),
+            WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages,
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":

@@ -113,14 +113,17 @@ def _attend_tile(
 @triton.jit
 def attend_range(q, lo, hi, k_cache, v_cache, table_row_ptr, kvh, scale, dims, stride_cb, stride_cs, stride_ch,
                  BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 PAGE: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr, WIDE: tl.constexpr):
+                 PAGE: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA: tl.constexpr, WIDE: tl.constexpr,
+                 LOOP_STAGES: tl.constexpr = None):
     """The queries ``q`` ``[BLOCK_G, BLOCK_D]`` of one kv head over its keys at positions ``lo .. hi``, ``BLOCK_N`` a
-    step (``_attend_tile``): the running max, sum and unnormalized output (base 2) at the end."""
+    step (``_attend_tile``): the running max, sum and unnormalized output (base 2) at the end. ``LOOP_STAGES``: the
+    loop's software-pipeline stages (None: the launch's ``num_stages``). The block table's load counts as a level of
+    its own, so with Triton 3.6 to 3.9 the loop holds two tiles in flight from 5 stages up, one below."""
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
     qk_scale = scale * 1.4426950408889634  # exp2 instead of exp
-    for start in range(lo, hi, BLOCK_N):
+    for start in tl.range(lo, hi, BLOCK_N, num_stages=LOOP_STAGES):
         pos = start + tl.arange(0, BLOCK_N)
         valid = pos < hi
         m_i, l_i, acc = _attend_tile(q, start, pos, valid, valid[None, :], m_i, l_i, acc, k_cache, v_cache, table_row_ptr,
