@@ -19,7 +19,7 @@ from raygrid.engine.pending_output import PendingRunnerOutput
 from raygrid.engine.piecewise_graphs import PiecewiseGraphs, piecewise_sizes
 from raygrid.engine.sampler import Sampler, gather_logprobs
 from raygrid.engine.sampling_inputs import SamplingInputs
-from raygrid.engine.staging import StagingBuffers
+from raygrid.engine.staging import StagingBuffers, step_fields
 from raygrid.kernels import ops
 from raygrid.kernels.ops import apply_token_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
@@ -60,32 +60,7 @@ class ModelRunner:
         self.prev_sampled_index: dict[str, int] = {}
         max_reqs = config.scheduler.max_num_seqs
         max_tokens = max(config.scheduler.max_num_batched_tokens, max_reqs)  # a decode graph's rows too
-        # Declared in the groups staged together (one copy each), the large fields of a group last: a step's
-        # model inputs, then its sampling inputs, then its grammar rows. A request has at most one token whose
-        # id is still on the device (async scheduling), so the placeholders need a row each, not a token each.
-        self.staging = StagingBuffers(device, {
-            "input_ids": ((max_tokens,), torch.int64),
-            "positions": ((max_tokens,), torch.int64),
-            "slot_mapping": ((max_tokens,), torch.int64),
-            "logits_indices": ((max_reqs,), torch.int64),
-            "placeholder_index": ((max_reqs,), torch.int64),
-            "placeholder_source": ((max_reqs,), torch.int64),
-            "seq_lens": ((max_reqs,), torch.int32),
-            "decode_order": ((max_reqs,), torch.int32),
-            "query_start_loc": ((max_reqs + 1,), torch.int32),
-            "block_tables": ((max_reqs, self.max_blocks_per_req), torch.int32),
-            "temperature": ((max_reqs,), torch.float32),
-            "greedy": ((max_reqs,), torch.bool),
-            "top_k": ((max_reqs,), torch.int64),
-            "top_p": ((max_reqs,), torch.float32),
-            "min_p": ((max_reqs,), torch.float32),
-            "repetition_penalty": ((max_reqs,), torch.float32),
-            "frequency_penalty": ((max_reqs,), torch.float32),
-            "presence_penalty": ((max_reqs,), torch.float32),
-            "seeds": ((max_reqs,), torch.int64),
-            "grammar_rows": ((max_reqs,), torch.int64),
-            "grammar_mask_rows": ((max_reqs,), torch.int64),
-        })
+        self.staging = StagingBuffers(device, step_fields(max_tokens, max_reqs, self.max_blocks_per_req))
         self.sampling_inputs = SamplingInputs(self.staging, device, self.vocab_size, config.model.seed)
         # Expert parallelism: every DP rank of the world runs a forward pass each step (a dummy one when it has
         # nothing to run), and with EPLB the experts are rebalanced every step_interval passes.

@@ -1,6 +1,7 @@
 """The sampler's inputs for a step: each row's sampling parameters on the device, the penalties' token counts,
 the bans, biases and allowed tokens, and each row's noise seed. Under async scheduling a row's newest token may
-still be on the device; what depends on it is resolved there, from the previous step's samples."""
+still be on the device; what depends on it is resolved there, from the previous step's samples. Nothing here waits
+for the device (engine/staging.py): the host builds a step's inputs while the step before still runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from raygrid.engine.input_batch import InputBatch
 from raygrid.engine.sampler import SamplingMetadata, row_seeds
-from raygrid.engine.staging import StagingBuffers
+from raygrid.engine.staging import StagingBuffers, to_device
 
 
 class SamplingInputs:
@@ -77,21 +78,21 @@ class SamplingInputs:
         dev, vocab = self.device, self.vocab_size
         fields = dict(adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None)
         if adjust.rows:
-            values = torch.tensor(adjust.values, dtype=torch.float32, device=dev)
+            values = to_device(adjust.values, np.float32, dev)
             if adjust.conditional:
                 req_ids = b.req_ids
                 sources = [prev_sampled_index[req_ids[rows[i]]] if need >= 0 else 0 for i, need in zip(adjust.rows, adjust.requires)]
-                newest = prev_sampled[torch.tensor(sources, device=dev)]
-                requires = torch.tensor(adjust.requires, device=dev)
+                newest = prev_sampled[to_device(sources, np.int64, dev)]
+                requires = to_device(adjust.requires, np.int64, dev)
                 values = torch.where((requires < 0) | (newest == requires), values, torch.zeros_like(values))
-            fields.update(adjust_rows=torch.tensor(adjust.rows, device=dev),
-                          adjust_tokens=torch.tensor(adjust.tokens, device=dev).clamp_(0, vocab - 1), adjust_values=values)
+            fields.update(adjust_rows=to_device(adjust.rows, np.int64, dev),
+                          adjust_tokens=to_device(adjust.tokens, np.int64, dev).clamp_(0, vocab - 1), adjust_values=values)
         if adjust.allowed:
             mask = torch.full((len(adjust.allowed), vocab), float("-inf"), device=dev)
             mask_rows = [k for k, (_, ids) in enumerate(adjust.allowed) for _ in ids]
             mask_tokens = [t for _, ids in adjust.allowed for t in ids]
-            mask[torch.tensor(mask_rows, device=dev), torch.tensor(mask_tokens, device=dev).clamp_(0, vocab - 1)] = 0.0
-            fields.update(allowed_rows=torch.tensor([i for i, _ in adjust.allowed], device=dev), allowed_mask=mask)
+            mask[to_device(mask_rows, np.int64, dev), to_device(mask_tokens, np.int64, dev).clamp_(0, vocab - 1)] = 0.0
+            fields.update(allowed_rows=to_device([i for i, _ in adjust.allowed], np.int64, dev), allowed_mask=mask)
         return fields
 
     def _token_statistics(self, b: InputBatch, rows: np.ndarray, positions: np.ndarray, prev_sampled,
@@ -100,17 +101,18 @@ class SamplingInputs:
         tokens the prompt has. The host knows all but (under async scheduling) a row's newest token,
         which is counted on the device from the previous step's samples."""
         known = b.num_tokens[rows]
+        dev = self.device
         counts, prompt_mask = token_statistics(
-            torch.as_tensor(b.token_ids[rows, : int(known.max())], device=self.device),
-            torch.as_tensor(b.num_prompt_tokens[rows], device=self.device),
-            torch.as_tensor(known, device=self.device),
+            to_device(b.token_ids[rows, : int(known.max())], np.int64, dev),
+            to_device(b.num_prompt_tokens[rows], np.int64, dev),
+            to_device(known, np.int64, dev),
             self.vocab_size,
         )
         in_flight = np.nonzero(positions > known)[0]
         if len(in_flight):
             sources = [prev_sampled_index[b.req_ids[rows[i]]] for i in in_flight.tolist()]
-            tokens = prev_sampled[torch.as_tensor(sources, device=self.device)]
-            counts.index_put_((torch.as_tensor(in_flight, device=self.device), tokens), torch.ones(len(sources), device=self.device), accumulate=True)
+            tokens = prev_sampled[to_device(sources, np.int64, dev)]
+            counts.index_put_((to_device(in_flight, np.int64, dev), tokens), torch.ones(len(sources), device=dev), accumulate=True)
         return counts, prompt_mask
 
 

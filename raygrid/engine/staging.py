@@ -1,4 +1,6 @@
-"""Pinned host buffers and their device twin for each step's inputs, copied over in one transfer a group."""
+"""Host-to-device transfers of a step's inputs that never wait for the device: pinned host buffers and their device
+twin for the fields every step has, copied over in one transfer a group (``StagingBuffers``), and ``to_device`` for
+the arrays of variable size some requests add (penalties' token ids, logit biases, bans, allowed tokens)."""
 
 from __future__ import annotations
 
@@ -90,3 +92,43 @@ class StagingBuffers:
         if self.on_gpu and hi > lo:
             self.device_bytes[lo:hi].copy_(self.host_bytes[self.current][lo:hi], non_blocking=True)
         return staged
+
+
+def to_device(values, dtype: type | np.dtype, device: torch.device) -> torch.Tensor:
+    """``values`` (an array or a list) as a tensor on ``device``, queued on the current stream through pinned memory.
+    A copy from pageable memory (``torch.tensor(values, device=...)``) waits for everything queued before it: under
+    async scheduling the host would stall until the step in flight finished, and stop running ahead of the GPU. The
+    pinned block is not reused before the copy is done (torch records an event for it)."""
+    host = torch.from_numpy(np.ascontiguousarray(values, dtype=dtype))
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def step_fields(max_tokens: int, max_reqs: int, max_blocks_per_req: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The fields a model runner stages each step, in the groups staged together (one copy each), the large fields of
+    a group last: the model's inputs, then the sampling inputs, then the grammar rows. A request has at most one
+    token whose id is still on the device (async scheduling), so the placeholders need a row each, not a token each."""
+    return {
+        "input_ids": ((max_tokens,), torch.int64),
+        "positions": ((max_tokens,), torch.int64),
+        "slot_mapping": ((max_tokens,), torch.int64),
+        "logits_indices": ((max_reqs,), torch.int64),
+        "placeholder_index": ((max_reqs,), torch.int64),
+        "placeholder_source": ((max_reqs,), torch.int64),
+        "seq_lens": ((max_reqs,), torch.int32),
+        "decode_order": ((max_reqs,), torch.int32),
+        "query_start_loc": ((max_reqs + 1,), torch.int32),
+        "block_tables": ((max_reqs, max_blocks_per_req), torch.int32),
+        "temperature": ((max_reqs,), torch.float32),
+        "greedy": ((max_reqs,), torch.bool),
+        "top_k": ((max_reqs,), torch.int64),
+        "top_p": ((max_reqs,), torch.float32),
+        "min_p": ((max_reqs,), torch.float32),
+        "repetition_penalty": ((max_reqs,), torch.float32),
+        "frequency_penalty": ((max_reqs,), torch.float32),
+        "presence_penalty": ((max_reqs,), torch.float32),
+        "seeds": ((max_reqs,), torch.int64),
+        "grammar_rows": ((max_reqs,), torch.int64),
+        "grammar_mask_rows": ((max_reqs,), torch.int64),
+    }
