@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from raygrid import LLM, SamplingParams
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.sampler import (
+    Sampler,
     apply_min_p,
     apply_penalties,
     apply_top_k_top_p,
@@ -70,32 +71,41 @@ def test_penalties_follow_their_definitions():
     assert out[0].tolist() == pytest.approx(expected)
 
 
-def test_sampling_inputs_are_built_without_waiting_for_the_gpu():
+def test_sampling_inputs_and_logprobs_do_not_wait_for_the_gpu():
     """A step's sampling inputs for penalties, logit_bias, a min_tokens ban, a bad word and allowed_token_ids, two rows
-    with their newest output still on the device (async scheduling): the values are right, and on a GPU the host
-    builds them while a spin kernel of about a second queued first still runs (a copy from pageable memory would wait
-    for it, and async scheduling would stop running ahead)."""
+    with their newest output still on the device (async scheduling), then its sampling with logprobs: the values are
+    right, and on a GPU the host builds and launches them while a spin kernel of about a second queued first still
+    runs (a copy from pageable memory, or logprobs read as lists, would wait for it, and async scheduling would stop
+    running ahead)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     vocab, eos = 16, 2
     batch = InputBatch(4, 32, 2, frozenset({eos}))
-    params = [SamplingParams(temperature=0.8, repetition_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.25),
+    params = [SamplingParams(temperature=0.8, repetition_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.25, logprobs=2),
               SamplingParams(temperature=0.8, logit_bias={5: 2.0}, min_tokens=10),
-              SamplingParams(temperature=0.8, allowed_token_ids=[3, 4, 7], bad_words_token_ids=[[6, 8]])]
+              SamplingParams(temperature=0.8, allowed_token_ids=[3, 4, 7], bad_words_token_ids=[[6, 8]], logprobs=0)]
     for i, p in enumerate(params):  # prompt 1 2 3 4, outputs 5 6 known here
         batch.add(CachedRequestState(f"r{i}", [1, 2, 3, 4, 5, 6], 4, p, [1], 6))
     rows, positions = np.arange(3), np.array([7, 6, 7])  # rows 0 and 2: their newest output (9, 6) is on the device
     prev_sampled, prev_index = torch.tensor([9, 6], device=device), {"r0": 0, "r2": 1}
     inputs = SamplingInputs(StagingBuffers(device, step_fields(8, 4, 2)), device, vocab, seed=0)
-    inputs.build(batch, rows, positions, prev_sampled, prev_index)  # warm: pinned blocks of these sizes exist
+    logits = torch.randn(3, vocab, device=device)
+    Sampler()(logits, inputs.build(batch, rows, positions, prev_sampled, prev_index))  # warm: pinned blocks of these sizes exist
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda._sleep(2_000_000_000)
         spun = torch.cuda.Event()
         spun.record()
     meta = inputs.build(batch, rows, positions, prev_sampled, prev_index)
+    tokens, logprobs = Sampler()(logits, meta)
     if device.type == "cuda":
-        assert not spun.query(), "building the sampling inputs waited for the GPU"
+        assert not spun.query(), "building the sampling inputs or sampling waited for the GPU"
         torch.cuda.synchronize()
+    entries = logprobs.entries(tokens.tolist())
+    raw = torch.log_softmax(logits.float(), dim=-1)
+    assert entries[1] is None and entries[2].token_ids == [tokens[2].item()] and entries[2].sampled_rank >= 1
+    assert entries[0].token_ids[1:] == raw[0].topk(2).indices.tolist()
+    assert entries[0].logprobs == pytest.approx([raw[0, tokens[0]].item()] + raw[0].topk(2).values.tolist(), abs=1e-5)
+    assert tokens[2].item() in (3, 4, 7) and tokens[1].item() != eos
     assert meta.repetition_penalty.tolist() == pytest.approx([1.3, 1.0, 1.0])
     assert meta.frequency_penalty.tolist() == [0.5, 0.0, 0.0] and meta.presence_penalty.tolist() == [0.25, 0.0, 0.0]
     counts = {row: {t: c for t, c in enumerate(meta.output_token_counts[row].tolist()) if c} for row in range(3)}

@@ -300,7 +300,7 @@ class ModelRunner:
         start = time.perf_counter()
         if so is None:  # expert parallelism: this DP rank has no step, the others do
             self._dummy_step()
-            pending = PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None, [])
+            pending = PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None)
             pending.started, pending.errors = start, {}
             return pending if non_blocking else pending.result()
         refused = self._update_states(so)
@@ -315,7 +315,7 @@ class ModelRunner:
         if so.is_empty or self.batch.num_reqs == 0:
             if self.expert_parallel:
                 self._dummy_step()
-            return PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None, [])
+            return PendingRunnerOutput([], np.zeros(0, dtype=np.int64), None)
         input_ids, positions, meta, logits_indices, sample_rows, sample_positions = self._prepare_inputs(so)
         intermediate = None
         if not self.pp.is_first:
@@ -332,10 +332,10 @@ class ModelRunner:
         req_ids = list(self.batch.req_ids)
         if not self.pp.is_last:
             self.pp.send(list(hidden), dst=self.pp.rank_in_group + 1)
-            return PendingRunnerOutput(req_ids, np.zeros(0, dtype=np.int64), None, [])
+            return PendingRunnerOutput(req_ids, np.zeros(0, dtype=np.int64), None)
         prompt_logprobs = self._prompt_logprobs(hidden, meta)
         if not len(sample_rows):
-            return PendingRunnerOutput(req_ids, sample_rows, None, [], prompt_logprobs)
+            return PendingRunnerOutput(req_ids, sample_rows, None, None, prompt_logprobs)
         logits = self.model.compute_logits(hidden[logits_indices])
         if so.grammar_req_ids and defer_grammar:
             sample = partial(self._sample, logits, so, req_ids, sample_rows, sample_positions)

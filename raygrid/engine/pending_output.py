@@ -8,31 +8,32 @@ import numpy as np
 import torch
 
 from raygrid.engine.outputs import ModelRunnerOutput
+from raygrid.engine.sampler import StepLogprobs
 
 
 class PendingRunnerOutput:
     """A step whose sampled tokens are still being copied to the host. ``result()`` waits for them
     (the step's one host-device sync) and builds the ModelRunnerOutput."""
 
-    def __init__(self, req_ids: list[str], sample_rows: np.ndarray, tokens: torch.Tensor | None, logprobs: list,
-                 prompt_logprobs: dict | None = None) -> None:
+    def __init__(self, req_ids: list[str], sample_rows: np.ndarray, tokens: torch.Tensor | None,
+                 logprobs: StepLogprobs | None = None, prompt_logprobs: dict | None = None) -> None:
         self._sample = None  # a deferred sampling launch (see ModelRunner.execute_model's defer_grammar)
         self.req_ids = req_ids
         self.prompt_logprobs = prompt_logprobs or {}
         self.sample_rows = sample_rows
-        self.logprobs = logprobs
+        self._logprobs = None
         self.started: float | None = None  # when the worker took the step (perf_counter)
         self.errors: dict[str, str] = {}
         self.eplb = None  # an EPLB rebalance report to pass on
         self._host_tokens = None
         self._event = None
-        self._copy_back(tokens)
+        self._copy_back(tokens, logprobs)
 
     @classmethod
     def deferred(cls, req_ids: list[str], sample_rows: np.ndarray, prompt_logprobs: dict, sample) -> "PendingRunnerOutput":
         """A step whose forward pass is launched and whose sampling waits for ``sample_now()``: ``sample`` launches
         it and returns (tokens, logprobs)."""
-        pending = cls(req_ids, sample_rows, None, [], prompt_logprobs)
+        pending = cls(req_ids, sample_rows, None, None, prompt_logprobs)
         pending._sample = sample
         return pending
 
@@ -40,18 +41,19 @@ class PendingRunnerOutput:
         """Launch the deferred sampling (a no-op if there is none, or it already ran)."""
         if self._sample is not None:
             sample, self._sample = self._sample, None
-            tokens, self.logprobs = sample()
-            self._copy_back(tokens)
+            self._copy_back(*sample())
 
-    def _copy_back(self, tokens: torch.Tensor | None) -> None:
+    def _copy_back(self, tokens: torch.Tensor | None, logprobs: StepLogprobs | None) -> None:
+        """Queue the tokens' and logprobs' copies to the host, and an event after them."""
         if tokens is not None:
             if tokens.is_cuda:
                 self._host_tokens = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
                 self._host_tokens.copy_(tokens, non_blocking=True)
+                self._logprobs = logprobs.to_host() if logprobs is not None else None
                 self._event = torch.cuda.Event()
                 self._event.record()
             else:
-                self._host_tokens = tokens
+                self._host_tokens, self._logprobs = tokens, logprobs
 
     def result(self) -> ModelRunnerOutput:
         self.sample_now()
@@ -60,7 +62,9 @@ class PendingRunnerOutput:
         if self._host_tokens is not None:
             if self._event is not None:
                 self._event.synchronize()
-            for row, token, lp in zip(self.sample_rows.tolist(), self._host_tokens.tolist(), self.logprobs):
+            tokens = self._host_tokens.tolist()
+            entries = self._logprobs.entries(tokens) if self._logprobs is not None else [None] * len(tokens)
+            for row, token, lp in zip(self.sample_rows.tolist(), tokens, entries):
                 sampled[row] = [token]
                 logprobs[row] = lp
         # From taking the step to its tokens on the host: inputs, forward, sampling and the copy back.

@@ -49,7 +49,9 @@ class SamplingMetadata:
 
 
 class Sampler:
-    def __call__(self, logits: torch.Tensor, meta: SamplingMetadata) -> tuple[torch.Tensor, list[SampleLogprobs | None]]:
+    def __call__(self, logits: torch.Tensor, meta: SamplingMetadata) -> tuple[torch.Tensor, "StepLogprobs | None"]:
+        """The sampled tokens ``[B]`` and, where a row asks for logprobs, the step's logprobs, both on the device
+        (nothing here waits for it: the host reads them with the tokens, PendingRunnerOutput)."""
         want_logprobs = any(n is not None for n in meta.num_logprobs)
         raw_logprobs = None
         if want_logprobs:
@@ -78,7 +80,7 @@ class Sampler:
                 temperature = torch.where(meta.greedy, 0.0, 1.0)
             sampled = gumbel_argmax(logits, temperature, meta.seeds)
 
-        logprobs = gather_logprobs(raw_logprobs, sampled, meta.num_logprobs) if want_logprobs else [None] * len(meta.num_logprobs)
+        logprobs = StepLogprobs.of(raw_logprobs, sampled, meta.num_logprobs) if want_logprobs else None
         return sampled, logprobs
 
 
@@ -129,23 +131,44 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: t
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
 
 
+@dataclass
+class StepLogprobs:
+    """Logprobs of a step's sampled rows, as tensors: each row's sampled token's logprob and rank, and the top
+    ``max(num_logprobs)`` tokens and logprobs. They stay on the device until the host reads the step's tokens, so
+    asking for logprobs does not make the host wait for the step (``to_host``, then ``entries``)."""
+
+    top_ids: torch.Tensor  # [B, k]
+    top_values: torch.Tensor  # [B, k]
+    sampled_values: torch.Tensor  # [B]
+    ranks: torch.Tensor  # [B] 1-based rank of the sampled token among all tokens
+    num_logprobs: list[int | None]  # per row; None: the row did not ask
+
+    @classmethod
+    def of(cls, raw: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]) -> "StepLogprobs":
+        k = max(n for n in num_logprobs if n is not None)
+        top_values, top_ids = raw.topk(k, dim=-1) if k > 0 else (raw[:, :0], sampled[:, None][:, :0])
+        sampled_values = raw.gather(1, sampled.unsqueeze(1)).squeeze(1)
+        ranks = (raw > sampled_values.unsqueeze(1)).sum(dim=-1) + 1
+        return cls(top_ids, top_values, sampled_values, ranks, num_logprobs)
+
+    def to_host(self) -> "StepLogprobs":
+        """A copy in pinned host memory, queued on the current stream (valid once the stream reaches it)."""
+        def pinned(t: torch.Tensor) -> torch.Tensor:
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            return host.copy_(t, non_blocking=True)
+        return StepLogprobs(pinned(self.top_ids), pinned(self.top_values), pinned(self.sampled_values), pinned(self.ranks),
+                            self.num_logprobs)
+
+    def entries(self, sampled_ids: list[int]) -> list[SampleLogprobs | None]:
+        """One entry a row (None where it did not ask), its sampled token first: reads the tensors."""
+        top_values, top_ids = self.top_values.tolist(), self.top_ids.tolist()
+        sampled_values, ranks = self.sampled_values.tolist(), self.ranks.tolist()
+        return [None if n is None else SampleLogprobs(token_ids=[sampled_ids[row]] + top_ids[row][:n],
+                                                      logprobs=[sampled_values[row]] + top_values[row][:n],
+                                                      sampled_rank=ranks[row])
+                for row, n in enumerate(self.num_logprobs)]
+
+
 def gather_logprobs(raw: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]) -> list[SampleLogprobs | None]:
-    k = max(n for n in num_logprobs if n is not None)
-    top_values, top_ids = raw.topk(k, dim=-1) if k > 0 else (raw[:, :0], sampled[:, None][:, :0])
-    sampled_values = raw.gather(1, sampled.unsqueeze(1)).squeeze(1)
-    ranks = (raw > sampled_values.unsqueeze(1)).sum(dim=-1) + 1
-    top_values, top_ids = top_values.tolist(), top_ids.tolist()
-    sampled_values, ranks, sampled_ids = sampled_values.tolist(), ranks.tolist(), sampled.tolist()
-    out: list[SampleLogprobs | None] = []
-    for row, n in enumerate(num_logprobs):
-        if n is None:
-            out.append(None)
-            continue
-        out.append(
-            SampleLogprobs(
-                token_ids=[sampled_ids[row]] + top_ids[row][:n],
-                logprobs=[sampled_values[row]] + top_values[row][:n],
-                sampled_rank=ranks[row],
-            )
-        )
-    return out
+    """``StepLogprobs`` read at once (it waits for the device): prompt logprobs, which the host needs now."""
+    return StepLogprobs.of(raw, sampled, num_logprobs).entries(sampled.tolist())
