@@ -124,7 +124,7 @@ class GraphBuffers:
         n = input_ids.shape[0]
         staged = (input_ids, self.input_ids), (positions, self.positions), (meta.slot_mapping, self.slot_mapping)
         if n and any(given.data_ptr() != static.data_ptr() for given, static in staged):
-            raise ValueError("a CUDA graph replays the staged inputs (StagingBuffers.put), not other tensors")
+            raise ValueError("a CUDA graph replays the staged inputs (StagingBuffers.stage), not other tensors")
         # Each write below is skipped where it has no rows: at small batches a step's host time is mostly such calls.
         if padded > n:
             self.slot_mapping[n:padded].fill_(-1)
