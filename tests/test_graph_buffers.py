@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from raygrid.engine.cuda_graphs import GraphBuffers
-from raygrid.engine.staging import ALIGN, StagingBuffers
+from raygrid.engine.staging import ALIGN, StagingBuffers, step_fields
 from raygrid.models.layers.attention import AttentionMetadata
 
 MAX_TOKENS, MAX_SEQS, MAX_BLOCKS = 16, 4, 3
@@ -37,11 +37,8 @@ def staged_step(staged: dict[str, torch.Tensor], query_lens: list[int]) -> tuple
 
 
 def make_buffers() -> tuple[dict[str, torch.Tensor], GraphBuffers]:
-    """The staged tensors (on a GPU, StagingBuffers' device twins) and the graph buffers over them."""
-    staged = {"input_ids": torch.zeros(MAX_TOKENS, dtype=torch.int64), "positions": torch.zeros(MAX_TOKENS, dtype=torch.int64),
-              "slot_mapping": torch.zeros(MAX_TOKENS, dtype=torch.int64), "seq_lens": torch.zeros(MAX_SEQS, dtype=torch.int32),
-              "query_start_loc": torch.zeros(MAX_SEQS + 1, dtype=torch.int32),
-              "block_tables": torch.zeros(MAX_SEQS, MAX_BLOCKS, dtype=torch.int32), "decode_order": torch.zeros(MAX_SEQS, dtype=torch.int32)}
+    """The staged tensors (a model runner's StagingBuffers' device twins, here on the CPU) and the graph buffers over them."""
+    staged = StagingBuffers(torch.device("cpu"), step_fields(MAX_TOKENS, MAX_SEQS, MAX_BLOCKS)).device
     return staged, GraphBuffers(staged, MAX_TOKENS, MAX_SEQS)
 
 

@@ -39,6 +39,7 @@ class StagingBuffers:
             self.offsets[name] = end
             end += -(-int(np.prod(shape)) * dtype.itemsize // ALIGN) * ALIGN
         self.specs = specs
+        self.row_bytes = {name: int(np.prod(shape[1:])) * dtype.itemsize for name, (shape, dtype) in specs.items()}
         self.nbytes = end
         self.device_bytes = torch.zeros(end, dtype=torch.uint8, device=device)
         self.device = {name: self._field(self.device_bytes, name) for name in specs}
@@ -87,7 +88,7 @@ class StagingBuffers:
             host[name][(slice(0, rows),) + tuple(slice(0, s) for s in array.shape[1:])] = array
             start = self.offsets[name]
             lo = min(lo, start)
-            hi = max(hi, start + rows * host[name][0:1].nbytes)
+            hi = max(hi, start + rows * self.row_bytes[name])
             staged[name] = self._rows(name, rows)
         if self.on_gpu and hi > lo:
             self.device_bytes[lo:hi].copy_(self.host_bytes[self.current][lo:hi], non_blocking=True)

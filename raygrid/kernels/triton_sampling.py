@@ -77,15 +77,14 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
     block = max(16, min(block, triton.next_power_of_2(vocab_size)))
     chunk = max(block, min(chunk, triton.cdiv(vocab_size, block) * block))
     num_chunks = triton.cdiv(vocab_size, chunk)
-    best_value = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=logits.device)
-    best_index = torch.empty(num_rows, num_chunks, dtype=torch.int32, device=logits.device)
+    tokens = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
     if num_rows:
+        best_value = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=logits.device)
+        best_index = torch.empty(num_rows, num_chunks, dtype=torch.int32, device=logits.device)
         _gumbel_argmax_kernel[(num_rows, num_chunks)](
             logits, temperature, seeds, best_value, best_index, logits.stride(0), vocab_size,
             NUM_CHUNKS=num_chunks, CHUNK=chunk, BLOCK=block, GREEDY_BELOW=GREEDY_TEMPERATURE, num_warps=4,
         )
-    tokens = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
-    if num_rows:
         _best_chunk_kernel[(num_rows,)](best_value, best_index, tokens, NUM_CHUNKS=num_chunks,
                                         BLOCK_C=triton.next_power_of_2(num_chunks), num_warps=1)
     return tokens
