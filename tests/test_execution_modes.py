@@ -157,3 +157,28 @@ def test_preempted_in_the_step_that_granted_it_tokens_resumes_correctly(llama_di
     assert tight_engine.engine.stats().num_preemptions > 0
     _, expected = run(**dict(tight, num_kv_blocks=64))
     assert got == expected and len(got["low"]) == 7
+
+
+def test_penalized_requests_preempted_with_a_token_in_flight_resume_correctly(qwen3_dir):
+    """Greedy requests with penalties, under async scheduling, in a KV pool too small for all of them: decode steps
+    preempt them while their newest token is still in flight, and the scheduler drops that token. The penalties'
+    counts live on the device (engine/token_counts.py) and had already counted it, so a resumed request must start
+    from fresh counts. Every output must equal that of an engine with room to spare."""
+    prompts = random_prompts(3, 500, min_len=9, max_len=9, seed=36)
+    params = SamplingParams(temperature=0, repetition_penalty=1.5, frequency_penalty=0.7, max_tokens=28, ignore_eos=True)
+
+    def run(**engine_kwargs):
+        engine = LLMEngine.from_engine_args(EngineArgs(model=qwen3_dir, dtype="float32", device="cpu", block_size=4, max_model_len=48,
+                                                       async_scheduling=True, **engine_kwargs))
+        for i, prompt in enumerate(prompts):
+            engine.add_request(f"r{i}", {"prompt_token_ids": prompt}, params)
+        outputs = {}
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                outputs[out.request_id] = out.outputs[0].token_ids
+        return engine, outputs
+
+    tight, got = run(num_kv_blocks=16)
+    assert tight.engine.stats().num_preemptions > 0
+    _, expected = run(num_kv_blocks=64)
+    assert got == expected and all(len(ids) == 28 for ids in got.values())

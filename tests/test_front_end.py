@@ -108,7 +108,8 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
     the per-kind step times add up to the elapsed time. raygrid runs at most 4 requests at once, so prompts keep
     arriving after the first step and the steps with prompt tokens, listed one by one, each start after another."""
     out = tmp_path / "result.json"
-    limit = ["--max-num-seqs", "4"] if backend == "raygrid" else []
+    # raygrid: penalties and logprobs on every request, so the benchmark's sampling path is not only the plain one.
+    limit = ["--max-num-seqs", "4", "--sampling-params", '{"repetition_penalty": 1.2, "logprobs": 2}'] if backend == "raygrid" else []
     result = subprocess.run(
         [sys.executable, "-m", "raygrid.entrypoints.cli", "bench", "throughput", "--backend", backend, "--model", qwen3_dir,
          "--device", "cpu", "--dtype", "float32", "--num-prompts", "12", "--random-range", "5", "30", "--no-progress",
@@ -121,6 +122,7 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
     assert summary["output_tokens"] == sum(expected_lens)
     assert summary["output_tokens_per_s"] > 0 and "output tok/s" in result.stdout
     if backend == "raygrid":
+        assert summary["sampling_params"] == {"temperature": 0.6, "repetition_penalty": 1.2, "logprobs": 2}
         assert summary["max_num_batched_tokens"] == 8192  # the step budget the run had (the default on CPU)
         buckets = summary["where_the_time_goes"]
         assert sum(b["steps"] for b in buckets) >= max(expected_lens)  # one token per request a step
@@ -160,6 +162,13 @@ def test_cli_bench_latency_refuses_an_output_too_short_to_time(qwen3_dir, capsys
 
     assert main(["bench", "latency", "--model", qwen3_dir, "--device", "cpu", "--output-len", "1"]) == 2
     assert "--output-len must be >= 2 (got 1)" in capsys.readouterr().err
+    # --sampling-params is checked by SamplingParams as the arguments are parsed, before anything loads.
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "throughput", "--model", qwen3_dir, "--sampling-params", '{"top_p": 1.5}'])
+    assert exit_.value.code == 2 and "--sampling-params: top_p: must be <= 1.0 (got 1.5)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "latency", "--model", qwen3_dir, "--sampling-params", '{"max_tokens": 3}'])
+    assert "max_tokens is the benchmark's own" in capsys.readouterr().err
 
 
 def summary_vocab(model_dir: str) -> int:

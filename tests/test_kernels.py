@@ -17,7 +17,7 @@ from raygrid.kernels.elementwise_ref import (  # noqa: E402
 )
 from raygrid.kernels.moe_ref import align_by_expert_ref, fused_moe_ref, route_ref  # noqa: E402
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
-from raygrid.kernels.sampling_ref import apply_token_bitmask_ref, gumbel_scores  # noqa: E402
+from raygrid.kernels.sampling_ref import apply_penalties_ref, apply_token_bitmask_ref, gumbel_scores  # noqa: E402
 from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_decode,
     paged_attention_prefill,
@@ -25,7 +25,7 @@ from raygrid.kernels.triton_attention import (  # noqa: E402
 )
 from raygrid.kernels.triton_moe import TILES, align_by_expert, fused_moe  # noqa: E402
 from raygrid.kernels.triton_ops import qk_norm_rotary, rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
-from raygrid.kernels.triton_sampling import apply_token_bitmask, gumbel_argmax, philox_uniform  # noqa: E402
+from raygrid.kernels.triton_sampling import apply_penalties, apply_token_bitmask, gumbel_argmax, philox_uniform  # noqa: E402
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -607,6 +607,33 @@ def test_apply_token_bitmask(dtype):
     narrow = logits[:1].clone()
     apply_token_bitmask(narrow, bitmask[1:2, :-2].contiguous(), torch.tensor([0], device=DEVICE), torch.tensor([0], device=DEVICE))
     assert torch.isfinite(narrow[0]).nonzero().flatten().tolist() == list(range(32 * (words - 2)))
+
+
+def test_apply_penalties():
+    # Rows read their slot's statistics in another order than the slots'; two rows share no slot; rows without
+    # penalties (the empty slot, whose statistics are zeros) stay as they were; the vocabulary is not a multiple of
+    # the block.
+    torch.manual_seed(0)
+    batch, vocab, block = (256, 151936, 2048) if ON_GPU else (6, 1000, 128)
+    slots_count = batch + 1
+    logits = torch.randn(batch, vocab, device=DEVICE) * 4
+    counts = torch.randint(0, 4, (slots_count, vocab), device=DEVICE).float() * (torch.rand(slots_count, vocab, device=DEVICE) < 0.05)
+    in_prompt = torch.rand(slots_count, vocab, device=DEVICE) < 0.05
+    counts[-1], in_prompt[-1] = 0, False
+    slots = torch.randperm(batch, device=DEVICE)
+    slots[1] = batch  # the empty slot
+    repetition = torch.rand(batch, device=DEVICE) + 0.5
+    frequency = torch.rand(batch, device=DEVICE) - 0.5
+    presence = torch.rand(batch, device=DEVICE) - 0.5
+    repetition[1], frequency[1], presence[1] = 1.0, 0.0, 0.0
+    frequency[2], presence[2] = 0.0, 0.0  # repetition alone
+    expected = apply_penalties_ref(logits.clone(), counts, in_prompt, slots, repetition, frequency, presence)
+    got = apply_penalties(logits.clone(), counts, in_prompt, slots, repetition, frequency, presence, block=block)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+    assert torch.equal(got[1], logits[1]) and not torch.equal(got[0], logits[0])
+    seen = (counts[slots[2]] > 0) | in_prompt[slots[2]]
+    row2 = torch.where(logits[2] > 0, logits[2] / repetition[2], logits[2] * repetition[2])
+    torch.testing.assert_close(got[2], torch.where(seen, row2, logits[2]))
 
 
 # (experts, top-k, tokens, hidden, intermediate): real sizes on a GPU, tiny ones interpreted on CPU.

@@ -125,6 +125,9 @@ def exercise_every_kernel() -> None:
         triton_sampling.philox_uniform(seeds, 300, block=64)
         triton_sampling.apply_token_bitmask(vocab_logits, torch.zeros(1, 10, dtype=torch.int32), torch.tensor([1]),
                                             torch.tensor([0]))
+        triton_sampling.apply_penalties(vocab_logits.float(), torch.rand(4, 300), torch.zeros(4, 300, dtype=torch.bool),
+                                        torch.tensor([0, 3, 1]), torch.tensor([1.2, 1.0, 1.0]), torch.tensor([0.0, 0.0, 0.5]),
+                                        torch.tensor([0.1, 0.0, 0.0]), block=64)
         buffers = torch.zeros(2, dtype=torch.int64)  # peers' buffer addresses: never read, the grid is empty
         for two_shot in (False, True):
             triton_allreduce.launch_all_reduce(two_shot, x.flatten(), x.flatten().clone(), buffers, 1024, 4096, 0, 2, 3,

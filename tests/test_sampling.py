@@ -63,7 +63,7 @@ def test_penalties_follow_their_definitions():
     meta = SamplingMetadata(
         temperature=torch.ones(1), greedy=torch.zeros(1, dtype=torch.bool), all_greedy=False, top_k=None, top_p=None,
         min_p=None, repetition_penalty=torch.tensor([2.0]), frequency_penalty=torch.tensor([0.1]),
-        presence_penalty=torch.tensor([0.5]), output_token_counts=counts, prompt_token_mask=prompt_mask,
+        presence_penalty=torch.tensor([0.5]), penalty_slots=torch.tensor([0]), slot_counts=counts, slot_in_prompt=prompt_mask,
         adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None, seeds=torch.zeros(1, dtype=torch.long), num_logprobs=[None],
     )
     out = apply_penalties(logits, meta)
@@ -76,27 +76,40 @@ def test_sampling_inputs_and_logprobs_do_not_wait_for_the_gpu():
     with their newest output still on the device (async scheduling), then its sampling with logprobs: the values are
     right, and on a GPU the host builds and launches them while a spin kernel of about a second queued first still
     runs (a copy from pageable memory, or logprobs read as lists, would wait for it, and async scheduling would stop
-    running ahead)."""
+    running ahead). The penalties' counts, kept on the device, hold the token just sampled, and the next step's once."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     vocab, eos = 16, 2
     batch = InputBatch(4, 32, 2, frozenset({eos}))
     params = [SamplingParams(temperature=0.8, repetition_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.25, logprobs=2),
               SamplingParams(temperature=0.8, logit_bias={5: 2.0}, min_tokens=10),
               SamplingParams(temperature=0.8, allowed_token_ids=[3, 4, 7], bad_words_token_ids=[[6, 8]], logprobs=0)]
-    for i, p in enumerate(params):  # prompt 1 2 3 4, outputs 5 6 known here
-        batch.add(CachedRequestState(f"r{i}", [1, 2, 3, 4, 5, 6], 4, p, [1], 6))
+
+    def enter() -> None:  # prompt 1 2 3 4, outputs 5 6 known here
+        for i in range(len(params)):
+            batch.remove(f"r{i}")
+        for i, p in enumerate(params):
+            batch.add(CachedRequestState(f"r{i}", [1, 2, 3, 4, 5, 6], 4, p, [1], 6))
+
+    enter()
     rows, positions = np.arange(3), np.array([7, 6, 7])  # rows 0 and 2: their newest output (9, 6) is on the device
     prev_sampled, prev_index = torch.tensor([9, 6], device=device), {"r0": 0, "r2": 1}
-    inputs = SamplingInputs(StagingBuffers(device, step_fields(8, 4, 2)), device, vocab, seed=0)
+    inputs = SamplingInputs(StagingBuffers(device, step_fields(8, 4, 2)), device, vocab, seed=0, max_reqs=4)
     logits = torch.randn(3, vocab, device=device)
     Sampler()(logits, inputs.build(batch, rows, positions, prev_sampled, prev_index))  # warm: pinned blocks of these sizes exist
+    enter()  # new entries: their penalties' counts are filled again, from the host's tokens and the one in flight
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda._sleep(2_000_000_000)
         spun = torch.cuda.Event()
         spun.record()
-    meta = inputs.build(batch, rows, positions, prev_sampled, prev_index)
-    tokens, logprobs = Sampler()(logits, meta)
+        torch.cuda.set_sync_debug_mode("error")  # a synchronizing call torch knows of raises here, naming itself
+    try:
+        meta = inputs.build(batch, rows, positions, prev_sampled, prev_index)
+        tokens, logprobs = Sampler()(logits, meta)
+        inputs.token_counts.record(meta.penalty_slots, tokens)
+    finally:
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode(0)
     if device.type == "cuda":
         assert not spun.query(), "building the sampling inputs or sampling waited for the GPU"
         torch.cuda.synchronize()
@@ -108,13 +121,24 @@ def test_sampling_inputs_and_logprobs_do_not_wait_for_the_gpu():
     assert tokens[2].item() in (3, 4, 7) and tokens[1].item() != eos
     assert meta.repetition_penalty.tolist() == pytest.approx([1.3, 1.0, 1.0])
     assert meta.frequency_penalty.tolist() == [0.5, 0.0, 0.0] and meta.presence_penalty.tolist() == [0.25, 0.0, 0.0]
-    counts = {row: {t: c for t, c in enumerate(meta.output_token_counts[row].tolist()) if c} for row in range(3)}
-    assert counts == {0: {5: 1, 6: 1, 9: 1}, 1: {5: 1, 6: 1}, 2: {5: 1, 6: 2}}
-    assert [torch.nonzero(meta.prompt_token_mask[row]).flatten().tolist() for row in range(3)] == [[1, 2, 3, 4]] * 3
+
+    def counts_of(meta):  # rows without penalties count nothing
+        return {row: {t: c for t, c in enumerate(meta.slot_counts[meta.penalty_slots[row]].tolist()) if c} for row in range(3)}
+
+    # The outputs 5 6, the newest one still on the device (9), and the token just sampled (recorded on the device).
+    expected = {5: 1, 6: 1, 9: 1}
+    expected[tokens[0].item()] = expected.get(tokens[0].item(), 0) + 1
+    assert counts_of(meta) == {0: expected, 1: {}, 2: {}}
+    assert [torch.nonzero(meta.slot_in_prompt[meta.penalty_slots[row]]).flatten().tolist() for row in range(3)] == [[1, 2, 3, 4], [], []]
     adjusted = list(zip(meta.adjust_rows.tolist(), meta.adjust_tokens.tolist(), meta.adjust_values.tolist()))
     assert adjusted == [(1, eos, NEG_INF), (1, 5, 2.0), (2, 8, NEG_INF)]  # row 2's newest output is 6: 8 is banned
     assert meta.allowed_rows.tolist() == [2]
     assert torch.nonzero(meta.allowed_mask[0] == 0).flatten().tolist() == [3, 4, 7]
+
+    # The next step: the host now knows 9, 6 and row 1's token; the tokens just sampled are in flight.
+    batch.append_one_token_each([0, 1, 2], [9, tokens[1].item(), 6])
+    following = inputs.build(batch, rows, positions + 1, tokens, {"r0": 0, "r1": 1, "r2": 2})
+    assert counts_of(following) == {0: expected, 1: {}, 2: {}}  # counted once, not again from the host's copy
 
 
 def test_row_seeds_depend_on_request_seed_and_position_only():

@@ -4,6 +4,7 @@ clock at an idle GPU. Also each thread's share of a CPU over the run (a spinning
 
     python benchmarks/scripts/step_timeline.py OUT_DIR --context 512 --settings off,on [--tag NAME]
 
+``--sampling-params JSON``: more SamplingParams fields for the request (``bench throughput``'s option).
 ``--settings``: ``off`` (the layer-by-layer pass, CUDA graphs) and ``on`` (``--persistent-decode``), each in an engine
 of its own, two timed runs of 200 tokens each. Writes ``OUT_DIR/step_timeline_CONTEXT[TAG].json``; medians a run:
 
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from raygrid.bench.latency import time_raygrid
+from raygrid.bench.throughput import add_sampling_params_arg
 from raygrid.engine import core, llm_engine, model_runner, output_processor, pending_output, scheduler
 from raygrid.engine.arg_utils import EngineArgs
 from raygrid.engine.llm_engine import LLMEngine
@@ -77,7 +79,7 @@ def thread_cpu_seconds() -> dict[str, tuple[str, float]]:
     return seconds
 
 
-def timed_run(engine, prompt: list[int], tokens: int) -> dict:
+def timed_run(engine, prompt: list[int], tokens: int, sampling: dict) -> dict:
     torch.cuda.synchronize()
     base = torch.cuda.Event(enable_timing=True)
     base.record()
@@ -85,7 +87,7 @@ def timed_run(engine, prompt: list[int], tokens: int) -> dict:
     torch.cuda.synchronize()
     cpu_before, wall_start = thread_cpu_seconds(), time.perf_counter()
     RECORD.update(on=True, events=[], host=[])
-    ttft, e2e = time_raygrid(engine, [prompt], tokens)[0]
+    ttft, e2e = time_raygrid(engine, [prompt], tokens, sampling)[0]
     RECORD["on"] = False
     wall, cpu_after = time.perf_counter() - wall_start, thread_cpu_seconds()
     torch.cuda.synchronize()
@@ -117,6 +119,7 @@ def main() -> None:
     parser.add_argument("--settings", default="off,on", help="off: layer by layer; on: --persistent-decode")
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--tag", default="")
+    add_sampling_params_arg(parser)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("needs a GPU: CUDA events time the steps there")
@@ -128,10 +131,10 @@ def main() -> None:
     for setting in args.settings.split(","):
         engine = LLMEngine.from_engine_args(EngineArgs(model=resolve_model_path("random-qwen3-0.6b"), dtype="bfloat16",
                                                        max_model_len=args.context + 600, persistent_decode=setting == "on"))
-        time_raygrid(engine, [rng.integers(0, 10000, args.context).tolist()], 64)  # warm-up
+        time_raygrid(engine, [rng.integers(0, 10000, args.context).tolist()], 64, args.sampling_params)  # warm-up
         report[setting] = []
         for _ in range(2):
-            row = timed_run(engine, rng.integers(0, 10000, args.context).tolist(), args.tokens)
+            row = timed_run(engine, rng.integers(0, 10000, args.context).tolist(), args.tokens, args.sampling_params)
             report[setting].append(row)
             print(setting, args.context, json.dumps(row), flush=True)
         engine.shutdown()

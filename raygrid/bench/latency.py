@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from raygrid.bench.throughput import device_name, git_commit, kernel_settings
+from raygrid.bench.throughput import add_sampling_params_arg, device_name, git_commit, kernel_settings
 
 
 def add_latency_args(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +27,7 @@ def add_latency_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1, help="requests sent together")
     parser.add_argument("--num-iters", type=int, default=5, help="timed runs per prompt length")
     parser.add_argument("--num-iters-warmup", type=int, default=1, help="untimed runs per prompt length")
+    add_sampling_params_arg(parser)
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--profile-dir", default=None,
                         help="raygrid on GPU: also profile batch-size decode steps at each prompt length into this folder")
@@ -43,11 +44,12 @@ class _Prompts:
         return [self.rng.integers(0, self.high, size=length).tolist() for _ in range(size)]
 
 
-def time_raygrid(engine, prompts: list[list[int]], output_len: int) -> list[tuple[float, float]]:
-    """(time to first token, end-to-end time) of each request, run together on an ``LLMEngine``."""
+def time_raygrid(engine, prompts: list[list[int]], output_len: int, sampling: dict | None = None) -> list[tuple[float, float]]:
+    """(time to first token, end-to-end time) of each request, run together on an ``LLMEngine``; ``sampling``: more
+    SamplingParams fields (temperature 1 unless it says otherwise)."""
     from raygrid import SamplingParams
 
-    params = SamplingParams(temperature=1.0, max_tokens=output_len, ignore_eos=True, detokenize=False)
+    params = SamplingParams(**{"temperature": 1.0, **(sampling or {})}, max_tokens=output_len, ignore_eos=True, detokenize=False)
     ids = [engine.next_request_id() for _ in prompts]
     first: dict[str, float] = {}
     done: dict[str, float] = {}
@@ -166,6 +168,7 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
     summary = {
         "backend": args.backend, "model": engine_kwargs["model"], "dtype": engine_kwargs.get("dtype", "auto"),
         "batch_size": args.batch_size, "output_len": args.output_len, "num_iters": args.num_iters, "results": rows,
+        "sampling_params": args.sampling_params,
         "attention_kernels": kernel_settings() if args.backend == "raygrid" else None, "max_num_batched_tokens": budget,
         "machine": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(), "command": " ".join(["raygrid"] + sys.argv[1:]),
@@ -189,6 +192,8 @@ def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:
 def _open_backend(args, engine_kwargs: dict, longest: int):
     """(close, run one batch, profile at a prompt length or None, the step budget or None) for the chosen backend."""
     if args.backend == "hf":
+        if args.sampling_params:
+            raise ValueError("--sampling-params applies to the raygrid backend only")
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -209,4 +214,4 @@ def _open_backend(args, engine_kwargs: dict, longest: int):
         from raygrid.bench.profile_decode import profile_decode
 
         profile = lambda input_len: profile_decode(engine, args.profile_dir, num_reqs=args.batch_size, prompt_len=input_len)  # noqa: E731
-    return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n)), profile, engine.config.scheduler.max_num_batched_tokens
+    return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n, args.sampling_params)), profile, engine.config.scheduler.max_num_batched_tokens

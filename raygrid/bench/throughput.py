@@ -27,11 +27,37 @@ def add_throughput_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-range", type=int, nargs=2, metavar=("LO", "HI"), default=None,
                         help="prompt and output lengths each drawn uniformly from [LO, HI]")
     parser.add_argument("--temperature", type=float, default=0.6)
+    add_sampling_params_arg(parser)
     parser.add_argument("--hf-batch-size", type=int, default=128, help="hf backend: prompts per padded generate() call")
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--detokenize", action="store_true", help="raygrid: detokenize the outputs, as a server must")
     parser.add_argument("--profile-dir", default=None, help="raygrid on GPU: also profile decode steps into this folder")
+
+
+def add_sampling_params_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sampling-params", type=sampling_overrides, default={}, metavar="JSON",
+                        help='raygrid: more SamplingParams fields for every request, e.g. \'{"repetition_penalty": 1.1, "logprobs": 5}\'')
+
+
+def sampling_overrides(text: str) -> dict:
+    """``--sampling-params``: a JSON object of SamplingParams fields, each checked by SamplingParams itself."""
+    from raygrid import SamplingParams
+
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(fields, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object of SamplingParams fields, got {type(fields).__name__}")
+    for reserved in ("max_tokens", "ignore_eos", "detokenize"):
+        if reserved in fields:
+            raise argparse.ArgumentTypeError(f"{reserved} is the benchmark's own (lengths come from the workload)")
+    try:
+        SamplingParams(**fields)
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return fields
 
 
 def make_workload(num_prompts: int, input_len, output_len, random_range, seed: int, vocab_size: int):
@@ -59,8 +85,8 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
     try:
         warmup = [SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False)] * 4
         llm.generate([{"prompt_token_ids": p[:16]} for p in prompts[:4]], warmup, use_tqdm=False)
-        params = [SamplingParams(temperature=args.temperature, max_tokens=n, ignore_eos=True, detokenize=args.detokenize)
-                  for n in output_lens]
+        fields = {"temperature": args.temperature, **args.sampling_params}
+        params = [SamplingParams(**fields, max_tokens=n, ignore_eos=True, detokenize=args.detokenize) for n in output_lens]
         traced = isinstance(llm.engine, EngineCore)  # an in-process engine (a Ray replica keeps its steps to itself)
         if traced:
             llm.engine.step_trace = []
@@ -220,6 +246,8 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         engine_kwargs = dict(engine_kwargs, model=model_path, max_model_len=engine_kwargs.get("max_model_len") or max(longest, 2048))
         result = run_raygrid(args, engine_kwargs, prompts, output_lens)
     else:
+        if args.sampling_params:
+            raise ValueError("--sampling-params applies to the raygrid backend only")
         result = run_hf(args, model_path, engine_kwargs.get("dtype", "auto"), prompts, output_lens)
     prompt_tokens = sum(len(p) for p in prompts)
     elapsed = result["elapsed_s"]
@@ -240,6 +268,7 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "eplb": result.get("eplb"),
         "attention_kernels": kernel_settings() if args.backend == "raygrid" else None,
         "max_num_batched_tokens": result.get("max_num_batched_tokens"),
+        "sampling_params": {"temperature": args.temperature, **args.sampling_params},
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),

@@ -75,6 +75,11 @@ class InputBatch:
         # Whether a row's parameters may add to its logits (min_tokens, bad words, logit_bias, allowed tokens):
         # logit_adjustments looks only at these rows, not at every row of every step.
         self.adjusts = np.zeros(max_num_reqs, dtype=bool)
+        # Which entry into the batch a row is (a request that leaves and comes back is a new entry), and a count of
+        # the batch's changes: state kept elsewhere by row (engine/token_counts.py) follows entries, not rows.
+        self.entry = np.zeros(max_num_reqs, dtype=np.int64)
+        self.version = 0
+        self._entries = 0
 
     @property
     def num_reqs(self) -> int:
@@ -109,11 +114,20 @@ class InputBatch:
         self.req_ids.append(state.req_id)
         self.states.append(state)
         self.index_of[state.req_id] = row
+        self.renew(state.req_id)
+
+    def renew(self, req_id: str) -> None:
+        """Make the request's row a new entry: on adding it, and when it resumes from preemption in the very step it
+        was preempted (it keeps its row, but the scheduler dropped its tokens still in flight)."""
+        self.entry[self.index_of[req_id]] = self._entries
+        self._entries += 1
+        self.version += 1
 
     def remove(self, req_id: str) -> None:
         row = self.index_of.pop(req_id, None)
         if row is None:
             return
+        self.version += 1
         last = self.num_reqs - 1
         if row != last:
             self._move_row(last, row)
@@ -124,7 +138,7 @@ class InputBatch:
         for array in (
             self.token_ids, self.num_tokens, self.num_prompt_tokens, self.num_computed_tokens, self.block_table,
             self.num_blocks, self.temperature, self.top_p, self.top_k, self.min_p, self.repetition_penalty,
-            self.frequency_penalty, self.presence_penalty, self.seed, self.seeded, self.adjusts,
+            self.frequency_penalty, self.presence_penalty, self.seed, self.seeded, self.adjusts, self.entry,
         ):
             array[dst] = array[src]
         self.req_ids[dst] = self.req_ids[src]

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from raygrid.engine.sampler import SamplingMetadata
-from raygrid.engine.sampling_inputs import token_statistics
 from raygrid.kernels.ops import apply_token_bitmask
 from raygrid.models.layers.attention import AttentionMetadata
 
@@ -42,21 +41,18 @@ def profile_forward(runner: ModelRunner, num_tokens: int) -> None:
 
 
 def _profile_sampler(runner: ModelRunner, logits: torch.Tensor) -> None:
-    """Sampling's largest footprint: penalties over a full-length history, min_p, top-k and top-p
-    (a full sort), a ban and a bias, an allowed-token mask and ``max_logprobs`` top logprobs, on every row."""
-    rows, dev, max_len = logits.shape[0], runner.device, runner.config.model.max_model_len
-    counts, prompt_mask = token_statistics(
-        torch.zeros(rows, max_len, dtype=torch.int64, device=dev),
-        torch.full((rows,), max_len // 2, device=dev),
-        torch.full((rows,), max_len, device=dev),
-        runner.vocab_size,
-    )
+    """Sampling's largest footprint: penalties on every row (their counts kept across steps are allocated here, so the
+    KV cache is sized with them held), min_p, top-k and top-p (a full sort), a ban and a bias, an allowed-token mask
+    and ``max_logprobs`` top logprobs, on every row."""
+    rows, dev = logits.shape[0], runner.device
+    slots = torch.arange(rows, device=dev)
+    counts, in_prompt = runner.sampling_inputs.token_counts.buffers()
     full = lambda value, dtype=torch.float32: torch.full((rows,), value, dtype=dtype, device=dev)  # noqa: E731
     meta = SamplingMetadata(
         temperature=full(0.7), greedy=full(False, torch.bool), all_greedy=False,
         top_k=full(50, torch.int64), top_p=full(0.9), min_p=full(0.05),
         repetition_penalty=full(1.1), frequency_penalty=full(0.1), presence_penalty=full(0.1),
-        output_token_counts=counts, prompt_token_mask=prompt_mask,
+        penalty_slots=slots, slot_counts=counts, slot_in_prompt=in_prompt,
         adjust_rows=torch.arange(rows, device=dev).repeat(2), adjust_tokens=torch.zeros(2 * rows, dtype=torch.int64, device=dev),
         adjust_values=torch.zeros(2 * rows, device=dev), allowed_rows=torch.arange(rows, device=dev),
         allowed_mask=torch.zeros(rows, runner.vocab_size, device=dev),
@@ -70,7 +66,7 @@ def _profile_sampler(runner: ModelRunner, logits: torch.Tensor) -> None:
     # Temperature alone draws from the logits in the model's dtype, where the path above draws from float32
     # ones: a Triton variant of its own, compiled here rather than while the first such request waits.
     none = dict.fromkeys(["top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty",
-                          "output_token_counts", "prompt_token_mask", "adjust_rows", "adjust_tokens", "adjust_values",
+                          "penalty_slots", "slot_counts", "slot_in_prompt", "adjust_rows", "adjust_tokens", "adjust_values",
                           "allowed_rows", "allowed_mask"])
     runner.sampler(logits, dataclasses.replace(meta, **none, num_logprobs=[None] * rows))
 

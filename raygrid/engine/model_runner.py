@@ -61,7 +61,7 @@ class ModelRunner:
         max_reqs = config.scheduler.max_num_seqs
         max_tokens = max(config.scheduler.max_num_batched_tokens, max_reqs)  # a decode graph's rows too
         self.staging = StagingBuffers(device, step_fields(max_tokens, max_reqs, self.max_blocks_per_req))
-        self.sampling_inputs = SamplingInputs(self.staging, device, self.vocab_size, config.model.seed)
+        self.sampling_inputs = SamplingInputs(self.staging, device, self.vocab_size, config.model.seed, max_reqs)
         # Expert parallelism: every DP rank of the world runs a forward pass each step (a dummy one when it has
         # nothing to run), and with EPLB the experts are rebalanced every step_interval passes.
         self.passes = PassPlanner(self.max_graph_batch, device, self.uses_cuda_graphs)
@@ -180,6 +180,7 @@ class ModelRunner:
         self.requests.clear()
         self.rejected.clear()
         self.batch = InputBatch(self.batch.max_num_reqs, self.config.model.max_model_len, self.max_blocks_per_req, self.batch.eos_token_ids)
+        self.sampling_inputs.token_counts.reset()
         self.prev_sampled, self.prev_sampled_index = None, {}
 
     def _update_states(self, so: SchedulerOutput) -> dict[str, str]:
@@ -229,6 +230,8 @@ class ModelRunner:
             if row is None:
                 batch.add(state)
                 continue
+            if resumed:
+                batch.renew(req_id)
             if len(new_tokens) == 1:  # a decode step: written for all such rows at once below
                 one_token_rows.append(row)
                 one_tokens.append(new_tokens[0])
@@ -350,6 +353,8 @@ class ModelRunner:
             self._apply_grammars(logits, so, sample_rows)
         meta = self.sampling_inputs.build(self.batch, sample_rows, sample_positions, self.prev_sampled, self.prev_sampled_index)
         tokens, row_logprobs = self.sampler(logits, meta)
+        if meta.penalty_slots is not None:
+            self.sampling_inputs.token_counts.record(meta.penalty_slots, tokens)
         # The next step may need these tokens as inputs before the host has seen them.
         self.prev_sampled = tokens
         self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from raygrid.engine.outputs import SampleLogprobs
+from raygrid.kernels import ops
 from raygrid.kernels.ops import gumbel_argmax
 
 
@@ -34,8 +35,10 @@ class SamplingMetadata:
     repetition_penalty: torch.Tensor | None  # [B]
     frequency_penalty: torch.Tensor | None  # [B]
     presence_penalty: torch.Tensor | None  # [B]
-    output_token_counts: torch.Tensor | None  # [B, V] counts of each token among the outputs
-    prompt_token_mask: torch.Tensor | None  # [B, V] True where the token is in the prompt
+    # Each row's token statistics are a slot of engine/token_counts.py (the empty slot where it has no penalties).
+    penalty_slots: torch.Tensor | None  # [B] int64
+    slot_counts: torch.Tensor | None  # [S, V] float32 counts of each token among a slot's outputs
+    slot_in_prompt: torch.Tensor | None  # [S, V] bool: True where the token is in the slot's prompt
     # Added to (row, token) before the penalties: -inf bans (bad words, stop tokens before min_tokens) and
     # logit_bias values; None when no row has any.
     adjust_rows: torch.Tensor | None
@@ -99,14 +102,9 @@ def row_seeds(request_seeds: np.ndarray, seeded: np.ndarray, positions: np.ndarr
 
 
 def apply_penalties(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
-    counts = meta.output_token_counts
-    seen = meta.prompt_token_mask | (counts > 0)
-    rep = meta.repetition_penalty.unsqueeze(1).expand_as(logits)
-    penalized = torch.where(logits > 0, logits / rep, logits * rep)
-    logits = torch.where(seen, penalized, logits)
-    logits = logits - meta.frequency_penalty.unsqueeze(1) * counts
-    logits = logits - meta.presence_penalty.unsqueeze(1) * (counts > 0).float()
-    return logits
+    """The penalties, in place on float32 ``logits`` (one Triton pass on a GPU, kernels/sampling_ref.py elsewhere)."""
+    return ops.apply_penalties(logits, meta.slot_counts, meta.slot_in_prompt, meta.penalty_slots, meta.repetition_penalty,
+                               meta.frequency_penalty, meta.presence_penalty)
 
 
 def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
-"""The sampler's inputs for a step: each row's sampling parameters on the device, the penalties' token counts,
-the bans, biases and allowed tokens, and each row's noise seed. Under async scheduling a row's newest token may
-still be on the device; what depends on it is resolved there, from the previous step's samples. Nothing here waits
-for the device (engine/staging.py): the host builds a step's inputs while the step before still runs."""
+"""The sampler's inputs for a step: each row's sampling parameters on the device, the penalties' token counts
+(kept on the device, engine/token_counts.py), the bans, biases and allowed tokens, and each row's noise seed. Under
+async scheduling a row's newest token may still be on the device; what depends on it is resolved there, from the
+previous step's samples. Nothing here waits for the device (engine/staging.py): the host builds a step's inputs
+while the step before still runs."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import torch
 from raygrid.engine.input_batch import InputBatch
 from raygrid.engine.sampler import SamplingMetadata, row_seeds
 from raygrid.engine.staging import StagingBuffers, to_device
+from raygrid.engine.token_counts import TokenCounts
 
 
 class SamplingInputs:
-    def __init__(self, staging: StagingBuffers, device: torch.device, vocab_size: int, seed: int) -> None:
+    def __init__(self, staging: StagingBuffers, device: torch.device, vocab_size: int, seed: int, max_reqs: int) -> None:
         self.staging = staging
         self.device = device
         self.vocab_size = vocab_size
+        self.token_counts = TokenCounts(max_reqs, vocab_size, device)
         # Noise seeds of requests without a seed of their own. Every tensor-parallel rank draws the same
         # ones (same engine seed, one draw per step), so all ranks sample the same tokens.
         self.seed_rng = np.random.default_rng(seed)
@@ -34,12 +37,9 @@ class SamplingInputs:
         top_k = b.top_k[rows]
         top_p = b.top_p[rows]
         min_p = b.min_p[rows]
-        use_penalties = bool(
-            (b.repetition_penalty[rows] != 1).any() or (b.frequency_penalty[rows] != 0).any() or (b.presence_penalty[rows] != 0).any()
-        )
-        counts = prompt_mask = None
-        if use_penalties:
-            counts, prompt_mask = self._token_statistics(b, rows, positions, prev_sampled, prev_sampled_index)
+        penalized = (b.repetition_penalty[rows] != 1) | (b.frequency_penalty[rows] != 0) | (b.presence_penalty[rows] != 0)
+        use_penalties = bool(penalized.any())
+        slots = self.token_counts.slots(b, rows, positions, penalized, prev_sampled, prev_sampled_index) if use_penalties else None
         adjust = self._logit_adjustments(b, rows, positions, prev_sampled, prev_sampled_index)
         seeds = row_seeds(b.seed[rows], b.seeded[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
         # Pinned and asynchronous, in one copy: a pageable copy would wait for the running step.
@@ -51,8 +51,10 @@ class SamplingInputs:
             repetition_penalty=b.repetition_penalty[rows] if use_penalties else None,
             frequency_penalty=b.frequency_penalty[rows] if use_penalties else None,
             presence_penalty=b.presence_penalty[rows] if use_penalties else None,
+            penalty_slots=slots,
             seeds=seeds,
         )
+        counts, in_prompt = self.token_counts.buffers() if use_penalties else (None, None)
         return SamplingMetadata(
             temperature=staged["temperature"],
             greedy=staged["greedy"],
@@ -63,8 +65,9 @@ class SamplingInputs:
             repetition_penalty=staged.get("repetition_penalty"),
             frequency_penalty=staged.get("frequency_penalty"),
             presence_penalty=staged.get("presence_penalty"),
-            output_token_counts=counts,
-            prompt_token_mask=prompt_mask,
+            penalty_slots=staged.get("penalty_slots"),
+            slot_counts=counts,
+            slot_in_prompt=in_prompt,
             **adjust,
             seeds=staged["seeds"],
             num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
@@ -91,39 +94,8 @@ class SamplingInputs:
             mask = torch.full((len(adjust.allowed), vocab), float("-inf"), device=dev)
             mask_rows = [k for k, (_, ids) in enumerate(adjust.allowed) for _ in ids]
             mask_tokens = [t for _, ids in adjust.allowed for t in ids]
-            mask[to_device(mask_rows, np.int64, dev), to_device(mask_tokens, np.int64, dev).clamp_(0, vocab - 1)] = 0.0
+            # A tensor on the device, not ``= 0.0``: a Python scalar is copied over from pageable memory, which waits.
+            mask.index_put_((to_device(mask_rows, np.int64, dev), to_device(mask_tokens, np.int64, dev).clamp_(0, vocab - 1)),
+                            torch.zeros(len(mask_tokens), device=dev))
             fields.update(allowed_rows=to_device([i for i, _ in adjust.allowed], np.int64, dev), allowed_mask=mask)
         return fields
-
-    def _token_statistics(self, b: InputBatch, rows: np.ndarray, positions: np.ndarray, prev_sampled,
-                          prev_sampled_index) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per row: counts of each vocabulary token among the outputs before ``positions``, and which
-        tokens the prompt has. The host knows all but (under async scheduling) a row's newest token,
-        which is counted on the device from the previous step's samples."""
-        known = b.num_tokens[rows]
-        dev = self.device
-        counts, prompt_mask = token_statistics(
-            to_device(b.token_ids[rows, : int(known.max())], np.int64, dev),
-            to_device(b.num_prompt_tokens[rows], np.int64, dev),
-            to_device(known, np.int64, dev),
-            self.vocab_size,
-        )
-        in_flight = np.nonzero(positions > known)[0]
-        if len(in_flight):
-            sources = [prev_sampled_index[b.req_ids[rows[i]]] for i in in_flight.tolist()]
-            tokens = prev_sampled[to_device(sources, np.int64, dev)]
-            counts.index_put_((to_device(in_flight, np.int64, dev), tokens), torch.ones(len(sources), device=dev), accumulate=True)
-        return counts, prompt_mask
-
-
-def token_statistics(tokens: torch.Tensor, prompt_len: torch.Tensor, total_len: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tokens`` [B, L] holds each row's prompt then outputs, ``total_len`` of them valid. Returns the
-    [B, V] float counts of each token among the outputs and the [B, V] mask of tokens in the prompt."""
-    pos = torch.arange(tokens.shape[1], device=tokens.device)
-    in_prompt = pos < prompt_len[:, None]
-    in_output = ~in_prompt & (pos < total_len[:, None])
-    tokens = tokens.clamp(0, vocab_size - 1)
-    shape = (tokens.shape[0], vocab_size)
-    counts = torch.zeros(shape, device=tokens.device).scatter_add_(1, tokens, in_output.float())
-    prompt_mask = torch.zeros(shape, device=tokens.device).scatter_add_(1, tokens, in_prompt.float()) > 0
-    return counts, prompt_mask

@@ -129,6 +129,7 @@ def step_fields(max_tokens: int, max_reqs: int, max_blocks_per_req: int) -> dict
         "repetition_penalty": ((max_reqs,), torch.float32),
         "frequency_penalty": ((max_reqs,), torch.float32),
         "presence_penalty": ((max_reqs,), torch.float32),
+        "penalty_slots": ((max_reqs,), torch.int64),
         "seeds": ((max_reqs,), torch.int64),
         "grammar_rows": ((max_reqs,), torch.int64),
         "grammar_mask_rows": ((max_reqs,), torch.int64),

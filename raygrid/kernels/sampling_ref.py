@@ -47,3 +47,19 @@ def apply_token_bitmask_ref(logits: torch.Tensor, bitmask: torch.Tensor, rows: t
     if allowed.shape[1] < vocab:
         allowed = torch.nn.functional.pad(allowed, (0, vocab - allowed.shape[1]), value=False)
     logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+
+
+def apply_penalties_ref(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor, slots: torch.Tensor,
+                        repetition: torch.Tensor, frequency: torch.Tensor, presence: torch.Tensor) -> torch.Tensor:
+    """Repetition, frequency and presence penalties (vLLM's definitions) on float32 ``logits [B, V]``, in place. Row i's
+    token statistics are slot ``slots[i]`` of ``counts [S, V]`` (float32, each token's count among the outputs) and
+    ``in_prompt [S, V]`` (bool). A token seen in the prompt or the outputs is divided by the repetition penalty where
+    its logit is positive and multiplied by it elsewhere; then ``frequency * count`` and ``presence * (count > 0)`` are
+    subtracted."""
+    row_counts, seen = counts[slots], in_prompt[slots]
+    present = row_counts > 0
+    seen = seen | present
+    rep = repetition.unsqueeze(1)
+    penalized = torch.where(logits > 0, logits / rep, logits * rep)
+    logits.copy_(torch.where(seen, penalized, logits) - frequency.unsqueeze(1) * row_counts - presence.unsqueeze(1) * present.float())
+    return logits

@@ -142,3 +142,39 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch
     grid = (rows.shape[0], triton.cdiv(words_per_row, words))
     _token_bitmask_kernel[grid](logits, bitmask, rows, mask_rows, logits.stride(0), bitmask.stride(0), vocab,
                                 min(bitmask.shape[1], words_per_row), WORDS=words)
+
+
+@triton.jit(do_not_specialize=["stride_logits", "stride_counts", "vocab_size"])
+def _penalties_kernel(logits_ptr, counts_ptr, in_prompt_ptr, slots_ptr, repetition_ptr, frequency_ptr, presence_ptr,
+                      stride_logits, stride_counts, vocab_size, BLOCK: tl.constexpr):
+    """One program: ``BLOCK`` tokens of one row, read and written once. Rows without penalties return at once."""
+    row = tl.program_id(0)
+    repetition = tl.load(repetition_ptr + row)
+    frequency = tl.load(frequency_ptr + row)
+    presence = tl.load(presence_ptr + row)
+    if (repetition != 1.0) | (frequency != 0.0) | (presence != 0.0):
+        slot = tl.load(slots_ptr + row).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        valid = cols < vocab_size
+        x = tl.load(logits_ptr + row * stride_logits + cols, mask=valid)
+        count = tl.load(counts_ptr + slot * stride_counts + cols, mask=valid, other=0.0)
+        prompt = tl.load(in_prompt_ptr + slot * stride_counts + cols, mask=valid, other=0)
+        present = count > 0
+        penalized = tl.where(x > 0, x / repetition, x * repetition)
+        x = tl.where((prompt != 0) | present, penalized, x) - frequency * count - presence * present.to(tl.float32)
+        tl.store(logits_ptr + row * stride_logits + cols, x, mask=valid)
+
+
+def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor, slots: torch.Tensor,
+                    repetition: torch.Tensor, frequency: torch.Tensor, presence: torch.Tensor, block: int = 2048) -> torch.Tensor:
+    """``sampling_ref.apply_penalties_ref`` in one pass, in place on float32 ``logits``: no ``[B, V]`` gather of the
+    slots' statistics and no intermediate ``[B, V]`` tensors."""
+    num_rows, vocab_size = logits.shape
+    assert logits.dtype == torch.float32 and logits.stride(1) == 1 and counts.stride(1) == 1
+    assert in_prompt.stride() == counts.stride()
+    if num_rows:
+        block = max(16, min(block, triton.next_power_of_2(vocab_size)))
+        _penalties_kernel[(num_rows, triton.cdiv(vocab_size, block))](
+            logits, counts, in_prompt.view(torch.uint8), slots, repetition, frequency, presence,
+            logits.stride(0), counts.stride(0), vocab_size, BLOCK=block, num_warps=4)
+    return logits
