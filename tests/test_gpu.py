@@ -417,6 +417,7 @@ def persistent_passes(llm, expected: bool) -> int:
     KV pool, once the engine is shut down.)"""
     runner = llm.engine.executor.worker.runner
     assert (runner.persistent is not None) == expected
+    assert (runner.persistent_graph is not None) == expected  # with CUDA graphs, the launch is replayed from one
     if expected:
         runner.persistent.check()
     return runner.persistent_passes

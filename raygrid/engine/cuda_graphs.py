@@ -216,3 +216,30 @@ class FullGraphs:
         self.num_mixed_replays += 1
         self.mixed_graphs[size].replay()
         return self.buffers.result(n)
+
+
+class CallGraph:
+    """A CUDA graph of one call whose tensors keep their addresses from call to call, replayed in place of the call.
+    The one-launch decode pass (kernels/persistent_decode.py) is such a call: its inputs are a one-token step's staged
+    fields and everything else it touches is its own scratch. Launched from Python, Triton binds its 25 arguments at
+    every step, which cost a lone request's step more host time than the pass saved on the GPU at short contexts
+    (benchmarks/README.md, eleventh session)."""
+
+    def __init__(self, call: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], pool=None) -> None:
+        self.inputs = inputs
+        for _ in range(2):  # compiled and warm outside the capture
+            call(*inputs)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool, stream=capture_stream(inputs[0].device.index)):
+            self.output = call(*inputs)
+        torch.cuda.synchronize()
+
+    def run(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """Replay on ``inputs``, which must be the captured tensors (a step's staged fields): returns the captured
+        output tensor, valid until the next replay."""
+        if any(given.data_ptr() != static.data_ptr() or given.shape != static.shape for given, static in zip(inputs, self.inputs)):
+            raise ValueError("a CUDA graph replays the tensors it captured (StagingBuffers.stage), not other tensors")
+        self.graph.replay()
+        return self.output
+

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from raygrid.config import EngineConfig
-from raygrid.engine.cuda_graphs import FullGraphs, GraphBuffers, capture_sizes
+from raygrid.engine.cuda_graphs import CallGraph, FullGraphs, GraphBuffers, capture_sizes
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.memory_profile import free_device_memory, kv_cache_shape, single_sequence_metadata
 from raygrid.engine.outputs import SampleLogprobs, SchedulerOutput
@@ -52,6 +52,7 @@ class ModelRunner:
         self.piecewise: PiecewiseGraphs | None = None  # steps with prefill (none under expert parallelism)
         self.graph_memory_bytes = 0  # device memory the CUDA graphs hold, once captured
         self.persistent = None  # kernels.persistent_decode.PersistentDecode: a lone request's decode passes, in one launch
+        self.persistent_graph: CallGraph | None = None  # that launch captured, where the runner uses CUDA graphs
         self.persistent_passes = 0
         # Requests this worker refused (until the scheduler reports them finished), and why.
         self.rejected: dict[str, str] = {}
@@ -149,6 +150,8 @@ class ModelRunner:
         if self.uses_cuda_graphs:
             free_before = free_device_memory()
             self.graphs, self.piecewise = self.capture_graphs(kv_caches)
+            if self.persistent is not None:
+                self.persistent_graph = self._capture_persistent(self.graphs.buffers.pool)
             self.graph_memory_bytes = free_before - free_device_memory()
             logger.info("CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
 
@@ -169,6 +172,16 @@ class ModelRunner:
         persistent(ids, ids.clone(), meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
         persistent.check()
         return persistent
+
+    def _capture_persistent(self, pool) -> CallGraph:
+        """The one-launch pass as a CUDA graph over the staged fields of a one-token step (captured on the null
+        block; a replay reads whatever the step staged there)."""
+        staged = self.staging.stage(input_ids=np.zeros(1, np.int64), positions=np.zeros(1, np.int64), slot_mapping=np.zeros(1, np.int64),
+                                    block_tables=np.zeros((1, self.max_blocks_per_req), np.int64), seq_lens=np.ones(1, np.int32))
+        inputs = tuple(staged[name] for name in ("input_ids", "positions", "slot_mapping", "block_tables", "seq_lens"))
+        graph = CallGraph(self.persistent, inputs, pool)
+        self.persistent.check()
+        return graph
 
     def _takes_persistent(self, num_reqs: int, num_tokens: int, meta: AttentionMetadata) -> bool:
         return (self.persistent is not None and num_reqs == 1 and num_tokens == 1
@@ -326,7 +339,8 @@ class ModelRunner:
             intermediate = tuple(self.pp.recv([shape, shape], self.dtype, self.device, src=self.pp.rank_in_group - 1))
         num_reqs = self.batch.num_reqs
         if self._takes_persistent(num_reqs, input_ids.shape[0], meta):
-            hidden = self.persistent(input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
+            step = (input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
+            hidden = self.persistent_graph.run(*step) if self.persistent_graph is not None else self.persistent(*step)
             self.persistent_passes += 1
         else:
             plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs)
@@ -339,7 +353,8 @@ class ModelRunner:
         prompt_logprobs = self._prompt_logprobs(hidden, meta)
         if not len(sample_rows):
             return PendingRunnerOutput(req_ids, sample_rows, None, None, prompt_logprobs)
-        logits = self.model.compute_logits(hidden[logits_indices])
+        # A decode step samples every row: its logits rows are the hidden rows as they are (no gather to launch).
+        logits = self.model.compute_logits(hidden if len(sample_rows) == input_ids.shape[0] else hidden[logits_indices])
         if so.grammar_req_ids and defer_grammar:
             sample = partial(self._sample, logits, so, req_ids, sample_rows, sample_positions)
             return PendingRunnerOutput.deferred(req_ids, sample_rows, prompt_logprobs, sample)
