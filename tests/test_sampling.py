@@ -106,7 +106,7 @@ def test_sampling_inputs_and_logprobs_do_not_wait_for_the_gpu():
     try:
         meta = inputs.build(batch, rows, positions, prev_sampled, prev_index)
         tokens, logprobs = Sampler()(logits, meta)
-        inputs.token_counts.record(meta.penalty_slots, tokens)
+        inputs.record(meta, tokens)
     finally:
         if device.type == "cuda":
             torch.cuda.set_sync_debug_mode(0)

@@ -368,8 +368,7 @@ class ModelRunner:
             self._apply_grammars(logits, so, sample_rows)
         meta = self.sampling_inputs.build(self.batch, sample_rows, sample_positions, self.prev_sampled, self.prev_sampled_index)
         tokens, row_logprobs = self.sampler(logits, meta)
-        if meta.penalty_slots is not None:
-            self.sampling_inputs.token_counts.record(meta.penalty_slots, tokens)
+        self.sampling_inputs.record(meta, tokens)
         # The next step may need these tokens as inputs before the host has seen them.
         self.prev_sampled = tokens
         self.prev_sampled_index = {req_ids[row]: i for i, row in enumerate(sample_rows.tolist())}

@@ -73,6 +73,11 @@ class SamplingInputs:
             num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
         )
 
+    def record(self, meta: SamplingMetadata, tokens: torch.Tensor) -> None:
+        """Count a step's sampled tokens for the penalties (on the device, queued after the sampling)."""
+        if meta.penalty_slots is not None:
+            self.token_counts.record(meta.penalty_slots, tokens)
+
     def _logit_adjustments(self, b: InputBatch, rows: np.ndarray, positions: np.ndarray, prev_sampled, prev_sampled_index) -> dict:
         """The SamplingMetadata fields of the batch's bans, biases and allowed tokens, on the device. A ban
         that depends on a row's newest output, still on the device under async scheduling, is resolved

@@ -6,7 +6,9 @@ once from the tokens the host knows (and, under async scheduling, the newest one
 each token the request samples is counted into its slot on the device, right after sampling, so a step sends no
 token histories to the device and rebuilds no counts. A request that leaves the batch (finished, preempted or not
 scheduled) gives its slot back, and is filled afresh if it returns: tokens sampled for it by a step in flight when
-it left may be dropped by the scheduler, and must not stay counted.
+it left may be dropped by the scheduler, and must not stay counted. The same goes for a request preempted and
+resumed within one schedule, which keeps its row (``InputBatch.renew`` makes it a new entry). Slots follow entries
+(``InputBatch.entry``), not rows, so rows may move.
 """
 
 from __future__ import annotations
