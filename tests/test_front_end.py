@@ -109,7 +109,7 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
     arriving after the first step and the steps with prompt tokens, listed one by one, each start after another."""
     out = tmp_path / "result.json"
     # raygrid: penalties and logprobs on every request, so the benchmark's sampling path is not only the plain one.
-    limit = ["--max-num-seqs", "4", "--sampling-params", '{"repetition_penalty": 1.2, "logprobs": 2}'] if backend == "raygrid" else []
+    limit = ["--max-num-seqs", "4", "--sampling-params", '{"repetition_penalty": 1.2, "logprobs": 2, "n": 2}'] if backend == "raygrid" else []
     result = subprocess.run(
         [sys.executable, "-m", "raygrid.entrypoints.cli", "bench", "throughput", "--backend", backend, "--model", qwen3_dir,
          "--device", "cpu", "--dtype", "float32", "--num-prompts", "12", "--random-range", "5", "30", "--no-progress",
@@ -119,10 +119,10 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
     assert result.returncode == 0, result.stderr
     summary = json.loads(out.read_text())
     expected_lens = make_workload(12, None, None, (5, 30), seed=0, vocab_size=summary_vocab(qwen3_dir))[1]
-    assert summary["output_tokens"] == sum(expected_lens)
+    assert summary["output_tokens"] == sum(expected_lens) * (2 if backend == "raygrid" else 1)  # raygrid: n = 2 completions
     assert summary["output_tokens_per_s"] > 0 and "output tok/s" in result.stdout
     if backend == "raygrid":
-        assert summary["sampling_params"] == {"temperature": 0.6, "repetition_penalty": 1.2, "logprobs": 2}
+        assert summary["sampling_params"] == {"temperature": 0.6, "repetition_penalty": 1.2, "logprobs": 2, "n": 2}
         assert summary["max_num_batched_tokens"] == 8192  # the step budget the run had (the default on CPU)
         buckets = summary["where_the_time_goes"]
         assert sum(b["steps"] for b in buckets) >= max(expected_lens)  # one token per request a step

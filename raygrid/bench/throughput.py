@@ -96,7 +96,7 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
         errors = [o.error for o in outputs if o.error]
         if errors:
             raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
-        generated = sum(len(o.outputs[0].token_ids) for o in outputs)
+        generated = sum(len(c.token_ids) for o in outputs for c in o.outputs)  # every completion of n > 1
         result = {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": llm.engine.step_timing(),
                   "max_num_batched_tokens": llm.config.scheduler.max_num_batched_tokens}
         if engine_kwargs.get("enable_eplb"):
