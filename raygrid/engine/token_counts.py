@@ -26,9 +26,7 @@ class TokenCounts:
         self._counts: torch.Tensor | None = None  # [max_reqs + 1, V] float32; allocated on first use
         self._in_prompt: torch.Tensor | None = None  # [max_reqs + 1, V] bool
         self.empty_slot = max_reqs  # all zeros, never written: the slot of rows without penalties
-        self.slot_of: dict[int, int] = {}  # InputBatch.entry of a row -> its slot
-        self._free = list(range(max_reqs - 1, -1, -1))
-        self._batch_version = -1
+        self.reset()
 
     def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The counts and prompt masks of every slot, allocated on first use (the memory profile's sampling pass uses
@@ -40,7 +38,8 @@ class TokenCounts:
         return self._counts, self._in_prompt
 
     def reset(self) -> None:
-        self.slot_of.clear()
+        """Every slot free (the batch starts over); the buffers stay, to be filled again."""
+        self.slot_of: dict[int, int] = {}  # InputBatch.entry of a row -> its slot
         self._free = list(range(self.max_reqs - 1, -1, -1))
         self._batch_version = -1
 
