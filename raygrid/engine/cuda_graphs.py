@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 from contextlib import nullcontext
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, TypeVar
 
 import torch
 
@@ -56,6 +56,22 @@ def capture_stream(device_index: int) -> torch.cuda.Stream:
     stream it has run on until the process ends, so a fresh stream per capture would leave one behind with every
     engine started."""
     return torch.cuda.Stream(device_index)
+
+
+T = TypeVar("T")
+
+
+def capture(call: Callable[[], T], pool, device: torch.device) -> tuple[torch.cuda.CUDAGraph, T]:
+    """``call`` run twice outside any capture (Triton compiles, cuBLAS and, under TP, the communicators set up),
+    then captured on the device's capture stream into ``pool``; returns the graph and what the captured call
+    returned (its tensors are the graph's outputs, rewritten by each replay)."""
+    for _ in range(2):
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=capture_stream(device.index)):
+        result = call()
+    return graph, result
 
 
 class GraphBuffers:
@@ -181,12 +197,7 @@ class FullGraphs:
     def _capture(self, model, kv_caches, num_tokens: int, meta: AttentionMetadata, context: ContextManager) -> torch.cuda.CUDAGraph:
         args = self.buffers.model_args(num_tokens, kv_caches, meta)
         with context:
-            for _ in range(2):  # compile and warm up (and, under TP, set up the communicators) outside the capture
-                self.buffers.keep(model(*args))
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.buffers.pool, stream=capture_stream(self.buffers.input_ids.device.index)):
-                self.buffers.keep(model(*args))
+            graph, _ = capture(lambda: self.buffers.keep(model(*args)), self.buffers.pool, self.buffers.input_ids.device)
         return graph
 
     def padded_size(self, num_reqs: int) -> int | None:
@@ -227,12 +238,7 @@ class CallGraph:
 
     def __init__(self, call: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], pool=None) -> None:
         self.inputs = inputs
-        for _ in range(2):  # compiled and warm outside the capture
-            call(*inputs)
-        torch.cuda.synchronize()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool, stream=capture_stream(inputs[0].device.index)):
-            self.output = call(*inputs)
+        self.graph, self.output = capture(lambda: call(*inputs), pool, inputs[0].device)
         torch.cuda.synchronize()
 
     def run(self, *inputs: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ import torch
 
 from raygrid.engine.outputs import ModelRunnerOutput
 from raygrid.engine.sampler import StepLogprobs
+from raygrid.engine.staging import to_host
 
 
 class PendingRunnerOutput:
@@ -45,15 +46,13 @@ class PendingRunnerOutput:
 
     def _copy_back(self, tokens: torch.Tensor | None, logprobs: StepLogprobs | None) -> None:
         """Queue the tokens' and logprobs' copies to the host, and an event after them."""
-        if tokens is not None:
-            if tokens.is_cuda:
-                self._host_tokens = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-                self._host_tokens.copy_(tokens, non_blocking=True)
-                self._logprobs = logprobs.to_host() if logprobs is not None else None
-                self._event = torch.cuda.Event()
-                self._event.record()
-            else:
-                self._host_tokens, self._logprobs = tokens, logprobs
+        if tokens is None:
+            return
+        self._host_tokens = to_host(tokens)
+        self._logprobs = logprobs.to_host() if logprobs is not None else None
+        if tokens.is_cuda:
+            self._event = torch.cuda.Event()
+            self._event.record()
 
     def result(self) -> ModelRunnerOutput:
         self.sample_now()

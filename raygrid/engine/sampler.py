@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from raygrid.engine.outputs import SampleLogprobs
+from raygrid.engine.staging import to_host
 from raygrid.kernels import ops
 from raygrid.kernels.ops import gumbel_argmax
 
@@ -151,10 +152,7 @@ class StepLogprobs:
 
     def to_host(self) -> "StepLogprobs":
         """A copy in pinned host memory, queued on the current stream (valid once the stream reaches it)."""
-        def pinned(t: torch.Tensor) -> torch.Tensor:
-            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            return host.copy_(t, non_blocking=True)
-        return StepLogprobs(pinned(self.top_ids), pinned(self.top_values), pinned(self.sampled_values), pinned(self.ranks),
+        return StepLogprobs(to_host(self.top_ids), to_host(self.top_values), to_host(self.sampled_values), to_host(self.ranks),
                             self.num_logprobs)
 
     def entries(self, sampled_ids: list[int]) -> list[SampleLogprobs | None]:

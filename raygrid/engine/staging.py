@@ -106,6 +106,14 @@ def to_device(values, dtype: type | np.dtype, device: torch.device) -> torch.Ten
     return host.pin_memory().to(device, non_blocking=True)
 
 
+def to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """The way back: a device tensor copied into pinned host memory, queued on the current stream (valid once the
+    stream gets there; an event recorded after the copy says when). A tensor already on the host is returned as is."""
+    if not tensor.is_cuda:
+        return tensor
+    return torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor, non_blocking=True)
+
+
 def step_fields(max_tokens: int, max_reqs: int, max_blocks_per_req: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """The fields a model runner stages each step, in the groups staged together (one copy each), the large fields of
     a group last: the model's inputs, then the sampling inputs, then the grammar rows. A request has at most one
