@@ -17,7 +17,7 @@ from raygrid.kernels.elementwise_ref import (  # noqa: E402
 )
 from raygrid.kernels.moe_ref import align_by_expert_ref, fused_moe_ref, route_ref  # noqa: E402
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
-from raygrid.kernels.sampling_ref import apply_penalties_ref, apply_token_bitmask_ref, gumbel_scores  # noqa: E402
+from raygrid.kernels.sampling_ref import Penalties, apply_penalties_ref, apply_token_bitmask_ref, gumbel_scores  # noqa: E402
 from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_decode,
     paged_attention_prefill,
@@ -609,31 +609,59 @@ def test_apply_token_bitmask(dtype):
     assert torch.isfinite(narrow[0]).nonzero().flatten().tolist() == list(range(32 * (words - 2)))
 
 
-def test_apply_penalties():
-    # Rows read their slot's statistics in another order than the slots'; two rows share no slot; rows without
-    # penalties (the empty slot, whose statistics are zeros) stay as they were; the vocabulary is not a multiple of
-    # the block.
-    torch.manual_seed(0)
-    batch, vocab, block = (256, 151936, 2048) if ON_GPU else (6, 1000, 128)
-    slots_count = batch + 1
-    logits = torch.randn(batch, vocab, device=DEVICE) * 4
-    counts = torch.randint(0, 4, (slots_count, vocab), device=DEVICE).float() * (torch.rand(slots_count, vocab, device=DEVICE) < 0.05)
-    in_prompt = torch.rand(slots_count, vocab, device=DEVICE) < 0.05
+def random_penalties(batch: int, vocab: int) -> Penalties:
+    """Rows read their slot's statistics in another order than the slots'; two rows share no slot; row 1 has no
+    penalties (the empty slot, whose statistics are zeros), row 2 repetition alone."""
+    counts = torch.randint(0, 4, (batch + 1, vocab), device=DEVICE).float() * (torch.rand(batch + 1, vocab, device=DEVICE) < 0.05)
+    in_prompt = torch.rand(batch + 1, vocab, device=DEVICE) < 0.05
     counts[-1], in_prompt[-1] = 0, False
     slots = torch.randperm(batch, device=DEVICE)
-    slots[1] = batch  # the empty slot
+    slots[1] = batch
     repetition = torch.rand(batch, device=DEVICE) + 0.5
     frequency = torch.rand(batch, device=DEVICE) - 0.5
     presence = torch.rand(batch, device=DEVICE) - 0.5
     repetition[1], frequency[1], presence[1] = 1.0, 0.0, 0.0
-    frequency[2], presence[2] = 0.0, 0.0  # repetition alone
-    expected = apply_penalties_ref(logits.clone(), counts, in_prompt, slots, repetition, frequency, presence)
-    got = apply_penalties(logits.clone(), counts, in_prompt, slots, repetition, frequency, presence, block=block)
+    frequency[2], presence[2] = 0.0, 0.0
+    return Penalties(counts, in_prompt, slots, repetition, frequency, presence)
+
+
+def test_apply_penalties():
+    # The vocabulary is not a multiple of the block.
+    torch.manual_seed(0)
+    batch, vocab, block = (256, 151936, 2048) if ON_GPU else (6, 1000, 128)
+    logits = torch.randn(batch, vocab, device=DEVICE) * 4
+    penalties = random_penalties(batch, vocab)
+    expected = apply_penalties_ref(logits.clone(), penalties)
+    got = apply_penalties(logits.clone(), penalties, block=block)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
     assert torch.equal(got[1], logits[1]) and not torch.equal(got[0], logits[0])
-    seen = (counts[slots[2]] > 0) | in_prompt[slots[2]]
-    row2 = torch.where(logits[2] > 0, logits[2] / repetition[2], logits[2] * repetition[2])
-    torch.testing.assert_close(got[2], torch.where(seen, row2, logits[2]))
+    seen = (penalties.counts[penalties.slots[2]] > 0) | penalties.in_prompt[penalties.slots[2]]
+    rep = penalties.repetition[2]
+    torch.testing.assert_close(got[2], torch.where(seen, torch.where(logits[2] > 0, logits[2] / rep, logits[2] * rep), logits[2]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gumbel_argmax_applies_penalties_as_it_reads(dtype):
+    """The draw with the penalties in its pass against the draw from logits penalized beforehand (float32, in place):
+    the same tokens, greedy rows and sampled ones, with and without penalties, over several chunks."""
+    torch.manual_seed(1)
+    rows, vocab, sizes = (256, 151936, {}) if ON_GPU else (6, 3000, dict(block=256, chunk=1024))
+    logits = (torch.randn(rows, vocab, device=DEVICE) * 4).to(dtype)
+    temperature = torch.rand(rows, device=DEVICE) * 1.5 + 0.1
+    temperature[::3] = 0.0  # greedy rows, row 0 among them
+    seeds = torch.randint(0, 2**62, (rows,), device=DEVICE)
+    penalties = random_penalties(rows, vocab)
+    # Row 0's best logit is a token its slot saw: the penalties must move its greedy pick.
+    top = logits[0].float().argmax()
+    penalties.in_prompt[penalties.slots[0], top] = True
+    penalties.repetition[0] = 100.0
+    penalized = apply_penalties_ref(logits.to(torch.float32, copy=True), penalties)
+    got = gumbel_argmax(logits, temperature, seeds, penalties, **sizes)
+    before = gumbel_argmax(penalized, temperature, seeds, **sizes)
+    assert (got == before).sum() >= rows - 2  # on a GPU the two may round a near tie apart
+    assert torch.equal(got[::3], penalized[::3].argmax(dim=-1)) and got[0] != top
+    assert torch.equal(got[1], gumbel_argmax(logits[1:2], temperature[1:2], seeds[1:2], **sizes)[0])  # the row without any
+    assert not torch.equal(got, gumbel_argmax(logits, temperature, seeds, **sizes))
 
 
 # (experts, top-k, tokens, hidden, intermediate): real sizes on a GPU, tiny ones interpreted on CPU.

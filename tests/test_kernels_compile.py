@@ -64,6 +64,7 @@ def exercise_every_kernel() -> None:
     from raygrid.kernels import triton_allreduce, triton_attention, triton_linear, triton_moe, triton_ops, triton_quant
     from raygrid.kernels import triton_sampling
     from raygrid.kernels.moe_ref import route_ref
+    from raygrid.kernels.sampling_ref import Penalties
 
     torch.manual_seed(0)
     fp8 = torch.float8_e4m3fn
@@ -121,13 +122,14 @@ def exercise_every_kernel() -> None:
                              torch.randn(experts, hidden, inter, dtype=dtype), *route_ref(logits, 2, True))
         vocab_logits = torch.randn(3, 300, dtype=dtype)
         seeds = torch.tensor([1, 2, 3])
-        triton_sampling.gumbel_argmax(vocab_logits, torch.tensor([0.0, 0.7, 1.0]), seeds, block=64, chunk=128)
+        penalties = Penalties(torch.rand(4, 300), torch.zeros(4, 300, dtype=torch.bool), torch.tensor([0, 3, 1]),
+                              torch.tensor([1.2, 1.0, 1.0]), torch.tensor([0.0, 0.0, 0.5]), torch.tensor([0.1, 0.0, 0.0]))
+        for given in (None, penalties):
+            triton_sampling.gumbel_argmax(vocab_logits, torch.tensor([0.0, 0.7, 1.0]), seeds, given, block=64, chunk=128)
         triton_sampling.philox_uniform(seeds, 300, block=64)
         triton_sampling.apply_token_bitmask(vocab_logits, torch.zeros(1, 10, dtype=torch.int32), torch.tensor([1]),
                                             torch.tensor([0]))
-        triton_sampling.apply_penalties(vocab_logits.float(), torch.rand(4, 300), torch.zeros(4, 300, dtype=torch.bool),
-                                        torch.tensor([0, 3, 1]), torch.tensor([1.2, 1.0, 1.0]), torch.tensor([0.0, 0.0, 0.5]),
-                                        torch.tensor([0.1, 0.0, 0.0]), block=64)
+        triton_sampling.apply_penalties(vocab_logits.float(), penalties, block=64)
         buffers = torch.zeros(2, dtype=torch.int64)  # peers' buffer addresses: never read, the grid is empty
         for two_shot in (False, True):
             triton_allreduce.launch_all_reduce(two_shot, x.flatten(), x.flatten().clone(), buffers, 1024, 4096, 0, 2, 3,

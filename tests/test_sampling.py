@@ -3,6 +3,7 @@ transformers' own scores."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -15,13 +16,12 @@ from raygrid.engine.input_batch import CachedRequestState, InputBatch
 from raygrid.engine.sampler import (
     Sampler,
     apply_min_p,
-    apply_penalties,
     apply_top_k_top_p,
     row_seeds,
 )
 from raygrid.engine.sampling_inputs import SamplingInputs
 from raygrid.engine.staging import StagingBuffers, step_fields
-from raygrid.kernels.ops import gumbel_argmax
+from raygrid.kernels.ops import apply_penalties, gumbel_argmax
 from tests.conftest import hf_greedy, random_prompts
 
 NEG_INF = float("-inf")
@@ -66,8 +66,13 @@ def test_penalties_follow_their_definitions():
         presence_penalty=torch.tensor([0.5]), penalty_slots=torch.tensor([0]), slot_counts=counts, slot_in_prompt=prompt_mask,
         adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None, seeds=torch.zeros(1, dtype=torch.long), num_logprobs=[None],
     )
-    out = apply_penalties(logits, meta)
     expected = [2.0 / 2 - 0.1 * 2 - 0.5, -1.0 * 2, 0.5 / 2 - 0.1 - 0.5, 1.0]
+    # The sampler applies them in its draw (token 3, 1.0, is the best then; token 0, 2.0, before), or before
+    # truncation (here top-k of 4, which keeps every token).
+    meta = dataclasses.replace(meta, temperature=torch.zeros(1), greedy=torch.ones(1, dtype=torch.bool), all_greedy=True)
+    assert Sampler()(logits.clone(), meta)[0].tolist() == [3]
+    assert Sampler()(logits.clone(), dataclasses.replace(meta, top_k=torch.tensor([4])))[0].tolist() == [3]
+    out = apply_penalties(logits, meta.penalties())
     assert out[0].tolist() == pytest.approx(expected)
 
 

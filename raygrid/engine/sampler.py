@@ -2,7 +2,8 @@
 
 Order (vLLM's): snapshot raw logprobs, allowed_token_ids, bans (bad words, stop tokens before min_tokens)
 and logit_bias, penalties (repetition, frequency, presence),
-greedy argmax where temperature < 1e-5, temperature, min_p, top_k, top_p, then sample.
+greedy argmax where temperature < 1e-5, temperature, min_p, top_k, top_p, then sample. Without min_p, top_k and
+top_p the penalties are applied by the draw itself, as it reads the logits.
 The draw is Gumbel-max (``kernels/sampling_ref.py``): argmax of logits / T plus Gumbel noise, which
 samples from softmax(logits / T) exactly with no softmax. Each row's noise comes from a seed of its
 own for this step (see ``row_seeds``), so a seeded request's tokens do not depend on what else is in
@@ -20,6 +21,7 @@ from raygrid.engine.outputs import SampleLogprobs
 from raygrid.engine.staging import to_host
 from raygrid.kernels import ops
 from raygrid.kernels.ops import gumbel_argmax
+from raygrid.kernels.sampling_ref import Penalties
 
 
 @dataclass
@@ -51,6 +53,17 @@ class SamplingMetadata:
     seeds: torch.Tensor  # [B] int64: this step's noise seed of each row
     num_logprobs: list[int | None]  # per row
 
+    def penalties(self) -> Penalties | None:
+        if self.repetition_penalty is None:
+            return None
+        return Penalties(self.slot_counts, self.slot_in_prompt, self.penalty_slots, self.repetition_penalty,
+                         self.frequency_penalty, self.presence_penalty)
+
+    @property
+    def truncates(self) -> bool:
+        """Whether any row keeps only some tokens (min_p, top_k, top_p), which needs the whole row's logits first."""
+        return self.min_p is not None or self.top_k is not None or self.top_p is not None
+
 
 class Sampler:
     def __call__(self, logits: torch.Tensor, meta: SamplingMetadata) -> tuple[torch.Tensor, "StepLogprobs | None"]:
@@ -66,14 +79,16 @@ class Sampler:
             logits = logits.float().index_add(0, meta.allowed_rows, meta.allowed_mask)
         if meta.adjust_rows is not None:
             logits = logits.float().index_put((meta.adjust_rows, meta.adjust_tokens), meta.adjust_values, accumulate=True)
-        if meta.repetition_penalty is not None:
-            logits = apply_penalties(logits.float(), meta)
+        # The penalties go into the draw's pass, which reads each logit once in its dtype; truncation needs them first.
+        penalties = meta.penalties()
+        if penalties is not None and meta.truncates:
+            logits, penalties = ops.apply_penalties(logits.float(), penalties), None
 
-        if meta.all_greedy:
+        if meta.all_greedy and penalties is None:
             sampled = logits.argmax(dim=-1)
         else:
             temperature = meta.temperature
-            if meta.min_p is not None or meta.top_k is not None or meta.top_p is not None:
+            if meta.truncates:
                 # Truncation acts on the tempered distribution, so temper first and draw at temperature 1
                 # (greedy rows: temperature 0, an argmax, which truncation never changes).
                 logits = logits.float() / torch.where(meta.greedy, 1.0, temperature).unsqueeze(1)
@@ -82,7 +97,7 @@ class Sampler:
                 if meta.top_k is not None or meta.top_p is not None:
                     logits = apply_top_k_top_p(logits, meta.top_k, meta.top_p)
                 temperature = torch.where(meta.greedy, 0.0, 1.0)
-            sampled = gumbel_argmax(logits, temperature, meta.seeds)
+            sampled = gumbel_argmax(logits, temperature, meta.seeds, penalties)
 
         logprobs = StepLogprobs.of(raw_logprobs, sampled, meta.num_logprobs) if want_logprobs else None
         return sampled, logprobs
@@ -100,12 +115,6 @@ def row_seeds(request_seeds: np.ndarray, seeded: np.ndarray, positions: np.ndarr
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z = z ^ (z >> np.uint64(31))
     return np.where(seeded, (z >> np.uint64(1)).astype(np.int64), fresh)
-
-
-def apply_penalties(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
-    """The penalties, in place on float32 ``logits`` (one Triton pass on a GPU, kernels/sampling_ref.py elsewhere)."""
-    return ops.apply_penalties(logits, meta.slot_counts, meta.slot_in_prompt, meta.penalty_slots, meta.repetition_penalty,
-                               meta.frequency_penalty, meta.presence_penalty)
 
 
 def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:

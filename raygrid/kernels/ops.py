@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from raygrid.kernels.elementwise_ref import MIN_SCALE, apply_rotary_ref, quantize_per_token, rms_norm_ref, silu_and_mul_ref
 from raygrid.kernels.moe_ref import fused_moe_ref
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref
-from raygrid.kernels.sampling_ref import apply_penalties_ref, apply_token_bitmask_ref, gumbel_argmax_ref, seeded_uniform
+from raygrid.kernels.sampling_ref import Penalties, apply_penalties_ref, apply_token_bitmask_ref, gumbel_argmax_ref, seeded_uniform
 
 _TRITON_ALLOWED = os.environ.get("RAYGRID_USE_TRITON", "1") != "0"
 # Rows up to which linear layers use the skinny kernel (triton_linear.SKINNY_MAX_M; 0 turns it off), and
@@ -258,25 +258,27 @@ def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | Non
     return result if out is None else out.copy_(result)
 
 
-def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor, penalties: Penalties | None = None) -> torch.Tensor:
     """Draw one token per row from softmax(logits / temperature); rows below temperature 1e-5 are greedy.
-    The noise of row i comes from its seed: a Philox stream in the Triton kernel, a torch generator on CPU."""
+    The noise of row i comes from its seed: a Philox stream in the Triton kernel, a torch generator on CPU.
+    ``penalties``: applied to the logits first, in the same pass on a GPU (the logits are read once, in their dtype)."""
     if use_triton(logits):
         from raygrid.kernels.triton_sampling import gumbel_argmax as triton_gumbel_argmax
 
-        return triton_gumbel_argmax(logits, temperature, seeds)
+        return triton_gumbel_argmax(logits, temperature, seeds, penalties)
+    if penalties is not None:
+        logits = apply_penalties_ref(logits.to(torch.float32, copy=True), penalties)
     return gumbel_argmax_ref(logits, temperature, seeded_uniform(seeds.tolist(), logits.shape[1], logits.device))
 
 
-def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor, slots: torch.Tensor,
-                    repetition: torch.Tensor, frequency: torch.Tensor, presence: torch.Tensor) -> torch.Tensor:
-    """Repetition, frequency and presence penalties, in place on float32 ``logits [B, V]``; row i's token statistics
-    are slot ``slots[i]`` of ``counts`` and ``in_prompt`` (``sampling_ref.apply_penalties_ref``)."""
+def apply_penalties(logits: torch.Tensor, penalties: Penalties) -> torch.Tensor:
+    """Repetition, frequency and presence penalties, in place on float32 ``logits [B, V]``
+    (``sampling_ref.apply_penalties_ref``)."""
     if use_triton(logits):
         from raygrid.kernels.triton_sampling import apply_penalties as triton_apply_penalties
 
-        return triton_apply_penalties(logits, counts, in_prompt, slots, repetition, frequency, presence)
-    return apply_penalties_ref(logits, counts, in_prompt, slots, repetition, frequency, presence)
+        return triton_apply_penalties(logits, penalties)
+    return apply_penalties_ref(logits, penalties)
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor, mask_rows: torch.Tensor) -> None:

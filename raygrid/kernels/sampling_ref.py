@@ -8,9 +8,23 @@ from a per-row Philox stream; given the same ``U`` both give the same token.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 GREEDY_TEMPERATURE = 1e-5
+
+
+class Penalties(NamedTuple):
+    """The repetition, frequency and presence penalties of a batch's rows. Row i's token statistics are slot
+    ``slots[i]`` of ``counts`` and ``in_prompt`` (engine/token_counts.py); a row without penalties has 1, 0 and 0."""
+
+    counts: torch.Tensor  # [S, V] float32: each token's count among the slot's outputs
+    in_prompt: torch.Tensor  # [S, V] bool: whether the token is in the slot's prompt
+    slots: torch.Tensor  # [B] int64
+    repetition: torch.Tensor  # [B] float32
+    frequency: torch.Tensor  # [B] float32
+    presence: torch.Tensor  # [B] float32
 
 
 def gumbel_scores(logits: torch.Tensor, temperature: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
@@ -49,17 +63,15 @@ def apply_token_bitmask_ref(logits: torch.Tensor, bitmask: torch.Tensor, rows: t
     logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
 
 
-def apply_penalties_ref(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor, slots: torch.Tensor,
-                        repetition: torch.Tensor, frequency: torch.Tensor, presence: torch.Tensor) -> torch.Tensor:
-    """Repetition, frequency and presence penalties (vLLM's definitions) on float32 ``logits [B, V]``, in place. Row i's
-    token statistics are slot ``slots[i]`` of ``counts [S, V]`` (float32, each token's count among the outputs) and
-    ``in_prompt [S, V]`` (bool). A token seen in the prompt or the outputs is divided by the repetition penalty where
-    its logit is positive and multiplied by it elsewhere; then ``frequency * count`` and ``presence * (count > 0)`` are
-    subtracted."""
-    row_counts, seen = counts[slots], in_prompt[slots]
+def apply_penalties_ref(logits: torch.Tensor, penalties: Penalties) -> torch.Tensor:
+    """Repetition, frequency and presence penalties (vLLM's definitions) on float32 ``logits [B, V]``, in place. A
+    token seen in the prompt or the outputs is divided by the repetition penalty where its logit is positive and
+    multiplied by it elsewhere; then ``frequency * count`` and ``presence * (count > 0)`` are subtracted."""
+    row_counts, seen = penalties.counts[penalties.slots], penalties.in_prompt[penalties.slots]
     present = row_counts > 0
     seen = seen | present
-    rep = repetition.unsqueeze(1)
+    rep = penalties.repetition.unsqueeze(1)
     penalized = torch.where(logits > 0, logits / rep, logits * rep)
-    logits.copy_(torch.where(seen, penalized, logits) - frequency.unsqueeze(1) * row_counts - presence.unsqueeze(1) * present.float())
+    logits.copy_(torch.where(seen, penalized, logits) - penalties.frequency.unsqueeze(1) * row_counts
+                 - penalties.presence.unsqueeze(1) * present.float())
     return logits

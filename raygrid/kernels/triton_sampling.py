@@ -1,7 +1,7 @@
 """Triton kernel of the Gumbel-max draw (definition: ``sampling_ref.gumbel_argmax_ref``).
 
-One pass over the logits in their own dtype: temperature, noise from a Philox stream keyed by the
-row's seed, and a running argmax, with no float32 copy of the ``[B, V]`` logits and no softmax.
+One pass over the logits in their own dtype: the penalties where a row has any, temperature, noise from a Philox
+stream keyed by the row's seed, and a running argmax, with no float32 copy of the ``[B, V]`` logits and no softmax.
 Each program takes one chunk of one row; a second launch picks each row's best chunk (one launch, not the four
 torch calls of an argmax and a gather: at batch 1 a step's host time is mostly such calls).
 Ties go to the lowest token id, as ``torch.argmax`` does.
@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from raygrid.kernels.sampling_ref import GREEDY_TEMPERATURE
+from raygrid.kernels.sampling_ref import GREEDY_TEMPERATURE, Penalties
 
 
 @triton.jit
@@ -42,20 +42,44 @@ def _exponential(u):
 
 
 @triton.jit
+def _penalize(x, count, prompt, repetition, frequency, presence):
+    """vLLM's penalties on float32 logits ``x`` (``sampling_ref.apply_penalties_ref``): a token seen in the prompt or
+    among the outputs (``count`` > 0) is divided by ``repetition`` where positive and multiplied by it elsewhere;
+    then ``frequency`` times its count and ``presence`` where it is among the outputs are subtracted."""
+    present = count > 0
+    scaled = tl.where(x > 0, x / repetition, x * repetition)
+    return tl.where((prompt != 0) | present, scaled, x) - frequency * count - presence * present.to(tl.float32)
+
+
+# ``penalties`` and the statistics' stride vary at run time only: a batch with penalties launches the variant one
+# without them does (the pointers' dtypes are the same, see gumbel_argmax), so no request waits for a compile.
+@triton.jit(do_not_specialize=["penalties", "stride_counts"])
 def _gumbel_argmax_kernel(
     logits_ptr, temperature_ptr, seeds_ptr, best_value_ptr, best_index_ptr, stride_row, vocab_size,
+    penalties, counts_ptr, in_prompt_ptr, slots_ptr, repetition_ptr, frequency_ptr, presence_ptr, stride_counts,
     NUM_CHUNKS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, GREEDY_BELOW: tl.constexpr,
 ):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     temperature = tl.load(temperature_ptr + row)
     seed = tl.load(seeds_ptr + row)
+    # A row's penalties (none where ``penalties`` is 0: the pointers are then stand-ins, never read).
+    given = penalties != 0
+    repetition = tl.load(repetition_ptr + row, mask=given, other=1.0)
+    frequency = tl.load(frequency_ptr + row, mask=given, other=0.0)
+    presence = tl.load(presence_ptr + row, mask=given, other=0.0)
+    slot = tl.load(slots_ptr + row, mask=given, other=0).to(tl.int64)
+    penalized = (repetition != 1.0) | (frequency != 0.0) | (presence != 0.0)
     best_value = tl.full([BLOCK // 4, 4], float("-inf"), dtype=tl.float32)
     best_index = tl.zeros([BLOCK // 4, 4], dtype=tl.int32)
     for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK):
         cols = _tile_columns(start, BLOCK // 4)
         valid = cols < vocab_size
         x = tl.load(logits_ptr + row * stride_row + cols, mask=valid, other=float("-inf")).to(tl.float32)
+        if penalized:
+            count = tl.load(counts_ptr + slot * stride_counts + cols, mask=valid, other=0.0)
+            prompt = tl.load(in_prompt_ptr + slot * stride_counts + cols, mask=valid, other=0)
+            x = _penalize(x, count, prompt, repetition, frequency, presence)
         if temperature >= GREEDY_BELOW:
             x = x / temperature - tl.log(_exponential(_tile_uniform(seed, start, BLOCK // 4)))
         x = tl.where(valid, x, float("-inf"))
@@ -70,8 +94,10 @@ def _gumbel_argmax_kernel(
     tl.store(best_index_ptr + row * NUM_CHUNKS + chunk, tl.minimum(index, vocab_size - 1))
 
 
-def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor, block: int = 1024, chunk: int = 8192) -> torch.Tensor:
-    """logits ``[B, V]`` (rows contiguous), temperature ``[B]`` float32, seeds ``[B]`` int64 -> tokens ``[B]`` int64."""
+def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor, penalties: Penalties | None = None,
+                  block: int = 1024, chunk: int = 8192) -> torch.Tensor:
+    """logits ``[B, V]`` (rows contiguous), temperature ``[B]`` float32, seeds ``[B]`` int64 -> tokens ``[B]`` int64.
+    ``penalties``: applied to each tile of logits as it is read (``sampling_ref.apply_penalties_ref``, in float32)."""
     num_rows, vocab_size = logits.shape
     assert logits.stride(1) == 1, "logits rows must be contiguous"
     block = max(16, min(block, triton.next_power_of_2(vocab_size)))
@@ -79,10 +105,17 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
     num_chunks = triton.cdiv(vocab_size, chunk)
     tokens = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
     if num_rows:
+        given = penalties is not None
+        if given:
+            assert penalties.counts.stride(1) == 1 and penalties.in_prompt.stride() == penalties.counts.stride()
+        else:  # stand-ins of the same dtypes, never read (another dtype would make another compiled variant)
+            penalties = Penalties(temperature, seeds.view(torch.bool), seeds, temperature, temperature, temperature)
         best_value = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=logits.device)
         best_index = torch.empty(num_rows, num_chunks, dtype=torch.int32, device=logits.device)
         _gumbel_argmax_kernel[(num_rows, num_chunks)](
             logits, temperature, seeds, best_value, best_index, logits.stride(0), vocab_size,
+            int(given), penalties.counts, penalties.in_prompt.view(torch.uint8), penalties.slots,
+            penalties.repetition, penalties.frequency, penalties.presence, penalties.counts.stride(0),
             NUM_CHUNKS=num_chunks, CHUNK=chunk, BLOCK=block, GREEDY_BELOW=GREEDY_TEMPERATURE, num_warps=4,
         )
         _best_chunk_kernel[(num_rows,)](best_value, best_index, tokens, NUM_CHUNKS=num_chunks,
@@ -159,22 +192,20 @@ def _penalties_kernel(logits_ptr, counts_ptr, in_prompt_ptr, slots_ptr, repetiti
         x = tl.load(logits_ptr + row * stride_logits + cols, mask=valid)
         count = tl.load(counts_ptr + slot * stride_counts + cols, mask=valid, other=0.0)
         prompt = tl.load(in_prompt_ptr + slot * stride_counts + cols, mask=valid, other=0)
-        present = count > 0
-        penalized = tl.where(x > 0, x / repetition, x * repetition)
-        x = tl.where((prompt != 0) | present, penalized, x) - frequency * count - presence * present.to(tl.float32)
-        tl.store(logits_ptr + row * stride_logits + cols, x, mask=valid)
+        tl.store(logits_ptr + row * stride_logits + cols, _penalize(x, count, prompt, repetition, frequency, presence), mask=valid)
 
 
-def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor, slots: torch.Tensor,
-                    repetition: torch.Tensor, frequency: torch.Tensor, presence: torch.Tensor, block: int = 2048) -> torch.Tensor:
+def apply_penalties(logits: torch.Tensor, penalties: Penalties, block: int = 2048) -> torch.Tensor:
     """``sampling_ref.apply_penalties_ref`` in one pass, in place on float32 ``logits``: no ``[B, V]`` gather of the
-    slots' statistics and no intermediate ``[B, V]`` tensors."""
+    slots' statistics and no intermediate ``[B, V]`` tensors. (The draw applies them itself, ``gumbel_argmax``; this
+    is for the paths that need the penalized logits: truncation by top-k, top-p or min-p.)"""
     num_rows, vocab_size = logits.shape
+    counts, in_prompt = penalties.counts, penalties.in_prompt
     assert logits.dtype == torch.float32 and logits.stride(1) == 1 and counts.stride(1) == 1
     assert in_prompt.stride() == counts.stride()
     if num_rows:
         block = max(16, min(block, triton.next_power_of_2(vocab_size)))
         _penalties_kernel[(num_rows, triton.cdiv(vocab_size, block))](
-            logits, counts, in_prompt.view(torch.uint8), slots, repetition, frequency, presence,
-            logits.stride(0), counts.stride(0), vocab_size, BLOCK=block, num_warps=4)
+            logits, counts, in_prompt.view(torch.uint8), penalties.slots, penalties.repetition, penalties.frequency,
+            penalties.presence, logits.stride(0), counts.stride(0), vocab_size, BLOCK=block, num_warps=4)
     return logits
