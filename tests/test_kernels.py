@@ -17,7 +17,13 @@ from raygrid.kernels.elementwise_ref import (  # noqa: E402
 )
 from raygrid.kernels.moe_ref import align_by_expert_ref, fused_moe_ref, route_ref  # noqa: E402
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref  # noqa: E402
-from raygrid.kernels.sampling_ref import Penalties, apply_penalties_ref, apply_token_bitmask_ref, gumbel_scores  # noqa: E402
+from raygrid.kernels.sampling_ref import (  # noqa: E402
+    Penalties,
+    apply_penalties_ref,
+    apply_token_bitmask_ref,
+    gumbel_scores,
+    logprob_stats_ref,
+)
 from raygrid.kernels.triton_attention import (  # noqa: E402
     paged_attention_decode,
     paged_attention_prefill,
@@ -25,7 +31,13 @@ from raygrid.kernels.triton_attention import (  # noqa: E402
 )
 from raygrid.kernels.triton_moe import TILES, align_by_expert, fused_moe  # noqa: E402
 from raygrid.kernels.triton_ops import qk_norm_rotary, rms_norm, rotary_inplace, silu_and_mul  # noqa: E402
-from raygrid.kernels.triton_sampling import apply_penalties, apply_token_bitmask, gumbel_argmax, philox_uniform  # noqa: E402
+from raygrid.kernels.triton_sampling import (  # noqa: E402
+    apply_penalties,
+    apply_token_bitmask,
+    gumbel_argmax,
+    logprob_stats,
+    philox_uniform,
+)
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -662,6 +674,34 @@ def test_gumbel_argmax_applies_penalties_as_it_reads(dtype):
     assert torch.equal(got[::3], penalized[::3].argmax(dim=-1)) and got[0] != top
     assert torch.equal(got[1], gumbel_argmax(logits[1:2], temperature[1:2], seeds[1:2], **sizes)[0])  # the row without any
     assert not torch.equal(got, gumbel_argmax(logits, temperature, seeds, **sizes))
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning")  # the interpreter's log(0), row 4
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_logprob_stats(dtype):
+    """Log-sum-exp, the token's logit and its rank, in one pass over the logits in their dtype, against torch's: rows
+    with -inf logits (grammar masks, bans) and one whose lanes mostly see only -inf, a token tied with others, and a
+    vocabulary that is not a multiple of the block."""
+    torch.manual_seed(2)
+    rows, vocab, sizes = (256, 151936, {}) if ON_GPU else (6, 1000, dict(block=128))
+    logits = (torch.randn(rows, vocab, device=DEVICE) * 5).to(dtype)
+    logits[1, ::3] = float("-inf")
+    logits[2, 10:] = float("-inf")  # ten finite logits: most lanes never see a finite one
+    logits[3, :50] = logits[3, 7]  # the token's logit shared by 49 others, which do not count as above it
+    logits[4] = float("-inf")  # nothing allowed at all: -inf, as torch gives
+    tokens = torch.randint(0, vocab, (rows,), device=DEVICE)
+    tokens[2], tokens[3] = 4, 7
+    lse, token_logits, ranks = logprob_stats(logits, tokens, **sizes)
+    want_lse, want_logits, want_ranks = logprob_stats_ref(logits, tokens)
+    torch.testing.assert_close(lse, want_lse, atol=1e-4, rtol=1e-5)
+    assert torch.equal(token_logits, want_logits) and torch.equal(ranks, want_ranks)
+    assert lse.dtype == torch.float32 and ranks.dtype == torch.int64
+    assert lse[4] == float("-inf") and torch.isfinite(lse[:4]).all() and torch.isfinite(lse[5:]).all()
+    top = logits.float().argmax(dim=-1)
+    assert logprob_stats(logits, top, **sizes)[2].tolist() == [1] * rows  # the best token ranks first
+    # and the reference is what a log-softmax gives: a token's logprob is its logit minus the log-sum-exp
+    torch.testing.assert_close(want_logits - want_lse, torch.log_softmax(logits.float(), -1).gather(1, tokens[:, None]).squeeze(1),
+                               equal_nan=True)
 
 
 # (experts, top-k, tokens, hidden, intermediate): real sizes on a GPU, tiny ones interpreted on CPU.

@@ -127,6 +127,7 @@ def exercise_every_kernel() -> None:
         for given in (None, penalties):
             triton_sampling.gumbel_argmax(vocab_logits, torch.tensor([0.0, 0.7, 1.0]), seeds, given, block=64, chunk=128)
         triton_sampling.philox_uniform(seeds, 300, block=64)
+        triton_sampling.logprob_stats(vocab_logits, seeds, block=64)
         triton_sampling.apply_token_bitmask(vocab_logits, torch.zeros(1, 10, dtype=torch.int32), torch.tensor([1]),
                                             torch.tensor([0]))
         triton_sampling.apply_penalties(vocab_logits.float(), penalties, block=64)

@@ -424,8 +424,8 @@ class ModelRunner:
             entries: list[SampleLogprobs] = []
             for lo in range(0, end - start, _PROMPT_LOGPROB_ROWS):
                 hi = min(lo + _PROMPT_LOGPROB_ROWS, end - start)
-                logits = self.model.compute_logits(hidden[first_row + lo : first_row + hi]).float()
-                entries += gather_logprobs(torch.log_softmax(logits, dim=-1), targets[lo:hi], [k] * (hi - lo))
+                logits = self.model.compute_logits(hidden[first_row + lo : first_row + hi])
+                entries += gather_logprobs(logits, targets[lo:hi], [k] * (hi - lo))
             out[state.req_id] = (start + 1, entries)
         return out
 

@@ -69,20 +69,15 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, meta: SamplingMetadata) -> tuple[torch.Tensor, "StepLogprobs | None"]:
         """The sampled tokens ``[B]`` and, where a row asks for logprobs, the step's logprobs, both on the device
         (nothing here waits for it: the host reads them with the tokens, PendingRunnerOutput)."""
-        want_logprobs = any(n is not None for n in meta.num_logprobs)
-        raw_logprobs = None
-        if want_logprobs:
-            logits = logits.float()  # once: the float conversions below are then no-ops
-            raw_logprobs = torch.log_softmax(logits, dim=-1)
-
+        raw = logits  # logprobs are read from these after the draw: nothing below writes them
         if meta.allowed_rows is not None:
             logits = logits.float().index_add(0, meta.allowed_rows, meta.allowed_mask)
         if meta.adjust_rows is not None:
             logits = logits.float().index_put((meta.adjust_rows, meta.adjust_tokens), meta.adjust_values, accumulate=True)
         # The penalties go into the draw's pass, which reads each logit once in its dtype; truncation needs them first.
         penalties = meta.penalties()
-        if penalties is not None and meta.truncates:
-            logits, penalties = ops.apply_penalties(logits.float(), penalties), None
+        if penalties is not None and meta.truncates:  # in place: on a copy where these are still the raw logits
+            logits, penalties = ops.apply_penalties(logits.to(torch.float32, copy=logits is raw), penalties), None
 
         if meta.all_greedy and penalties is None:
             sampled = logits.argmax(dim=-1)
@@ -99,8 +94,8 @@ class Sampler:
                 temperature = torch.where(meta.greedy, 0.0, 1.0)
             sampled = gumbel_argmax(logits, temperature, meta.seeds, penalties)
 
-        logprobs = StepLogprobs.of(raw_logprobs, sampled, meta.num_logprobs) if want_logprobs else None
-        return sampled, logprobs
+        want_logprobs = any(n is not None for n in meta.num_logprobs)
+        return sampled, StepLogprobs.of(raw, sampled, meta.num_logprobs) if want_logprobs else None
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -146,18 +141,23 @@ class StepLogprobs:
     asking for logprobs does not make the host wait for the step (``to_host``, then ``entries``)."""
 
     top_ids: torch.Tensor  # [B, k]
-    top_values: torch.Tensor  # [B, k]
+    top_values: torch.Tensor  # [B, k] float32
     sampled_values: torch.Tensor  # [B]
     ranks: torch.Tensor  # [B] 1-based rank of the sampled token among all tokens
     num_logprobs: list[int | None]  # per row; None: the row did not ask
 
     @classmethod
-    def of(cls, raw: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]) -> "StepLogprobs":
+    def of(cls, logits: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]) -> "StepLogprobs":
+        """From the raw ``logits`` in their dtype: a logprob is a logit minus its row's log-sum-exp, in float32 (one
+        pass for the row statistics and the top-k's, and no ``[B, V]`` float32 copy or log-softmax)."""
         k = max(n for n in num_logprobs if n is not None)
-        top_values, top_ids = raw.topk(k, dim=-1) if k > 0 else (raw[:, :0], sampled[:, None][:, :0])
-        sampled_values = raw.gather(1, sampled.unsqueeze(1)).squeeze(1)
-        ranks = (raw > sampled_values.unsqueeze(1)).sum(dim=-1) + 1
-        return cls(top_ids, top_values, sampled_values, ranks, num_logprobs)
+        lse, sampled_logits, ranks = ops.logprob_stats(logits, sampled)
+        if k > 0:
+            top_logits, top_ids = logits.topk(k, dim=-1)
+            top_values = top_logits.float() - lse.unsqueeze(1)
+        else:
+            top_values, top_ids = lse[:, None][:, :0], sampled[:, None][:, :0]
+        return cls(top_ids, top_values, sampled_logits - lse, ranks, num_logprobs)
 
     def to_host(self) -> "StepLogprobs":
         """A copy in pinned host memory, queued on the current stream (valid once the stream reaches it)."""
@@ -174,6 +174,6 @@ class StepLogprobs:
                 for row, n in enumerate(self.num_logprobs)]
 
 
-def gather_logprobs(raw: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]) -> list[SampleLogprobs | None]:
+def gather_logprobs(logits: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]) -> list[SampleLogprobs | None]:
     """``StepLogprobs`` read at once (it waits for the device): prompt logprobs, which the host needs now."""
-    return StepLogprobs.of(raw, sampled, num_logprobs).entries(sampled.tolist())
+    return StepLogprobs.of(logits, sampled, num_logprobs).entries(sampled.tolist())

@@ -15,7 +15,14 @@ import torch.nn.functional as F
 from raygrid.kernels.elementwise_ref import MIN_SCALE, apply_rotary_ref, quantize_per_token, rms_norm_ref, silu_and_mul_ref
 from raygrid.kernels.moe_ref import fused_moe_ref
 from raygrid.kernels.paged_attention_ref import paged_attention_ref, store_kv_ref
-from raygrid.kernels.sampling_ref import Penalties, apply_penalties_ref, apply_token_bitmask_ref, gumbel_argmax_ref, seeded_uniform
+from raygrid.kernels.sampling_ref import (
+    Penalties,
+    apply_penalties_ref,
+    apply_token_bitmask_ref,
+    gumbel_argmax_ref,
+    logprob_stats_ref,
+    seeded_uniform,
+)
 
 _TRITON_ALLOWED = os.environ.get("RAYGRID_USE_TRITON", "1") != "0"
 # Rows up to which linear layers use the skinny kernel (triton_linear.SKINNY_MAX_M; 0 turns it off), and
@@ -279,6 +286,15 @@ def apply_penalties(logits: torch.Tensor, penalties: Penalties) -> torch.Tensor:
 
         return triton_apply_penalties(logits, penalties)
     return apply_penalties_ref(logits, penalties)
+
+
+def logprob_stats(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row of raw logits: log-sum-exp, the logit of ``tokens[i]`` and its 1-based rank (``sampling_ref.logprob_stats_ref``)."""
+    if use_triton(logits):
+        from raygrid.kernels.triton_sampling import logprob_stats as triton_logprob_stats
+
+        return triton_logprob_stats(logits, tokens)
+    return logprob_stats_ref(logits, tokens)
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor, mask_rows: torch.Tensor) -> None:

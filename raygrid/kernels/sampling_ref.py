@@ -75,3 +75,12 @@ def apply_penalties_ref(logits: torch.Tensor, penalties: Penalties) -> torch.Ten
     logits.copy_(torch.where(seen, penalized, logits) - penalties.frequency.unsqueeze(1) * row_counts
                  - penalties.presence.unsqueeze(1) * present.float())
     return logits
+
+
+def logprob_stats_ref(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What logprobs need of each row of raw ``logits [B, V]`` (any float dtype), in float32: the log of the
+    softmax's denominator (so a token's logprob is its logit minus it), the logit of ``tokens[i]``, and that token's
+    1-based rank (1 + the number of logits above it), int64."""
+    x = logits.float()
+    token_logits = x.gather(1, tokens.long().unsqueeze(1)).squeeze(1)
+    return torch.logsumexp(x, dim=-1), token_logits, (x > token_logits.unsqueeze(1)).sum(dim=-1) + 1

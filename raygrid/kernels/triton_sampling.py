@@ -209,3 +209,43 @@ def apply_penalties(logits: torch.Tensor, penalties: Penalties, block: int = 204
             logits, counts, in_prompt.view(torch.uint8), penalties.slots, penalties.repetition, penalties.frequency,
             penalties.presence, logits.stride(0), counts.stride(0), vocab_size, BLOCK=block, num_warps=4)
     return logits
+
+
+@triton.jit
+def _logprob_stats_kernel(logits_ptr, tokens_ptr, lse_ptr, token_logit_ptr, rank_ptr, stride_row, vocab_size, BLOCK: tl.constexpr):
+    """One program a row, one pass over it: a running max and sum of exponentials per lane (the log-sum-exp), and
+    how many logits exceed the token's."""
+    row = tl.program_id(0).to(tl.int64)
+    token = tl.load(tokens_ptr + row)
+    token_logit = tl.load(logits_ptr + row * stride_row + token).to(tl.float32)
+    top = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    above = tl.zeros([BLOCK], dtype=tl.int32)
+    for start in range(0, vocab_size, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(logits_ptr + row * stride_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
+        new_top = tl.maximum(top, x)
+        shift = tl.where(new_top > float("-inf"), new_top, 0.0)  # a lane that has seen only -inf keeps 0 (no NaN)
+        total = total * tl.exp(top - shift) + tl.exp(x - shift)
+        top = new_top
+        above += (x > token_logit).to(tl.int32)
+    row_top = tl.max(top, 0)
+    row_shift = tl.where(row_top > float("-inf"), row_top, 0.0)
+    tl.store(lse_ptr + row, row_shift + tl.log(tl.sum(total * tl.exp(top - row_shift), 0)))
+    tl.store(token_logit_ptr + row, token_logit)
+    tl.store(rank_ptr + row, tl.sum(above, 0).to(tl.int64) + 1)
+
+
+def logprob_stats(logits: torch.Tensor, tokens: torch.Tensor, block: int = 4096) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``sampling_ref.logprob_stats_ref`` in one pass over the logits in their own dtype (no float32 copy, no
+    ``[B, V]`` log-softmax)."""
+    num_rows, vocab_size = logits.shape
+    assert logits.stride(1) == 1, "logits rows must be contiguous"
+    lse = torch.empty(num_rows, dtype=torch.float32, device=logits.device)
+    token_logits = torch.empty_like(lse)
+    ranks = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
+    if num_rows:
+        block = max(16, min(block, triton.next_power_of_2(vocab_size)))
+        _logprob_stats_kernel[(num_rows,)](logits, tokens.long(), lse, token_logits, ranks, logits.stride(0), vocab_size,
+                                           BLOCK=block, num_warps=8)
+    return lse, token_logits, ranks
