@@ -85,6 +85,16 @@ def llama_wide_heads_dir(tmp_path_factory, tokenizer):
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def qwen3_head128_dir(tmp_path_factory, tokenizer):
+    """``tiny_qwen3_config`` with Qwen3-0.6B's and Llama-3's head width (2 heads of 128, 1 kv head): on Hopper a long
+    prompt's attention takes the Gluon kernel, which only takes heads of 128."""
+    path = tmp_path_factory.mktemp("ckpt") / "qwen3_head128"
+    write_random_checkpoint(path, tiny_qwen3_config(tokenizer, num_attention_heads=2, num_key_value_heads=1, head_dim=128),
+                            tokenizer, seed=5)
+    return str(path)
+
+
 def tiny_qwen3_moe_config(tokenizer):
     """8 experts, top-2, renormalized; layer 1 of 3 is dense (mlp_only_layers), the others sparse."""
     from transformers import Qwen3MoeConfig

@@ -278,13 +278,15 @@ def test_engines_one_after_another_leave_no_device_memory_behind(model_dirs):
     assert held[1] <= held[0] + 2**20, f"device memory allocated after each engine: {held}"
 
 
-def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model_dirs, tokenizer):
+def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(qwen3_head128_dir, tokenizer):
     """Triton compiles a variant of a kernel for each dtype, constexpr and (unless told not to) each integer that
     is 1 or a multiple of 16. On an H200 one takes 0.4 to 2 s, which a user's requests would wait for if a step
     launched a variant that the engine's start (memory profile, graph captures) had not. Requests here bring
     prefill steps of one and of several sequences, past the graphs' sizes and within them, decode steps, mixed
     steps, and sampling by temperature alone, with top-p, greedy and with logprobs, then every sampling feature of
-    the execution-mode tests (``params_per_prompt``), a grammar's among them."""
+    the execution-mode tests (``params_per_prompt``), a grammar's among them. Heads of 128, as the real models': the
+    memory profile's pass of the whole budget then takes the Gluon kernel of long prompts, and the Triton kernel's
+    launches of shorter prompts must be compiled by other passes."""
     import importlib
 
     from triton import knobs
@@ -292,14 +294,14 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(model
 
     from tests.test_execution_modes import params_per_prompt
 
-    kernels = [obj for name in ("triton_attention", "triton_ops", "triton_linear", "triton_sampling")
+    kernels = [obj for name in ("triton_attention", "gluon_attention", "triton_ops", "triton_linear", "triton_sampling", "persistent_decode")
                for obj in vars(importlib.import_module(f"raygrid.kernels.{name}")).values() if isinstance(obj, JITFunction)]
     for kernel in kernels:  # what earlier tests in this process compiled counts for nothing (the disk cache stays)
         kernel.device_caches.clear()
     # 48 running at most: the later requests' prompts join steps of the others' decodes (mixed steps), and every mixed
     # graph (2,048 tokens at most over 48 sequences) takes the short query tiles, as with the default 256, so the
     # prompts' launch is captured in none of them.
-    llm = LLM(model=model_dirs["qwen3"], max_model_len=2048, max_num_seqs=48, gpu_memory_utilization=0.3, dtype="bfloat16",
+    llm = LLM(model=qwen3_head128_dir, max_model_len=2048, max_num_seqs=48, gpu_memory_utilization=0.3, dtype="bfloat16",
               persistent_decode=True)  # the lone first request's decode passes take it
     compiled = []
     knobs.runtime.jit_cache_hook = lambda *, fn, key, **_: compiled.append(f"{fn.name} {key}")

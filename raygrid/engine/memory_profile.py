@@ -17,12 +17,34 @@ if TYPE_CHECKING:
     from raygrid.engine.model_runner import ModelRunner
 
 
+# A sequence of each length launches one of the prefill attention kernel's shapes (triton_attention.prefill_launch):
+# the whole budget, on Hopper the Gluon kernel of long prompts; 256 tokens, the Triton kernel's long query tiles; 16,
+# its short ones. Passes of the last two after the first compile their launches here, not while a user's first such
+# prompt waits: where the first pass took the Gluon kernel, nothing at start launched the long tiles (the mixed steps'
+# graphs capture the short ones), and a variant costs 0.4 to 2 s to compile on an H200.
+_WARM_PREFILL_LENGTHS = (256, 16)
+
+
 @torch.inference_mode()
 def profile_forward(runner: ModelRunner, num_tokens: int) -> None:
     """The worst step for peak memory: a forward pass of ``num_tokens`` prompt tokens with a throwaway
-    KV cache, then (last pipeline stage) sampling for ``max_num_seqs`` rows with every feature on."""
+    KV cache, then (last pipeline stage) sampling for ``max_num_seqs`` rows with every feature on; then short prompt
+    passes, which compile the prefill launches the first one did not take."""
     blocks = -(-num_tokens // runner.block_size)
     caches = runner.allocate_kv_cache(blocks + 1)
+    out = _prompt_pass(runner, num_tokens, caches)
+    for length in _WARM_PREFILL_LENGTHS:  # less memory than the first: the peak stays the first pass's
+        _prompt_pass(runner, min(length, num_tokens), caches)
+    del caches  # before sampling, as a step's sampling does not hold a second KV cache
+    if runner.pp.is_last:
+        rows = runner.config.scheduler.max_num_seqs
+        hidden = out[-1:].expand(rows, -1) if num_tokens < rows else out[-rows:]
+        del out
+        _profile_sampler(runner, runner.model.compute_logits(hidden))
+
+
+def _prompt_pass(runner: ModelRunner, num_tokens: int, caches: list[torch.Tensor]):
+    """One sequence's first ``num_tokens`` prompt tokens through this rank's layers, on ``caches`` from block 1."""
     ids = torch.zeros(num_tokens, dtype=torch.long, device=runner.device)
     # Positions as a real step's: each under max_model_len (the budget may exceed the rotary tables' length).
     positions = torch.arange(num_tokens, device=runner.device) % runner.config.model.max_model_len
@@ -31,13 +53,7 @@ def profile_forward(runner: ModelRunner, num_tokens: int) -> None:
     if not runner.pp.is_first:
         zeros = torch.zeros(num_tokens, runner.model.config.hidden_size, dtype=runner.dtype, device=runner.device)
         intermediate = (zeros, zeros.clone())
-    out = runner.forward(runner.passes.plan(None, num_tokens, -1), ids, positions, meta, intermediate, kv_caches=caches)
-    del caches
-    if runner.pp.is_last:
-        rows = runner.config.scheduler.max_num_seqs
-        hidden = out[-1:].expand(rows, -1) if num_tokens < rows else out[-rows:]
-        del out
-        _profile_sampler(runner, runner.model.compute_logits(hidden))
+    return runner.forward(runner.passes.plan(None, num_tokens, -1), ids, positions, meta, intermediate, kv_caches=caches)
 
 
 def _profile_sampler(runner: ModelRunner, logits: torch.Tensor) -> None:
