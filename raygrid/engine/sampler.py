@@ -1,6 +1,7 @@
 """Turns the last-position logits of each request into its next token.
 
-Order (vLLM's): snapshot raw logprobs, allowed_token_ids, bans (bad words, stop tokens before min_tokens)
+Order (vLLM's): raw logprobs (of the logits as they come: nothing below writes them, and they are read after the
+draw), allowed_token_ids, bans (bad words, stop tokens before min_tokens)
 and logit_bias, penalties (repetition, frequency, presence),
 greedy argmax where temperature < 1e-5, temperature, min_p, top_k, top_p, then sample. Without min_p, top_k and
 top_p the penalties are applied by the draw itself, as it reads the logits.
