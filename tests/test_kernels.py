@@ -671,7 +671,9 @@ def test_gumbel_argmax_applies_penalties_as_it_reads(dtype):
     got = gumbel_argmax(logits, temperature, seeds, penalties, **sizes)
     before = gumbel_argmax(penalized, temperature, seeds, **sizes)
     assert (got == before).sum() >= rows - 2  # on a GPU the two may round a near tie apart
-    assert torch.equal(got[::3], penalized[::3].argmax(dim=-1)) and got[0] != top
+    # Greedy rows: the best penalized logit, up to float32's rounding of the division (Triton's against torch's).
+    best = penalized[::3].max(dim=-1).values
+    assert (penalized[::3].gather(1, got[::3, None]).squeeze(1) >= best - 1e-5 * (1 + best.abs())).all() and got[0] != top
     assert torch.equal(got[1], gumbel_argmax(logits[1:2], temperature[1:2], seeds[1:2], **sizes)[0])  # the row without any
     assert not torch.equal(got, gumbel_argmax(logits, temperature, seeds, **sizes))
 
