@@ -21,7 +21,6 @@ import torch
 from raygrid.engine.outputs import SampleLogprobs
 from raygrid.engine.staging import to_host
 from raygrid.kernels import ops
-from raygrid.kernels.ops import gumbel_argmax
 from raygrid.kernels.sampling_ref import Penalties
 
 
@@ -93,7 +92,7 @@ class Sampler:
                 if meta.top_k is not None or meta.top_p is not None:
                     logits = apply_top_k_top_p(logits, meta.top_k, meta.top_p)
                 temperature = torch.where(meta.greedy, 0.0, 1.0)
-            sampled = gumbel_argmax(logits, temperature, meta.seeds, penalties)
+            sampled = ops.gumbel_argmax(logits, temperature, meta.seeds, penalties)
 
         want_logprobs = any(n is not None for n in meta.num_logprobs)
         return sampled, StepLogprobs.of(raw, sampled, meta.num_logprobs) if want_logprobs else None

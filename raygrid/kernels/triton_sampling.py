@@ -106,16 +106,15 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
     tokens = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
     if num_rows:
         given = penalties is not None
-        if given:
-            assert penalties.counts.stride(1) == 1 and penalties.in_prompt.stride() == penalties.counts.stride()
-        else:  # stand-ins of the same dtypes, never read (another dtype would make another compiled variant)
-            penalties = Penalties(temperature, seeds.view(torch.bool), seeds, temperature, temperature, temperature)
+        if not given:  # stand-ins of the same dtypes, never read (another dtype would make another compiled variant)
+            penalties = Penalties(temperature[:, None], seeds.view(torch.bool)[:, None], seeds, temperature, temperature, temperature)
+        counts, in_prompt = _statistics(penalties)
         best_value = torch.empty(num_rows, num_chunks, dtype=torch.float32, device=logits.device)
         best_index = torch.empty(num_rows, num_chunks, dtype=torch.int32, device=logits.device)
         _gumbel_argmax_kernel[(num_rows, num_chunks)](
             logits, temperature, seeds, best_value, best_index, logits.stride(0), vocab_size,
-            int(given), penalties.counts, penalties.in_prompt.view(torch.uint8), penalties.slots,
-            penalties.repetition, penalties.frequency, penalties.presence, penalties.counts.stride(0),
+            int(given), counts, in_prompt, penalties.slots, penalties.repetition, penalties.frequency, penalties.presence,
+            counts.stride(0),
             NUM_CHUNKS=num_chunks, CHUNK=chunk, BLOCK=block, GREEDY_BELOW=GREEDY_TEMPERATURE, num_warps=4,
         )
         _best_chunk_kernel[(num_rows,)](best_value, best_index, tokens, NUM_CHUNKS=num_chunks,
@@ -177,6 +176,13 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch
                                 min(bitmask.shape[1], words_per_row), WORDS=words)
 
 
+def _statistics(penalties: Penalties) -> tuple[torch.Tensor, torch.Tensor]:
+    """The slots' counts and prompt masks as the penalty kernels read them: rows contiguous, one stride for both (the
+    masks as bytes)."""
+    assert penalties.counts.stride(1) == 1 and penalties.in_prompt.stride() == penalties.counts.stride()
+    return penalties.counts, penalties.in_prompt.view(torch.uint8)
+
+
 @triton.jit(do_not_specialize=["stride_logits", "stride_counts", "vocab_size"])
 def _penalties_kernel(logits_ptr, counts_ptr, in_prompt_ptr, slots_ptr, repetition_ptr, frequency_ptr, presence_ptr,
                       stride_logits, stride_counts, vocab_size, BLOCK: tl.constexpr):
@@ -200,13 +206,12 @@ def apply_penalties(logits: torch.Tensor, penalties: Penalties, block: int = 204
     slots' statistics and no intermediate ``[B, V]`` tensors. (The draw applies them itself, ``gumbel_argmax``; this
     is for the paths that need the penalized logits: truncation by top-k, top-p or min-p.)"""
     num_rows, vocab_size = logits.shape
-    counts, in_prompt = penalties.counts, penalties.in_prompt
-    assert logits.dtype == torch.float32 and logits.stride(1) == 1 and counts.stride(1) == 1
-    assert in_prompt.stride() == counts.stride()
+    counts, in_prompt = _statistics(penalties)
+    assert logits.dtype == torch.float32 and logits.stride(1) == 1
     if num_rows:
         block = max(16, min(block, triton.next_power_of_2(vocab_size)))
         _penalties_kernel[(num_rows, triton.cdiv(vocab_size, block))](
-            logits, counts, in_prompt.view(torch.uint8), penalties.slots, penalties.repetition, penalties.frequency,
+            logits, counts, in_prompt, penalties.slots, penalties.repetition, penalties.frequency,
             penalties.presence, logits.stride(0), counts.stride(0), vocab_size, BLOCK=block, num_warps=4)
     return logits
 
