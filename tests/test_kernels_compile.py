@@ -21,6 +21,8 @@ import torch
 
 triton = pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 KERNEL_MODULES = ["triton_allreduce", "triton_attention", "triton_linear", "triton_moe", "triton_ops", "triton_quant",
                   "triton_sampling", "persistent_decode"]
 
@@ -34,9 +36,12 @@ def describe(value):
         return {"tl_dtype": str(value)}
     if isinstance(value, TensorDescriptor):  # a bulk-copy (TMA) descriptor: its type names dtype and block
         return {"descriptor": mangle_type(value)}
+    # Where Triton would assume 16-byte alignment (tensors) or divisibility by 16 (integers), as it specializes launches
     if isinstance(value, torch.Tensor):
-        return {"tensor": str(value.dtype).removeprefix("torch.")}
-    if isinstance(value, (bool, int, float, str)) or value is None:
+        return {"tensor": str(value.dtype).removeprefix("torch."), "divisible": value.data_ptr() % 16 == 0}
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"value": value, "divisible": value % 16 == 0}
+    if isinstance(value, (bool, float, str)) or value is None:
         return {"value": value}
     raise TypeError(f"a kernel argument of type {type(value).__name__}")
 
@@ -57,6 +62,17 @@ def record_launches(monkeypatch) -> list[dict]:
 
     monkeypatch.setattr(InterpretedFunction, "run", recording_run)
     exercise_every_kernel()
+    return launches
+
+
+def every_launch(monkeypatch) -> list[dict]:
+    """The launches recorded, and the branches a CPU run cannot reach: the kernels that wait for the one before them
+    (kernels/pdl.py) do so only on a GPU, and caches past 2**31 elements a half (too large for the CPU suite) take
+    64-bit page offsets."""
+    launches = record_launches(monkeypatch)
+    launches += [dict(launch, args=dict(launch["args"], PDL={"value": True})) for launch in launches if "PDL" in launch["args"]]
+    launches += [dict(launch, args=dict(launch["args"], WIDE={"value": True})) for launch in launches
+                 if launch["args"].get("WIDE") == {"value": False}]
     return launches
 
 
@@ -159,65 +175,19 @@ def run_persistent_decode_once(dtype: torch.dtype) -> None:
         ids, ids.clone(), torch.tensor([19]), torch.tensor([[0, 1]], dtype=torch.int32), torch.tensor([4], dtype=torch.int32))
 
 
-# Built in a fresh process: under the interpreter, the kernels' jit helpers are interpreted functions, which the
-# compiler's front end cannot call.
-BUILD = textwrap.dedent('''
-    import importlib, json, sys
-    import torch
-    from triton import language as tl
-    from triton._C.libtriton import ir
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.compiler.compiler import make_backend
-
-    TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8e4nv", "int32": "i32",
-             "int64": "i64", "uint8": "u8", "int8": "i8", "bool": "i1"}
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    failures, built = [], set()
-    for launch in json.load(sys.stdin):
-        kernel = getattr(importlib.import_module(launch["module"]), launch["kernel"])
-        signature, constexprs = {}, {}
-        for param in kernel.params:
-            arg = launch["args"].get(param.name, {"value": param.default})
-            if "tl_dtype" in arg:
-                signature[param.name], constexprs[param.name] = "constexpr", tl.dtype(arg["tl_dtype"])
-            elif param.is_constexpr or arg.get("value", 0) is None or isinstance(arg.get("value"), str):
-                signature[param.name], constexprs[param.name] = "constexpr", arg.get("value")
-            elif "tensor" in arg:
-                signature[param.name] = "*" + TYPES[arg["tensor"]]
-            elif "descriptor" in arg:
-                signature[param.name] = arg["descriptor"]
-            elif isinstance(arg["value"], bool):
-                signature[param.name] = "i1"
-            elif isinstance(arg["value"], int):
-                signature[param.name] = "i32" if -2**31 <= arg["value"] < 2**31 else "i64"
-            else:
-                signature[param.name] = "fp32"
-        options = backend.parse_options(launch["options"])
-        context = ir.context()
-        ir.load_dialects(context)
-        backend.load_dialects(context)
-        try:
-            ASTSource(kernel, signature, constexprs).make_ir(target, options, backend.get_codegen_implementation(options),
-                                                            backend.get_module_map(), context)
-            built.add(launch["module"] + "." + launch["kernel"])
-        except Exception as error:
-            failures.append(f"{launch['kernel']} {signature} {constexprs}: {type(error).__name__}: {error}")
-    json.dump({"failures": failures, "built": sorted(built)}, sys.stdout)
-''')
-
-
-def without_interpreter(script: str, stdin: str = "") -> dict:
-    """A script run in a fresh process without Triton's interpreter (the compiler proper), its JSON output."""
+def without_interpreter(command: list[str], stdin: str = "") -> dict:
+    """A Python command run from the repository's root in a fresh process without Triton's interpreter (the compiler
+    proper: under the interpreter, the kernels' jit helpers are interpreted functions, which the compiler's front end
+    cannot call), its JSON output."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", script], input=stdin, capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, *command], input=stdin, capture_output=True, text=True, env=env, timeout=600,
+                          cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
 def build_for_the_gpu(launches: list[dict]) -> dict:
-    return without_interpreter(BUILD, json.dumps(launches))
+    return without_interpreter(["-m", "tests.kernel_builds", "ir"], json.dumps(launches))
 
 
 def every_kernel() -> set[str]:
@@ -235,13 +205,7 @@ def every_kernel() -> set[str]:
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="records launches under the interpreter (the CPU suite)")
 def test_every_kernel_builds_for_the_gpu(monkeypatch):
-    launches = record_launches(monkeypatch)
-    # The kernels that wait for the one before them (kernels/pdl.py) do so only on a GPU: build that branch too.
-    launches += [dict(launch, args=dict(launch["args"], PDL={"value": True})) for launch in launches if "PDL" in launch["args"]]
-    # Caches past 2**31 elements a half (too large for the CPU suite) take 64-bit page offsets: build that branch too.
-    launches += [dict(launch, args=dict(launch["args"], WIDE={"value": True})) for launch in launches
-                 if launch["args"].get("WIDE") == {"value": False}]
-    result = build_for_the_gpu(launches)
+    result = build_for_the_gpu(every_launch(monkeypatch))
     assert not result["failures"], "\n".join(result["failures"])
     assert every_kernel() - set(result["built"]) == set(), "kernels no launch here reached: add a call to exercise_every_kernel"
 
@@ -285,7 +249,7 @@ def test_gluon_prefill_kernel_builds_for_hopper_with_its_products_asynchronous()
 
     if not gluon_attention.available():
         pytest.skip("this Triton has no Gluon Hopper operations")
-    result = without_interpreter(GLUON_BUILD)
+    result = without_interpreter(["-c", GLUON_BUILD])
     assert "Potential Performance Loss" not in result["ptxas"], result["ptxas"]
     assert "0 bytes spill stores" in result["ptxas"], result["ptxas"]
     assert 2 * result["shared"] <= 227 * 1024, result["shared"]
