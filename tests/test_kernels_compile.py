@@ -46,8 +46,9 @@ def describe(value):
     raise TypeError(f"a kernel argument of type {type(value).__name__}")
 
 
-def record_launches(monkeypatch) -> list[dict]:
-    """Run each kernel's wrapper once on small CPU inputs under the interpreter, recording every launch."""
+def record_launches(monkeypatch, exercise=None) -> list[dict]:
+    """Run each kernel's wrapper once on small CPU inputs under the interpreter (or what ``exercise`` runs),
+    recording every launch."""
     from triton.runtime.interpreter import InterpretedFunction
 
     launches = []
@@ -61,7 +62,7 @@ def record_launches(monkeypatch) -> list[dict]:
         return run(self, *args, grid=grid, warmup=warmup, **kwargs, **options)
 
     monkeypatch.setattr(InterpretedFunction, "run", recording_run)
-    exercise_every_kernel()
+    (exercise or exercise_every_kernel)()
     return launches
 
 
