@@ -7,6 +7,8 @@ penalty counts, the min_tokens ban and the seeds must all count that token anywa
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from raygrid import LLM, EngineArgs, LLMEngine, SamplingParams
@@ -63,7 +65,7 @@ def assert_same_outputs(a, b, logprob_atol: float = 1e-3) -> None:
     low bits, in float32 too (seen: -2.8764 against -2.8765 on the same token)."""
     floats_a, floats_b = [], []
     assert _without_floats(a, floats_a) == _without_floats(b, floats_b)
-    worst = max((abs(x - y) for x, y in zip(floats_a, floats_b)), default=0.0)
+    worst = max((0.0 if x == y else abs(x - y) for x, y in zip(floats_a, floats_b)), default=0.0)  # -inf == -inf
     assert worst <= logprob_atol, f"logprobs differ by up to {worst:g}"
 
 
@@ -182,3 +184,80 @@ def test_penalized_requests_preempted_with_a_token_in_flight_resume_correctly(qw
     assert tight.engine.stats().num_preemptions > 0
     _, expected = run(num_kv_blocks=64)
     assert got == expected and all(len(ids) == 28 for ids in got.values())
+
+
+def random_request(rng: random.Random, vocab: int, prefixes: list[list[int]]) -> tuple[dict, SamplingParams]:
+    """A prompt, half of them behind a shared prefix (some the prefix alone), and seeded sampling parameters with a
+    random set of features."""
+    prefix = rng.choice(prefixes) if rng.random() < 0.5 else []
+    prompt = prefix + [rng.randrange(3, vocab) for _ in range(rng.randint(0 if prefix else 1, 40))]
+    fields = dict(max_tokens=rng.randint(1, 16), seed=rng.randrange(2**40), temperature=rng.choice([0.0, 0.0, 0.7, 1.3]))
+    choices = [("top_k", [1, 5, 50]), ("top_p", [0.3, 0.9]), ("min_p", [0.05, 0.2]), ("repetition_penalty", [0.8, 1.3]),
+               ("frequency_penalty", [-0.5, 0.7]), ("presence_penalty", [-0.5, 1.0]), ("min_tokens", [2, 6]),
+               ("stop", [["a"], ["th", "s "]]), ("include_stop_str_in_output", [True]), ("logprobs", [0, 3]),
+               ("prompt_logprobs", [0, 2]), ("ignore_eos", [True]), ("n", [2, 3]), ("truncate_prompt_tokens", [5, 30]),
+               ("bad_words", [["the"], [" and", "x"]])]
+    for name, values in choices:
+        if rng.random() < 0.25:
+            fields[name] = rng.choice(values)
+    if rng.random() < 0.2:
+        fields["stop_token_ids"] = [rng.randrange(3, vocab) for _ in range(20)]
+    if rng.random() < 0.2:
+        fields["logit_bias"] = {rng.randrange(3, vocab): rng.choice([-5.0, 5.0]) for _ in range(3)}
+    if rng.random() < 0.1:
+        fields["allowed_token_ids"] = [rng.randrange(3, vocab) for _ in range(8)]
+    if rng.random() < 0.1:
+        fields["structured_outputs"] = rng.choice([StructuredOutputsParams(regex="[a-z]{2,6}( [a-z]{1,5}){0,3}"),
+                                                   StructuredOutputsParams(choice=["yes", "no", "maybe so"])])
+    fields["min_tokens"] = min(fields.get("min_tokens", 0), fields["max_tokens"])
+    return {"prompt_token_ids": prompt}, SamplingParams(**fields)
+
+
+def test_random_requests_through_a_starved_engine_equal_a_roomy_ones(qwen3_dir, tokenizer):
+    """Everything at once, on random requests of random features: async scheduling, prefix caching (prompts cached
+    whole included), prompts in chunks of 24 tokens a step or 8 a request, a KV pool that preempts, 5 requests a step
+    at most, requests arriving while others run, three aborted. Every other request ends as on a synchronous engine
+    with room for all, which takes them at once: tokens, text, finish and stop reasons, logprobs, prompt logprobs."""
+    rng = random.Random(41)
+    # Whole blocks of 16, so that a prompt that is a prefix alone can be cached whole
+    prefixes = [[rng.randrange(3, len(tokenizer)) for _ in range(length)] for length in (16, 32, 48)]
+    requests = [(f"r{i}", *random_request(rng, len(tokenizer), prefixes)) for i in range(40)]
+
+    def run(starved: bool):
+        common = dict(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=128, block_size=16)
+        args = (EngineArgs(**common, async_scheduling=True, max_num_batched_tokens=24, long_prefill_token_threshold=8,
+                           num_kv_blocks=12, max_num_seqs=5) if starved else
+                EngineArgs(**common, async_scheduling=False, enable_prefix_caching=False, max_num_batched_tokens=4096,
+                           num_kv_blocks=512))
+        engine = LLMEngine.from_engine_args(args)
+        waiting, finished, aborted, added = list(requests), {}, set(), []
+        for step in range(10_000):
+            if not (waiting or engine.has_unfinished_requests()):
+                break
+            arrive = 1 + step % 3 if starved and engine.has_unfinished_requests() else len(waiting)
+            for request_id, prompt, params in waiting[:arrive]:
+                engine.add_request(request_id, prompt, params)
+                added.append(request_id)
+            waiting = waiting[arrive:]
+            if starved and step in (3, 11, 25):  # the newest request still in the engine
+                victim = next((r for r in reversed(added) if r not in finished and r not in aborted), None)
+                if victim is not None:
+                    aborted.add(victim)
+                    engine.abort_request(victim)
+            for output in engine.step():
+                if output.finished:
+                    finished[output.request_id] = output
+        stats = engine.engine.stats()
+        engine.shutdown()
+        return finished, aborted, stats
+
+    expected, _, _ = run(starved=False)
+    got, aborted, stats = run(starved=True)
+    assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0 and len(aborted) == 3
+    kept = sorted(set(expected) - aborted)
+    assert set(got) - aborted == set(kept) and len(kept) == len(requests) - len(aborted)
+
+    def with_texts(outputs: dict) -> list:
+        return summarize([outputs[r] for r in kept]) + [[c.text for c in outputs[r].outputs] for r in kept]
+
+    assert_same_outputs(with_texts(got), with_texts(expected))
