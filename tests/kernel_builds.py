@@ -68,7 +68,9 @@ def front_end(source, target, options: dict) -> None:
 
 
 def cubin_resources(source, target, options: dict) -> dict:
-    """Compiled to PTX by this Triton, then through its ptxas with ``-v``: what one program of the kernel holds."""
+    """Compiled to PTX by this Triton (``source`` an ``ASTSource`` or Gluon's), then through its ptxas with ``-v``:
+    what one program of the kernel holds, and how many "Potential Performance Loss" notes ptxas wrote (one where it
+    must wait after each Hopper matrix product)."""
     import triton
     from triton.backends.nvidia.compiler import get_ptxas
 
@@ -85,7 +87,9 @@ def cubin_resources(source, target, options: dict) -> dict:
 
     def number(pattern: str) -> int:
         found = re.search(pattern, report)
-        return int(found.group(1)) if found else 0
+        if found is None:  # ptxas -v names every one of these for each kernel
+            raise RuntimeError(f"ptxas -v printed no {pattern!r}: {report[-2000:]}")
+        return int(found.group(1))
 
     return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
             "spill_loads": number(r"(\d+) bytes spill loads"), "shared": compiled.metadata.shared,
