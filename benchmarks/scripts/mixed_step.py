@@ -42,7 +42,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from raygrid import LLM, SamplingParams
-    from raygrid.bench.profile_decode import device_kernels
+    from raygrid.bench.profile_decode import device_busy_us, device_kernels
     from raygrid.bench.throughput import device_name, git_commit
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
@@ -117,7 +117,7 @@ def main() -> None:
             "steps": args.steps,
             "mixed_graph_replays": mixed_replays,
             "piecewise_replays": piecewise_replays,
-            "gpu_busy_ms_per_step": sum(k["us_per_step"] for k in kernels) / 1e3,
+            "gpu_busy_ms_per_step": device_busy_us(prof) / args.profile_steps / 1e3,
             "top_kernels": kernels[:25],
         }
         print(f"{name}: wall {result['wall_ms_median']:.2f} ms (mean {result['wall_ms_mean']:.2f}), step CPU "

@@ -12,7 +12,9 @@ import numpy as np
 
 
 def device_kernels(prof, steps: int) -> list[dict]:
-    """The device kernels of a torch profile of ``steps`` steps, slowest first: name, calls and microseconds a step."""
+    """The device kernels of a torch profile of ``steps`` steps, slowest first: name, calls and microseconds a step.
+    A kernel launched by PDL counts from its early start, its wait for the kernel before included (``device_busy_us``
+    gives the device's busy time)."""
     kernels = []
     for event in prof.key_averages():
         device_us = getattr(event, "self_device_time_total", None)
@@ -22,6 +24,21 @@ def device_kernels(prof, steps: int) -> list[dict]:
             kernels.append({"name": event.key[:120], "calls_per_step": event.count / steps, "us_per_step": device_us / steps})
     kernels.sort(key=lambda k: -k["us_per_step"])
     return kernels
+
+
+def device_busy_us(prof, device_type: str = "CUDA") -> float:
+    """Microseconds the device had at least one kernel or copy running over a torch profile: the union of their
+    intervals. Not their sum: a kernel launched early by programmatic dependent launch (PDL) starts while the
+    kernel before it runs, and waits inside for it, so the sum counts that wait twice. (``device_type="CPU"``: the
+    host's events, whose calls nest.)"""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type.name == device_type and e.time_range.end > e.time_range.start)
+    busy, end = 0.0, float("-inf")
+    for lo, hi in spans:
+        if hi > end:
+            busy += hi - max(lo, end)
+            end = hi
+    return busy
 
 
 def kernel_ms_by_step(prof, name: str, launches_per_step: int) -> list[float]:
@@ -65,7 +82,7 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
         torch.cuda.synchronize()
     core.abort_requests(ids)
     kernels = device_kernels(prof, steps)
-    gpu_us = sum(k["us_per_step"] for k in kernels)
+    gpu_us = device_busy_us(prof) / steps
     model_config = core.config.model
     hf_config = load_hf_config(resolve_model_path(model_config.model))
     dtype_bytes = resolve_dtype(model_config.dtype, hf_config, torch.device("cuda")).itemsize
