@@ -6,7 +6,7 @@ of the smallest size that fits. Two kinds share the buffers and one memory pool 
 
 - **Decode** graphs, one per padded batch size: one token per request. Padding rows get slot -1 and
   sequence length 0, which the kernels skip.
-- **Mixed** graphs, one per padded token count (the sizes of the piecewise graphs, up to 2,048 tokens),
+- **Mixed** graphs, one per padded token count (the sizes of the piecewise graphs up to 2,048 tokens),
   each over ``max_batch`` sequences: decodes beside prompt chunks, the step that serving with many requests
   in flight runs nearly every time. The prefill attention kernel's grid depends on the token count and the
   number of sequences alone (kernels/triton_attention.py), so it is captured like any other kernel: padding

@@ -30,6 +30,7 @@ from raygrid.parallel.groups import get_pp_group
 logger = logging.getLogger(__name__)
 
 _PROMPT_LOGPROB_ROWS = 512  # prompt positions whose logits one slice holds (512 x a 152k vocabulary x 4 bytes = 311 MB)
+MIXED_MAX_TOKENS = 2048  # the largest mixed graph (one launch a step); longer steps replay the piecewise graphs
 
 
 class ModelRunner:
@@ -132,9 +133,10 @@ class ModelRunner:
     def graph_sizes(self) -> tuple[list[int], list[int], list[int]]:
         """The sizes captured: decode batch sizes, mixed graphs' and piecewise graphs' token counts (no mixed or
         piecewise graphs under expert parallelism; mixed ones capture the Triton prefill kernel, since the torch
-        reference reads the metadata's Python lists)."""
+        reference reads the metadata's Python lists). Mixed graphs stop at MIXED_MAX_TOKENS: a longer step's GPU time
+        leaves the piecewise graphs' host time hidden."""
         pieces = [] if self.expert_parallel else piecewise_sizes(self.config.scheduler.max_num_batched_tokens)
-        mixed = pieces if ops.use_triton(torch.empty(0, device=self.device)) else []
+        mixed = [s for s in pieces if s <= MIXED_MAX_TOKENS] if ops.use_triton(torch.empty(0, device=self.device)) else []
         return capture_sizes(self.max_graph_batch), mixed, pieces
 
     @property
