@@ -179,6 +179,40 @@ def test_graphs_of_steps_with_prefill_equal_the_plain_engine(model_dirs, tokeniz
     assert_same_outputs(results[0], results[1])
 
 
+def test_steps_past_the_mixed_graphs_replay_piecewise_graphs_equal_to_the_plain_engine(model_dirs, tokenizer, monkeypatch):
+    """Under a 4,096-token budget, 12 prompts of 200 to 400 tokens, one per sampling feature (3,514 tokens, and the
+    request of n=2 twice), fill a first step past the mixed graphs (2,048 tokens at most), so it replays a piecewise
+    graph of the sizes every 512 tokens past 2,048, padded by up to 511 rows. Every sampling feature against the
+    plain engine (synchronous, eager), float32; a piecewise size past 2,048 must have replayed."""
+    from raygrid.engine.piecewise_graphs import PiecewiseGraphs
+    from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
+
+    replayed = []
+    run_pieces = PiecewiseGraphs.run
+    monkeypatch.setattr(PiecewiseGraphs, "run", lambda self, size, *a, **k: replayed.append(size) or run_pieces(self, size, *a, **k))
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(12, len(tokenizer), min_len=200, max_len=400, seed=41)]
+    assert sum(len(p["prompt_token_ids"]) for p in prompts) > 2048
+    results = []
+    for mode in (dict(async_scheduling=False, enforce_eager=True), dict(async_scheduling=True)):
+        llm = LLM(model=model_dirs["qwen3"], max_model_len=1024, gpu_memory_utilization=0.3, device="cuda", dtype="float32",
+                  max_num_batched_tokens=4096, **mode)
+        try:
+            stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
+            replayed.clear()
+            results.append(summarize(llm.generate(prompts, params_per_prompt(stop), use_tqdm=False)))
+            runner = llm.engine.executor.worker.runner
+            sizes = (runner.piecewise and runner.piecewise.sizes, runner.graphs and runner.graphs.mixed_sizes)
+            del runner
+            if mode["async_scheduling"]:
+                assert sizes[0][-5:] == [2048, 2560, 3072, 3584, 4096] and sizes[1][-1] == 2048, sizes
+                assert any(size > 2048 for size in replayed), replayed
+            else:
+                assert sizes == (None, None) and not replayed
+        finally:
+            llm.shutdown()
+    assert_same_outputs(results[0], results[1])
+
+
 def test_chunks_of_a_prompt_run_with_their_own_inputs_while_the_gpu_lags(model_dirs, tokenizer):
     """A long prompt's chunks before its last sample nothing, so under async scheduling the engine launches them
     without waiting for the GPU. With the GPU held busy by a spin kernel queued first, the host runs many steps
