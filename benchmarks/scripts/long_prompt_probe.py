@@ -29,7 +29,7 @@ def main() -> None:
 
     from raygrid import LLM, SamplingParams
     from raygrid.bench.latency import _Prompts, time_raygrid
-    from raygrid.bench.profile_decode import device_kernels, kernel_ms_by_step
+    from raygrid.bench.profile_decode import device_busy_us, device_kernels, kernel_ms_by_step
     from raygrid.bench.throughput import provenance
     from raygrid.engine.arg_utils import EngineArgs
     from raygrid.engine.llm_engine import LLMEngine
@@ -76,7 +76,7 @@ def main() -> None:
                     final = out
         completion = final.outputs[0]
         top = [{str(t): round(lp.logprob, 4) for t, lp in step.items()} for step in completion.logprobs]
-        row = {"setting": label, "ttft_ms": [round(t, 1) for t in ttfts], "gpu_busy_ms": round(sum(k["us_per_step"] for k in kernels) / 1e3, 1),
+        row = {"setting": label, "ttft_ms": [round(t, 1) for t in ttfts], "gpu_busy_ms": round(device_busy_us(prof) / 1e3, 1),
                "top_kernels": kernels[:8], "prefill_kernel_ms_by_step": per_step_ms, "greedy_tokens": list(completion.token_ids), "top5_logprobs": top,
                "max_num_batched_tokens": engine.config.scheduler.max_num_batched_tokens}
         rows.append(row)

@@ -49,7 +49,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from raygrid import LLM, SamplingParams
-    from raygrid.bench.profile_decode import device_kernels
+    from raygrid.bench.profile_decode import device_busy_us, device_kernels
     from raygrid.bench.throughput import device_name, git_commit
     from raygrid.models.default_model import resolve_model_path
     from raygrid.models.loader import load_hf_config
@@ -89,7 +89,7 @@ def main() -> None:
     flops = prefill_flops(hf_config, tokens, args.prompt_len)
     bound_ms = flops / (args.peak_tflops * 1e12) * 1e3
     wall_ms = float(np.median(walls)) * 1e3
-    gpu_ms = sum(k["us_per_step"] for k in kernels) / 1e3
+    gpu_ms = device_busy_us(prof) / args.steps / 1e3
     result = {
         "model": args.model, "num_reqs": args.num_reqs, "prompt_len": args.prompt_len, "tokens": tokens,
         "max_num_batched_tokens": budget,

@@ -65,6 +65,16 @@ def with_gpu_events(method):
     return wrapper
 
 
+def install_hooks(parser: argparse.ArgumentParser) -> None:
+    """Wrap the engine's host phases (PHASES) in ``timed`` and ``ModelRunner._execute`` in CUDA events; refuse to run
+    without a GPU."""
+    if not torch.cuda.is_available():
+        parser.error("needs a GPU: CUDA events time the steps there")
+    for cls, name, tag in PHASES:
+        setattr(cls, name, timed(getattr(cls, name), tag))
+    model_runner.ModelRunner._execute = with_gpu_events(model_runner.ModelRunner._execute)
+
+
 def thread_cpu_seconds() -> dict[str, tuple[str, float]]:
     """CPU seconds of each thread of this process so far: {tid: (name, seconds)}."""
     ticks, seconds = os.sysconf("SC_CLK_TCK"), {}
@@ -121,11 +131,7 @@ def main() -> None:
     parser.add_argument("--tag", default="")
     add_sampling_params_arg(parser)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        parser.error("needs a GPU: CUDA events time the steps there")
-    for cls, name, tag in PHASES:
-        setattr(cls, name, timed(getattr(cls, name), tag))
-    model_runner.ModelRunner._execute = with_gpu_events(model_runner.ModelRunner._execute)
+    install_hooks(parser)
     rng = np.random.default_rng(0)
     report = {}
     for setting in args.settings.split(","):

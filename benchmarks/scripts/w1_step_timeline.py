@@ -24,11 +24,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_timeline import PHASES, RECORD, timed, with_gpu_events  # noqa: E402
+from step_timeline import RECORD, install_hooks  # noqa: E402
 
 from raygrid import LLM, SamplingParams  # noqa: E402
 from raygrid.bench.throughput import make_workload, provenance  # noqa: E402
-from raygrid.engine import model_runner  # noqa: E402
 from raygrid.models.default_model import resolve_model_path  # noqa: E402
 from raygrid.models.loader import load_hf_config  # noqa: E402
 
@@ -77,11 +76,7 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--decode-at", type=int, default=300)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        parser.error("needs a GPU: CUDA events time the steps there")
-    for cls, name, tag in PHASES:
-        setattr(cls, name, timed(getattr(cls, name), tag))
-    model_runner.ModelRunner._execute = with_gpu_events(model_runner.ModelRunner._execute)
+    install_hooks(parser)
     model_path = resolve_model_path(args.model)
     prompts, output_lens = make_workload(args.num_prompts, None, None, (100, 1024), 0, load_hf_config(model_path).vocab_size)
     longest = max(len(p) + n for p, n in zip(prompts, output_lens))
@@ -107,7 +102,7 @@ def main() -> None:
     print(f"W1 {report['output_tok_s']} output tok/s, {len(events)} steps")
     for name in ("prompt_steps", "decode_steps"):
         for row in report[name]:
-            print(name, json.dumps({k: v for k, v in row.items()}))
+            print(name, json.dumps(row))
     llm.shutdown()
 
 
