@@ -1,8 +1,8 @@
 """Structured outputs and tool calls: every kind of grammar offline, the same outputs under async scheduling,
 chunked prefill, preemption and n > 1 as in the plain engine; then through the server with the real openai
-client (20 random bounded JSON schemas, tool_choice required / named / auto, streamed and not), the 400s, and
-LangChain's with_structured_output and bind_tools. The model's weights are random: only the grammar makes its
-output valid."""
+client (20 random bounded JSON schemas, tool_choice required / named / auto, streamed and not), logprobs past a
+grammar, the 400s, and LangChain's with_structured_output and bind_tools. The model's weights are random: only the
+grammar makes its output valid."""
 
 from __future__ import annotations
 
@@ -225,6 +225,43 @@ def streamed_calls(stream) -> tuple[dict[int, dict], str | None, str]:
     return calls, finish, content
 
 
+def strict_json(text: str):
+    """JSON as RFC 8259 has it (and JavaScript's JSON.parse): no Infinity or NaN, which Python's json accepts."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def check_logprobs_past_the_grammar(base: str) -> None:
+    """Logprobs read after a grammar's mask: more top logprobs asked for than the grammar allows tokens. The tokens
+    it rules out are at -inf; the server writes them as vLLM does, -9999.0, in strict JSON (it answered 500 for the
+    whole request, and null in streams, before). Completions and chat, streamed and not."""
+    pick = {"model": "tiny", "max_tokens": 3, "guided_choice": ["yes", "no"]}
+    bodies = {"/v1/completions": dict(pick, prompt="pick", logprobs=5),
+              "/v1/chat/completions": dict(pick, messages=[{"role": "user", "content": "pick"}], logprobs=True, top_logprobs=5)}
+    with httpx.Client(timeout=60) as http:
+        for path, body in bodies.items():
+            for stream in (False, True):
+                response = http.post(f"{base}{path}", json=dict(body, stream=stream))
+                assert response.status_code == 200, response.text
+                if stream:
+                    chunks = [strict_json(line.removeprefix("data: ")) for line in response.text.splitlines()
+                              if line.startswith("data: {")]
+                else:
+                    chunks = [strict_json(response.text)]
+                tops = []
+                for chunk in chunks:
+                    for choice in chunk["choices"]:
+                        if path == "/v1/completions" and choice["logprobs"]:
+                            tops += [list(top.values()) for top in choice["logprobs"]["top_logprobs"]]
+                        elif path == "/v1/chat/completions" and choice["logprobs"]:
+                            tops += [[top["logprob"] for top in entry["top_logprobs"]] for entry in choice["logprobs"]["content"]]
+                assert tops and all(len(top) == 5 for top in tops), (path, stream, chunks)
+                # The first token is one of "y" and "n" (two allowed: three ruled out); each logprob a number.
+                assert all(isinstance(lp, float) and -9999.0 <= lp <= 0.0 for top in tops for lp in top), (path, stream, tops)
+                assert sorted(lp == -9999.0 for lp in tops[0]) == [False, False, True, True, True], (path, stream, tops)
+
+
 def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
     import openai
 
@@ -249,6 +286,7 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
         assert picked.choices[0].text in ("up", "down")
         coded = client.completions.create(model="tiny", prompt="code", max_tokens=10, extra_body={"guided_regex": "[A-F]{4}"})
         assert re.fullmatch("[A-F]{4}", coded.choices[0].text)
+        check_logprobs_past_the_grammar(base)
 
         # Tools reach the template, and the history keeps an assistant's calls and the tool's answer.
         history = user + [{"role": "assistant", "content": None, "tool_calls": [

@@ -228,6 +228,16 @@ def merge_outputs(outputs: list[RequestOutput]) -> RequestOutput:
     return merged
 
 
+# What a logprob of -inf (a token the request's grammar rules out: the mask is applied before the logprobs are read,
+# as vLLM orders it) is written as: JSON has no infinities, and vLLM's server writes this floor.
+LOWEST_LOGPROB = -9999.0
+
+
+def wire_logprob(value: float) -> float:
+    """A logprob as the API writes it: at least LOWEST_LOGPROB (NaN too, which compares false)."""
+    return value if value >= LOWEST_LOGPROB else LOWEST_LOGPROB
+
+
 def top_items(entry, k: int):
     """The (token id, Logprob) pairs of the k most likely tokens, most likely first."""
     return sorted(((t, lp) for t, lp in entry.items() if lp.rank <= k), key=lambda item: item[1].rank)
@@ -237,7 +247,7 @@ def prompt_logprobs(entries, prompt_ids: list[int], k: int | None) -> PromptLogp
     """vLLM's prompt_logprobs field: per prompt token its own entry and the k most likely (None without the ask)."""
     if k is None:
         return None
-    return [None if entry is None else {token_id: PromptLogprob(logprob=lp.logprob, rank=lp.rank, decoded_token=lp.decoded_token)
+    return [None if entry is None else {token_id: PromptLogprob(logprob=wire_logprob(lp.logprob), rank=lp.rank, decoded_token=lp.decoded_token)
                                         for token_id, lp in entry.items() if lp.rank <= k or token_id == prompt_id}
             for prompt_id, entry in zip(prompt_ids, entries or [])]
 

@@ -30,7 +30,7 @@ from raygrid.entrypoints.openai_protocol import (
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
 from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, merge, merge_outputs, prompt_logprobs, sse, sse_json,
-                                              streaming, top_items)
+                                              streaming, top_items, wire_logprob)
 from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls, tool_finish_reason
 
 
@@ -168,9 +168,9 @@ def chat_logprobs(completion: CompletionOutput, k: int, token_bytes: TokenBytes)
         content.append(
             ChatTokenLogprob(
                 token=sampled.decoded_token or "",
-                logprob=sampled.logprob,
+                logprob=wire_logprob(sampled.logprob),
                 bytes=token_bytes(token_id),
-                top_logprobs=[TopLogprob(token=lp.decoded_token or "", logprob=lp.logprob, bytes=token_bytes(top_id))
+                top_logprobs=[TopLogprob(token=lp.decoded_token or "", logprob=wire_logprob(lp.logprob), bytes=token_bytes(top_id))
                               for top_id, lp in top_items(entry, k)],
             )
         )

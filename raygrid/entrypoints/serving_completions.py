@@ -24,7 +24,7 @@ from raygrid.entrypoints.openai_protocol import (
     random_id,
 )
 from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, merge, merge_outputs, prompt_logprobs, sse, sse_json,
-                                              streaming, top_items)
+                                              streaming, top_items, wire_logprob)
 
 
 class CompletionServing(OpenAIServing):
@@ -174,7 +174,7 @@ def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entrie
         chosen = entry[token_id] if entry is not None else None
         token = chosen.decoded_token if chosen is not None and chosen.decoded_token is not None else text_of(token_id)
         out.tokens.append(token)
-        out.token_logprobs.append(chosen.logprob if chosen is not None else None)
+        out.token_logprobs.append(wire_logprob(chosen.logprob) if chosen is not None else None)
         out.text_offset.append(text_offset)
         text_offset += len(token)
-        out.top_logprobs.append({(lp.decoded_token or ""): lp.logprob for _, lp in top_items(entry, k)} if entry is not None else None)
+        out.top_logprobs.append({(lp.decoded_token or ""): wire_logprob(lp.logprob) for _, lp in top_items(entry, k)} if entry is not None else None)
