@@ -189,3 +189,44 @@ def test_a_step_that_raises_fails_its_requests_and_the_engine_carries_on(qwen3_d
     stats = llm.get_stats()
     assert stats.num_running == 0 and stats.num_free_blocks == stats.num_total_blocks
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)] == expected
+
+
+def test_bans_that_leave_no_token_fail_their_request_alone(llm, tokenizer):
+    """allowed_token_ids with bad_words, min_tokens or a grammar that leave the sampler no token at all. Where that
+    holds from the first token, the request is refused at once, naming the fields; where it comes later (a bad word
+    of two tokens, a grammar), the request fails when its banned token is drawn, and the error is the request's own
+    (``invalid``: a server answers 400). Before, the sampler drew a banned token (id 0) and went on. Bans that leave
+    a token are not mistaken for these, and the rest of the batch completes as it does alone."""
+    from raygrid.engine.sampling_params import StructuredOutputsParams
+
+    word = tokenizer.decode([77])
+    assert [77] in llm.processor.bad_words_token_ids([word]) and [77, 77] in llm.processor.bad_words_token_ids([word * 2])
+    eos = tokenizer.eos_token_id
+    prompts = [{"prompt_token_ids": p} for p in random_prompts(3, len(tokenizer), max_len=20, seed=13)]
+    greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    alone = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)]
+    cases = [  # (params, the error's words or None, the tokens before it)
+        (SamplingParams(max_tokens=4, allowed_token_ids=[77], bad_words=[word]),
+         "allowed_token_ids: bad_words ban every one of them, so no token is left to sample", []),
+        (SamplingParams(max_tokens=4, allowed_token_ids=[eos, 5], bad_words=[tokenizer.decode([5])], min_tokens=2),
+         "allowed_token_ids: those that bad_words leave are EOS or stop tokens, which min_tokens (2) bans", []),
+        (SamplingParams(max_tokens=4, temperature=0, allowed_token_ids=[77], bad_words=[word * 2]),
+         "no token was left to sample at output token 2: allowed_token_ids and bad_words ban every token", [77]),
+        (SamplingParams(max_tokens=4, allowed_token_ids=[77], min_tokens=1, structured_outputs=StructuredOutputsParams(choice=["yes", "no"])),
+         "no token was left to sample at output token 1: the grammar allows none of the tokens that allowed_token_ids and "
+         "min_tokens leave", []),
+        (SamplingParams(max_tokens=4, allowed_token_ids=[77, 78], bad_words=[word], min_tokens=2), None, [78] * 4),
+        # EOS is banned for two tokens, then 77 by the bad word: EOS is what is left.
+        (SamplingParams(max_tokens=4, temperature=0, allowed_token_ids=[77, eos], min_tokens=2, bad_words=[word * 3]), None,
+         [77, 77, eos]),
+    ]
+    outputs = llm.generate(prompts + [prompts[0]] * len(cases), [greedy] * 3 + [params for params, _, _ in cases], use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outputs[:3]] == alone and not any(o.error for o in outputs[:3])
+    for output, (params, words, before) in zip(outputs[3:], cases):
+        if words is None:
+            assert output.error is None and not output.invalid and output.outputs[0].token_ids == before, (params, output)
+            continue
+        assert output.error.startswith(words) and output.invalid, (params, output.error)
+        assert not output.outputs or output.outputs[0].token_ids[:len(before)] == before, output.outputs
+    stats = llm.get_stats()
+    assert stats.num_running == 0 and stats.num_waiting == 0 and stats.num_free_blocks == stats.num_total_blocks

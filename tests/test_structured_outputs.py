@@ -262,6 +262,25 @@ def check_logprobs_past_the_grammar(base: str) -> None:
                 assert sorted(lp == -9999.0 for lp in tops[0]) == [False, False, True, True, True], (path, stream, tops)
 
 
+def check_requests_that_leave_no_token(base: str, tokenizer) -> None:
+    """A request whose grammar allows none of its allowed_token_ids is the caller's error: a 400 (an
+    invalid_request_error event in a stream, whose 200 went out first), not a 500; so is one whose bad_words ban all
+    of its allowed_token_ids, refused before it runs (a 400 streamed or not)."""
+    word = tokenizer.decode([77])
+    grammar = {"model": "tiny", "prompt": "pick", "max_tokens": 3, "guided_choice": ["yes", "no"], "allowed_token_ids": [77]}
+    banned = {"model": "tiny", "prompt": "pick", "max_tokens": 3, "bad_words": [word], "allowed_token_ids": [77]}
+    with httpx.Client(timeout=60) as http:
+        for body, stream, status, words in ((grammar, False, 400, "the grammar allows none of the tokens that allowed_token_ids leave"),
+                                            (grammar, True, 200, "the grammar allows none of the tokens that allowed_token_ids leave"),
+                                            (banned, False, 400, "allowed_token_ids: bad_words ban every one of them"),
+                                            (banned, True, 400, "allowed_token_ids: bad_words ban every one of them")):
+            response = http.post(f"{base}/v1/completions", json=dict(body, stream=stream))
+            assert response.status_code == status, (body, stream, response.text)
+            events = [strict_json(line.removeprefix("data: ")) for line in response.text.splitlines() if line.startswith("data: {")]
+            error = (events[-1] if stream and status == 200 else strict_json(response.text))["error"]
+            assert error["type"] == "invalid_request_error" and words in error["message"], (body, stream, response.text)
+
+
 def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
     import openai
 
@@ -287,6 +306,7 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
         coded = client.completions.create(model="tiny", prompt="code", max_tokens=10, extra_body={"guided_regex": "[A-F]{4}"})
         assert re.fullmatch("[A-F]{4}", coded.choices[0].text)
         check_logprobs_past_the_grammar(base)
+        check_requests_that_leave_no_token(base, tokenizer)
 
         # Tools reach the template, and the history keeps an assistant's calls and the tool's answer.
         history = user + [{"role": "assistant", "content": None, "tool_calls": [

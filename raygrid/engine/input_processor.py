@@ -171,8 +171,26 @@ class InputProcessor:
             value = getattr(params, field)
             if value is not None and value > max_logprobs:
                 raise InvalidRequest(f"{field} ({value}) must be <= max_logprobs ({max_logprobs})", field)
+        self._check_a_token_is_left(params)
         room = max_len - len(prompt_token_ids)
         return room if params.max_tokens is None else min(params.max_tokens, room)
+
+    def _check_a_token_is_left(self, params: SamplingParams) -> None:
+        """allowed_token_ids that the request's other bans cover whole from its first token on: single-token
+        bad_words, and EOS and stop tokens while min_tokens holds. (Bans that come later, a bad word of several
+        tokens or a grammar, fail the request when the sampler finds nothing left: token_bans.)"""
+        if params.allowed_token_ids is None:
+            return
+        words = params.bad_words_token_ids or (self.bad_words_token_ids(params.bad_words) if params.bad_words else [])
+        left = set(params.allowed_token_ids) - {seq[0] for seq in words if len(seq) == 1}
+        if not left:
+            raise InvalidRequest("allowed_token_ids: bad_words ban every one of them, so no token is left to sample",
+                                 "allowed_token_ids")
+        stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_token_ids)
+        if params.min_tokens and left <= stops:
+            which = "those that bad_words leave are" if words else "they are all"
+            raise InvalidRequest(f"allowed_token_ids: {which} EOS or stop tokens, which min_tokens ({params.min_tokens}) "
+                                 "bans for the first tokens, so no token is left to sample", "allowed_token_ids")
 
     def process(self, request_id: str, prompt: PromptType, params: SamplingParams, priority: int = 0, arrival_time: float | None = None) -> ProcessedRequest:
         """Tokenize and validate; a request with ``n > 1`` becomes n child requests (seeds seed, seed+1, ...,

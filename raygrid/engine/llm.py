@@ -65,7 +65,7 @@ class LLM:
                 order[request_id] = i
             except (ValueError, RuntimeError) as error:  # bad input, or an engine that is lost
                 logger.warning("request %d rejected: %s", i, error)
-                results[i] = self._error_output(request_id, prompt, str(error))
+                results[i] = self._error_output(request_id, prompt, str(error), invalid=isinstance(error, ValueError))
         for output in self._run_engine(len(order), use_tqdm):
             results[order[output.request_id]] = output
         return results
@@ -145,10 +145,11 @@ class LLM:
         return finished
 
     @staticmethod
-    def _error_output(request_id: str, prompt: PromptType, error: str) -> RequestOutput:
+    def _error_output(request_id: str, prompt: PromptType, error: str, invalid: bool) -> RequestOutput:
         text = prompt if isinstance(prompt, str) else (prompt.get("prompt") if isinstance(prompt, dict) else None)
         token_ids = prompt.get("prompt_token_ids", []) if isinstance(prompt, dict) else []
-        return RequestOutput(request_id, text, list(token_ids) if isinstance(token_ids, list) else [], [], True, error=error)
+        return RequestOutput(request_id, text, list(token_ids) if isinstance(token_ids, list) else [], [], True, error=error,
+                             invalid=invalid)
 
 
 def _is_conversation(value) -> bool:

@@ -36,6 +36,7 @@ class ParentState:
     children: dict[str, ChildState] = field(default_factory=dict)
     num_cached_tokens: int = 0
     error: str | None = None
+    invalid: bool = False  # the error is the request's own (EngineCoreOutput.invalid)
     # Delta mode (streaming): each output carries only what is new since the last one.
     delta: bool = False
     # prompt_logprobs: [None] and then one entry per prompt token as they come, from the first child (all
@@ -90,7 +91,7 @@ class OutputProcessor:
                 continue
             parent.num_cached_tokens = max(parent.num_cached_tokens, out.num_cached_tokens)
             if out.error:
-                parent.error = out.error
+                parent.error, parent.invalid = out.error, out.invalid
             if out.new_prompt_logprobs and out.req_id == parent.prompt_logprobs_child:
                 parent.prompt_logprobs.extend(self._logprob_entry(sample, True) for sample in out.new_prompt_logprobs)
             stop = child.detokenizer.update(out.new_token_ids)
@@ -184,5 +185,6 @@ class OutputProcessor:
             finished=parent.finished,
             num_cached_tokens=parent.num_cached_tokens,
             error=parent.error,
+            invalid=parent.invalid,
             prompt_logprobs=list(parent.prompt_logprobs) if parent.prompt_logprobs is not None else None,
         )

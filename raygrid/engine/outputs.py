@@ -119,6 +119,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, gc=False):
     error: str | None = None
     # prompt_logprobs: the entries of the prompt tokens this step computed, in order (prompt token 1 first).
     new_prompt_logprobs: list[SampleLogprobs] = msgspec.field(default_factory=list)
+    # With error: the error is the request's own (its grammar, or constraints that leave no token to sample),
+    # not the engine's; a server answers 400 for it, not 500.
+    invalid: bool = False
 
     @property
     def finished(self) -> bool:
@@ -155,10 +158,12 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     num_cached_tokens: int = 0
-    # Set when the request was rejected (bad prompt or parameters); outputs is then empty.
+    # Set when the request was rejected (bad prompt or parameters) or failed in the engine.
     error: str | None = None
     # With SamplingParams.prompt_logprobs: one entry per prompt token, None for the first (nothing predicts it).
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+    # With error: the request's own fault (EngineCoreOutput.invalid), not the engine's.
+    invalid: bool = False
 
     def add(self, later: RequestOutput) -> None:
         """Fold a later delta output of the same request into this one (as vLLM's RequestOutput.add): each
@@ -182,6 +187,7 @@ class RequestOutput:
         self.finished = later.finished
         self.num_cached_tokens = max(self.num_cached_tokens, later.num_cached_tokens)
         self.error = later.error or self.error
+        self.invalid = later.invalid or self.invalid
 
 
 encode_outputs = msgspec.msgpack.Encoder().encode  # list[EngineCoreOutput] -> bytes, between processes

@@ -55,6 +55,8 @@ class Request:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params
+        allowed = sampling_params.allowed_token_ids
+        self.allowed_token_set = frozenset(allowed) if allowed is not None else None  # token_bans reads it each token
         self.max_tokens = max_tokens
         # End-of-sequence ids (tokenizer's and generation_config's); ignored with ignore_eos.
         self.eos_token_ids = eos_token_ids

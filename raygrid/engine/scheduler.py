@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from raygrid.config import EngineConfig
+from raygrid.engine import token_bans
 from raygrid.engine.kv_cache import KVCacheBlock, KVCacheManager
 from raygrid.engine.outputs import (
     CachedRequestData,
@@ -199,7 +200,7 @@ class Scheduler:
             error = req.grammar_future.exception()
             if error is not None:
                 self._finish(req, RequestStatus.FINISHED_ABORTED)
-                self._failed.append(EngineCoreOutput(req.request_id, [], [], finish_reason="abort", error=str(error)))
+                self._failed.append(EngineCoreOutput(req.request_id, [], [], finish_reason="abort", error=str(error), invalid=True))
                 continue
             req.grammar = req.grammar_future.result()
             if req.output_token_ids and not req.grammar.consume_tokens(req.output_token_ids):
@@ -458,14 +459,17 @@ class Scheduler:
             for i, token_id in enumerate(token_ids):
                 req.append_output_token(token_id)
                 new_tokens.append(token_id)
-                status, error = self._grammar_status(verdict) if verdict is not None and verdict.index == i else (None, None)
+                status, error, invalid = (self._grammar_status(req, verdict) if verdict is not None and verdict.index == i
+                                          else (None, None, False))
+                if status is None and token_bans.breaks_bans(req, token_id):
+                    status, error, invalid = RequestStatus.FINISHED_ABORTED, token_bans.no_token_left(req, req.grammar is not None), True
                 status = status or self._check_stop(req, token_id)
                 if status is not None and req.grammar is not None and self._verdicts_in_flight is not None:
                     # It ends here anyway (length, EOS, a stop token): its grammar's verdict on this token comes
                     # first, as where verdicts are awaited (a grammar completed on its last allowed token is "stop").
                     late = self._verdicts_in_flight.result().get(req_id)
                     if late is not None and late.index == i:
-                        status, error = self._grammar_status(late)
+                        status, error, invalid = self._grammar_status(req, late)
                 if status is not None:
                     break
             out = EngineCoreOutput(
@@ -480,7 +484,7 @@ class Scheduler:
             if status is not None:
                 self.running.remove(req)  # still the incarnation that was scheduled, so still running
                 self._finish(req, status)
-                out.finish_reason, out.stop_reason, out.error = status.finish_reason, req.stop_reason, error
+                out.finish_reason, out.stop_reason, out.error, out.invalid = status.finish_reason, req.stop_reason, error, invalid
             outputs.append(out)
         return outputs
 
@@ -505,11 +509,15 @@ class Scheduler:
         return req
 
     @staticmethod
-    def _grammar_status(verdict: GrammarVerdict) -> tuple[RequestStatus, str | None]:
-        """A completed grammar stops the request; a refused token (the mask should make that impossible) aborts it."""
-        if verdict.refused is not None:
-            return RequestStatus.FINISHED_ABORTED, f"token {verdict.refused} broke the request's grammar: {verdict.error}"
-        return RequestStatus.FINISHED_STOPPED, None
+    def _grammar_status(req: Request, verdict: GrammarVerdict) -> tuple[RequestStatus, str | None, bool]:
+        """A completed grammar stops the request; a refused token aborts it. The sampler draws a token the grammar
+        masked only where it had no token left: the grammar allowed none of those the request's own bans leave
+        (token_bans). That is the request's error (the third value); without such bans it is the engine's."""
+        if verdict.refused is None:
+            return RequestStatus.FINISHED_STOPPED, None, False
+        if token_bans.banning_fields(req):
+            return RequestStatus.FINISHED_ABORTED, token_bans.no_token_left(req, grammar=True), True
+        return RequestStatus.FINISHED_ABORTED, f"token {verdict.refused} broke the request's grammar: {verdict.error}", False
 
     def _apply_grammar_verdicts(self, verdicts: Future) -> list[EngineCoreOutput]:
         """Finish the requests whose grammar completed (or failed) on a token of the step before."""
@@ -518,11 +526,11 @@ class Scheduler:
             req = self.requests.get(req_id)
             if req is None or req.is_finished:
                 continue
-            status, error = self._grammar_status(verdict)
+            status, error, invalid = self._grammar_status(req, verdict)
             self._remove(req)
             self._finish(req, status)
             outputs.append(EngineCoreOutput(req_id, [], [], num_cached_tokens=max(req.num_cached_tokens, 0),
-                                            finish_reason=status.finish_reason, error=error))
+                                            finish_reason=status.finish_reason, error=error, invalid=invalid))
         return outputs
 
     @staticmethod

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
 from raygrid.engine.outputs import RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
-from raygrid.entrypoints.openai_protocol import ChatCompletionRequest, CompletionRequest, PromptLogprob, PromptLogprobs
+from raygrid.entrypoints.openai_protocol import (ChatCompletionRequest, CompletionRequest, ErrorInfo, ErrorResponse, PromptLogprob,
+                                                 PromptLogprobs)
 
 logger = logging.getLogger(__name__)
 encode_json = msgspec.json.Encoder().encode
@@ -26,7 +27,26 @@ encode_json = msgspec.json.Encoder().encode
 
 class RequestFailedError(RuntimeError):
     """A request the engine failed (it refused it, or the engine process is gone): the client gets an error,
-    never a normal finish."""
+    never a normal finish. ``invalid``: the request's own fault (RequestOutput.invalid), a 400 and an
+    invalid_request_error rather than a 500 and a server_error."""
+
+    def __init__(self, message: str, invalid: bool = False) -> None:
+        super().__init__(message)
+        self.invalid = invalid
+
+    @property
+    def status(self) -> int:
+        return 400 if self.invalid else 500
+
+    @property
+    def kind(self) -> str:
+        return "invalid_request_error" if self.invalid else "server_error"
+
+
+def error_event(error: Exception) -> str:
+    """A stream's error event, as OpenAI's API types it."""
+    kind = error.kind if isinstance(error, RequestFailedError) else "server_error"
+    return sse(ErrorResponse(error=ErrorInfo(message=str(error), type=kind)))
 
 
 class APIError(Exception):
@@ -147,7 +167,7 @@ class OpenAIServing:
                 item = first
                 while True:
                     if item.error:  # failed in the engine (a refusal, or the engine is gone): not a finish
-                        raise RequestFailedError(item.error)
+                        raise RequestFailedError(item.error, item.invalid)
                     yield item
                     if item.finished:
                         return
@@ -171,9 +191,10 @@ async def collect(streams: list[AsyncIterator[RequestOutput]], raw: Request) -> 
         if not done and await raw.is_disconnected():
             await cancel_all(tasks, streams)
             raise asyncio.CancelledError("client disconnected")
-    if isinstance(gathered.exception(), RequestFailedError):
+    failure = gathered.exception()
+    if isinstance(failure, RequestFailedError):
         await cancel_all(tasks, streams)  # the other prompts of the request stop too
-        raise APIError(500, str(gathered.exception()), kind="server_error")
+        raise APIError(failure.status, str(failure), kind=failure.kind)
     return gathered.result()
 
 

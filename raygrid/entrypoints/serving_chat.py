@@ -22,15 +22,13 @@ from raygrid.entrypoints.openai_protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatTokenLogprob,
-    ErrorInfo,
-    ErrorResponse,
     TopLogprob,
     UsageInfo,
     random_id,
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
-from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, merge, merge_outputs, prompt_logprobs, sse, sse_json,
-                                              streaming, top_items, wire_logprob)
+from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, error_event, merge, merge_outputs, prompt_logprobs, sse,
+                                              sse_json, streaming, top_items, wire_logprob)
 from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls, tool_finish_reason
 
 
@@ -144,7 +142,7 @@ class ChatServing(OpenAIServing):
             if include_usage:
                 yield chunk([], usage_now())
         except (EngineDeadError, RuntimeError) as error:
-            yield sse(ErrorResponse(error=ErrorInfo(message=str(error), type="server_error")))
+            yield error_event(error)
         yield sse("[DONE]")
 
 

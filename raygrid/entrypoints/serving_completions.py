@@ -18,13 +18,11 @@ from raygrid.entrypoints.openai_protocol import (
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
-    ErrorInfo,
-    ErrorResponse,
     UsageInfo,
     random_id,
 )
-from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, merge, merge_outputs, prompt_logprobs, sse, sse_json,
-                                              streaming, top_items, wire_logprob)
+from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, error_event, merge, merge_outputs, prompt_logprobs, sse,
+                                              sse_json, streaming, top_items, wire_logprob)
 
 
 class CompletionServing(OpenAIServing):
@@ -132,7 +130,7 @@ class CompletionServing(OpenAIServing):
                 usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
                 yield sse(CompletionResponse(id=request_id, created=created, model=request.model, choices=[], usage=usage))
         except (EngineDeadError, RuntimeError) as error:
-            yield sse(ErrorResponse(error=ErrorInfo(message=str(error), type="server_error")))
+            yield error_event(error)
         yield sse("[DONE]")
 
 
