@@ -135,6 +135,23 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
             assert [o for c in chunks for o in c.logprobs.text_offset] == whole.choices[0].logprobs.text_offset
             assert [lp for c in chunks for lp in c.logprobs.token_logprobs] == whole.choices[0].logprobs.token_logprobs
             assert chunks[-1].finish_reason == whole.choices[0].finish_reason
+        # truncate_prompt_tokens: a prompt past max_model_len (512) is taken, and echo, its logprobs, prompt_logprobs and
+        # usage are those of the tokens the model read (the whole prompt's text and ids here made a 500, a KeyError).
+        long_ids = [3 + (7 * i) % 400 for i in range(600)]
+        cut = dict(model="tiny", prompt=long_ids, max_tokens=2, temperature=0, echo=True, logprobs=1,
+                   extra_body={"truncate_prompt_tokens": 3, "ignore_eos": True})
+        kept = client.completions.create(**cut, stream=False)
+        alone = client.completions.create(**dict(cut, prompt=long_ids[-3:], extra_body={"ignore_eos": True}))
+        assert kept.usage.prompt_tokens == 3 and kept.choices[0].text == alone.choices[0].text
+        assert kept.choices[0].text.startswith(tokenizer.decode(long_ids[-3:])) and len(kept.choices[0].logprobs.tokens) == 5
+        assert kept.choices[0].logprobs.token_logprobs == alone.choices[0].logprobs.token_logprobs
+        chunks = [c.choices[0] for c in client.completions.create(**cut, stream=True) if c.choices]
+        assert "".join(c.text for c in chunks) == kept.choices[0].text
+        with_prompt_logprobs = client.completions.create(**dict(cut, extra_body={"truncate_prompt_tokens": 3, "prompt_logprobs": 0}))
+        assert [next(iter(e)) for e in with_prompt_logprobs.choices[0].prompt_logprobs[1:]] == [str(t) for t in long_ids[-2:]]
+        chat_cut = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi " * 600}], max_tokens=1,
+                                                  extra_body={"truncate_prompt_tokens": 4})
+        assert chat_cut.usage.prompt_tokens == 4
         # The reasoning parser: a reply that does not think is all content; a prompt that opens the thinking
         # (a template ending in <think>) makes a reply with no </think> all reasoning, streamed or not.
         assert chat.choices[0].message.reasoning_content is None

@@ -44,9 +44,14 @@ class RequestFailedError(RuntimeError):
 
 
 def error_event(error: Exception) -> str:
-    """A stream's error event, as OpenAI's API types it."""
-    kind = error.kind if isinstance(error, RequestFailedError) else "server_error"
-    return sse(ErrorResponse(error=ErrorInfo(message=str(error), type=kind)))
+    """A stream's error event, as OpenAI's API types it. An error that is neither the request's nor the engine's
+    (a bug of the route's) is logged with its traceback, and named as the non-streamed routes name it."""
+    if isinstance(error, (RequestFailedError, EngineDeadError)):
+        kind, message = getattr(error, "kind", "server_error"), str(error)
+    else:
+        logger.exception("a stream failed", exc_info=error)
+        kind, message = "server_error", f"internal error ({type(error).__name__}): {error}"
+    return sse(ErrorResponse(error=ErrorInfo(message=message, type=kind)))
 
 
 class APIError(Exception):
@@ -111,6 +116,14 @@ class OpenAIServing:
         self.names = served_model_names
         self.max_len = engine.config.model.max_model_len
         self.generation_defaults = engine.processor.default_sampling_params()
+
+    @staticmethod
+    def truncated(prompt_ids: list[int], params: SamplingParams) -> list[int]:
+        """The prompt as the model reads it: its last truncate_prompt_tokens tokens, when asked. Taken here, before
+        the context check (a long prompt is what truncation is for), so that usage, echo and prompt_logprobs count
+        the tokens the model saw."""
+        keep = params.truncate_prompt_tokens
+        return prompt_ids[-keep:] if keep is not None and len(prompt_ids) > keep else prompt_ids
 
     def check_model(self, model: str) -> None:
         if model not in self.names:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from raygrid.engine.async_llm import AsyncLLM, EngineDeadError
+from raygrid.engine.async_llm import AsyncLLM
 from raygrid.engine.detokenizer import TokenBytes
 from raygrid.engine.outputs import CompletionOutput
 from raygrid.engine.sampling_params import SamplingParams
@@ -56,6 +56,7 @@ class ChatServing(OpenAIServing):
             raise APIError(400, str(error), param="messages") from None
         except Exception as error:  # a template that fails to render on this conversation
             raise APIError(400, f"messages: the chat template failed: {error}", param="messages") from None
+        prompt_ids = self.truncated(prompt_ids, params)
         if params.max_tokens is None:
             params = params.model_copy(update={"max_tokens": max(self.max_len - len(prompt_ids), 1)})
         self.check_context(prompt_ids, params, "messages")
@@ -141,7 +142,7 @@ class ChatServing(OpenAIServing):
                     yield chunk([choice], usage_now() if continuous else None)
             if include_usage:
                 yield chunk([], usage_now())
-        except (EngineDeadError, RuntimeError) as error:
+        except Exception as error:  # noqa: BLE001 - the stream ends with an error event, never a cut connection
             yield error_event(error)
         yield sse("[DONE]")
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from raygrid.engine.async_llm import AsyncLLM, EngineDeadError
+from raygrid.engine.async_llm import AsyncLLM
 from raygrid.engine.outputs import CompletionOutput
 from raygrid.entrypoints.openai_protocol import (
     SYSTEM_FINGERPRINT,
@@ -38,6 +38,8 @@ class CompletionServing(OpenAIServing):
         has_text = isinstance(request.prompt, str) or any(isinstance(p, str) for p in request.prompt)
         # Off the event loop when there is text to tokenize; token ids need no thread hop.
         prompts = await asyncio.to_thread(normalize_prompts, request.prompt, engine) if has_text else normalize_prompts(request.prompt, engine)
+        whole = [len(p) for p in prompts]
+        prompts = [self.truncated(p, params) for p in prompts]
         if params.max_tokens is None:
             params = params.model_copy(update={"max_tokens": max(self.max_len - max(len(p) for p in prompts), 1)})
         for ids in prompts:
@@ -46,12 +48,12 @@ class CompletionServing(OpenAIServing):
         streams = [await self.start(ids, params, request, f"{request_id}-{i}") for i, ids in enumerate(prompts)]
         n = params.n
         if request.stream:
-            return streaming(self.stream(request, request_id, prompts, streams, n))
+            return streaming(self.stream(request, request_id, prompts, whole, streams, n))
         results = await collect(streams, raw)
         choices, completion_tokens = [], 0
         for i, outputs in enumerate(results):
             merged = merge_outputs(outputs)
-            echoed = self.echo_text(request, prompts, i)
+            echoed = self.echo_text(request, prompts, i, whole[i])
             for completion in merged.outputs:
                 if request.echo_only:
                     completion = echo_only_completion(completion, params.logprobs is not None)
@@ -74,11 +76,13 @@ class CompletionServing(OpenAIServing):
         usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
         return CompletionResponse(id=request_id, model=request.model, choices=sorted(choices, key=lambda c: c.index), usage=usage)
 
-    def echo_text(self, request: CompletionRequest, prompts, i: int) -> str:
-        """echo: the prompt comes first, as in OpenAI's legacy API ("" without echo)."""
+    def echo_text(self, request: CompletionRequest, prompts, i: int, whole: int) -> str:
+        """echo: the prompt comes first, as in OpenAI's legacy API ("" without echo); the part the model read, where
+        truncate_prompt_tokens cut it from ``whole`` tokens."""
         if not request.echo:
             return ""
-        return request_prompt_text(request.prompt, i) or self.engine.processor.tokenizer.decode(prompts[i])
+        text = request_prompt_text(request.prompt, i) if len(prompts[i]) == whole else None
+        return text or self.engine.processor.tokenizer.decode(prompts[i])
 
     def echo_logprobs(self, request: CompletionRequest, prompt_ids: list[int], prompt_logprobs) -> CompletionLogprobs:
         """Legacy logprobs that start with the prompt's tokens under echo (the first has no entry: nothing predicts it)."""
@@ -92,7 +96,7 @@ class CompletionServing(OpenAIServing):
     def decode_one(self, token_id: int) -> str:
         return self.engine.processor.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    async def stream(self, request: CompletionRequest, request_id: str, prompts, streams, n: int) -> AsyncIterator[str]:
+    async def stream(self, request: CompletionRequest, request_id: str, prompts, whole: list[int], streams, n: int) -> AsyncIterator[str]:
         created = int(time.time())
         include_usage = request.stream_options is not None and request.stream_options.include_usage
         continuous = include_usage and request.stream_options.continuous_usage_stats
@@ -106,7 +110,7 @@ class CompletionServing(OpenAIServing):
                     if request.echo_only:
                         completion = echo_only_completion(completion, request.logprobs is not None)
                     completion_tokens += len(completion.token_ids)
-                    echoed = self.echo_text(request, prompts, i) if index not in offsets else ""
+                    echoed = self.echo_text(request, prompts, i, whole[i]) if index not in offsets else ""
                     offsets.setdefault(index, 0)
                     logprobs = None
                     if request.logprobs is not None:
@@ -129,7 +133,7 @@ class CompletionServing(OpenAIServing):
             if include_usage:
                 usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
                 yield sse(CompletionResponse(id=request_id, created=created, model=request.model, choices=[], usage=usage))
-        except (EngineDeadError, RuntimeError) as error:
+        except Exception as error:  # noqa: BLE001 - the stream ends with an error event, never a cut connection
             yield error_event(error)
         yield sse("[DONE]")
 
