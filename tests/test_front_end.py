@@ -180,10 +180,11 @@ def test_device_busy_time_is_the_union_of_overlapping_events():
     """`bench latency --profile-dir` reports a step's device busy time as the union of the kernels' intervals: under
     PDL a kernel starts early and waits inside for the one before, and the sum of their times counted that wait
     twice (a 32k decode step read 3.55 ms busy in 1.99 ms of wall time). Checked on a real profile of the host's
-    calls, which nest: the union stays below the sum, and the sleep between the calls is not busy."""
+    calls, which nest: the union stays below the sum, and the sleep between the calls is not busy. The per-kernel
+    table's own times, on two profiled ranges that overlap as PDL's launches do."""
     from torch.profiler import ProfilerActivity, profile
 
-    from raygrid.bench.profile_decode import device_busy_us
+    from raygrid.bench.profile_decode import device_busy_us, device_kernels
 
     a = torch.randn(256, 256)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -197,3 +198,21 @@ def test_device_busy_time_is_the_union_of_overlapping_events():
     assert busy < (last - first) - 45_000  # the sleep was idle
     assert busy >= max(hi - lo for lo, hi in spans)
     assert device_busy_us(prof) == 0.0  # no CUDA events on this profile
+    # The per-kernel table: a launch's own time is what no earlier-started one still covered, so the own times add
+    # up to the busy time. Two ranges that overlap as a PDL kernel and the one it waits for do (the second starts
+    # inside the first and ends after it): the second owns only its time past the first's end.
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        first = torch.ops.profiler._record_function_enter_new("first", None)
+        time.sleep(0.01)
+        second = torch.ops.profiler._record_function_enter_new("second", None)
+        time.sleep(0.01)
+        torch.ops.profiler._record_function_exit._RecordFunction(first)
+        time.sleep(0.01)
+        torch.ops.profiler._record_function_exit._RecordFunction(second)
+    spans = {e.name: (e.time_range.start, e.time_range.end) for e in prof.events()}
+    table = {k["name"]: k for k in device_kernels(prof, 1, "CPU")}
+    assert table.keys() == {"first", "second"} and spans["first"][0] < spans["second"][0] < spans["first"][1] < spans["second"][1]
+    assert table["first"]["own_us_per_step"] == table["first"]["us_per_step"]
+    assert abs(table["second"]["own_us_per_step"] - (spans["second"][1] - spans["first"][1])) < 1e-3
+    assert table["second"]["own_us_per_step"] < table["second"]["us_per_step"] - 5_000  # the 10 ms inside the first
+    assert abs(sum(k["own_us_per_step"] for k in table.values()) - device_busy_us(prof, "CPU")) < 1e-3

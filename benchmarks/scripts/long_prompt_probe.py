@@ -84,7 +84,8 @@ def main() -> None:
               f"tokens {row['greedy_tokens']}, "
               f"top5 {top[0]}", flush=True)
         for k in kernels[:5]:
-            print(f"    {k['us_per_step'] / 1e3:8.2f} ms x{k['calls_per_step']:5.0f} {k['name'][:80]}", flush=True)
+            print(f"    {k['us_per_step'] / 1e3:8.2f} ms ({k['own_us_per_step'] / 1e3:8.2f} own) x{k['calls_per_step']:5.0f} "
+                  f"{k['name'][:80]}", flush=True)
         close()
         time.sleep(1)
     with open(args.output, "w", encoding="utf-8") as f:

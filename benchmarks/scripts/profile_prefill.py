@@ -103,7 +103,7 @@ def main() -> None:
     print(f"prefill of {args.num_reqs} x {args.prompt_len}: wall {wall_ms:.2f} ms, GPU busy {gpu_ms:.2f} ms, "
           f"compute bound {bound_ms:.2f} ms ({wall_ms / bound_ms:.2f}x)")
     for k in kernels[:15]:
-        print(f"  {k['us_per_step']:9.1f} us  x{k['calls_per_step']:5.1f}  {k['name']}")
+        print(f"  {k['us_per_step']:9.1f} us ({k['own_us_per_step']:9.1f} own)  x{k['calls_per_step']:5.1f}  {k['name']}")
     llm.shutdown()
 
 

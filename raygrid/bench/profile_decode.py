@@ -11,19 +11,29 @@ import time
 import numpy as np
 
 
-def device_kernels(prof, steps: int) -> list[dict]:
-    """The device kernels of a torch profile of ``steps`` steps, slowest first: name, calls and microseconds a step.
-    A kernel launched by PDL counts from its early start, its wait for the kernel before included (``device_busy_us``
-    gives the device's busy time)."""
-    kernels = []
-    for event in prof.key_averages():
-        device_us = getattr(event, "self_device_time_total", None)
-        if device_us is None:
-            device_us = getattr(event, "self_cuda_time_total", 0)
-        if device_us > 0 and event.device_type.name == "CUDA":
-            kernels.append({"name": event.key[:120], "calls_per_step": event.count / steps, "us_per_step": device_us / steps})
+def device_kernels(prof, steps: int, device_type: str = "CUDA") -> list[dict]:
+    """The device kernels of a torch profile of ``steps`` steps, slowest first: name, calls, and microseconds a step
+    two ways. ``us_per_step`` counts each launch from its start to its end: a kernel launched early by PDL counts
+    its wait for the kernel before it. ``own_us_per_step`` counts only the time no earlier-started kernel was still
+    running, so the kernels' own times add up to ``device_busy_us``."""
+    totals: dict[str, list[float]] = {}
+    end = float("-inf")
+    for name, lo, hi in sorted(((e.name, e.time_range.start, e.time_range.end) for e in _device_events(prof, device_type)),
+                               key=lambda event: event[1]):
+        calls_us_own = totals.setdefault(name, [0, 0.0, 0.0])
+        calls_us_own[0] += 1
+        calls_us_own[1] += hi - lo
+        if hi > end:
+            calls_us_own[2] += hi - max(lo, end)
+            end = hi
+    kernels = [{"name": name[:120], "calls_per_step": calls / steps, "us_per_step": us / steps, "own_us_per_step": own / steps}
+               for name, (calls, us, own) in totals.items()]
     kernels.sort(key=lambda k: -k["us_per_step"])
     return kernels
+
+
+def _device_events(prof, device_type: str):
+    return [e for e in prof.events() if e.device_type.name == device_type and e.time_range.end > e.time_range.start]
 
 
 def device_busy_us(prof, device_type: str = "CUDA") -> float:
@@ -31,8 +41,7 @@ def device_busy_us(prof, device_type: str = "CUDA") -> float:
     intervals. Not their sum: a kernel launched early by programmatic dependent launch (PDL) starts while the
     kernel before it runs, and waits inside for it, so the sum counts that wait twice. (``device_type="CPU"``: the
     host's events, whose calls nest.)"""
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                   if e.device_type.name == device_type and e.time_range.end > e.time_range.start)
+    spans = sorted((e.time_range.start, e.time_range.end) for e in _device_events(prof, device_type))
     busy, end = 0.0, float("-inf")
     for lo, hi in spans:
         if hi > end:
