@@ -342,6 +342,16 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
         calls, finish, _ = streamed_calls(client.chat.completions.create(model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice=named,
                                                                           max_tokens=200, seed=4, stream=True))
         assert finish == "stop" and [(c["name"], c["arguments"]) for c in calls.values()] == [("get_weather", call.function.arguments)]
+        # Cut short by max_tokens, the named call still comes back as the call, its arguments as far as they got
+        # (as streamed, and as OpenAI does), not as content.
+        cut = dict(model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice=named, max_tokens=3, seed=4)
+        reply = client.chat.completions.create(**cut)
+        (short,) = reply.choices[0].message.tool_calls
+        assert reply.choices[0].finish_reason == "length" and reply.choices[0].message.content is None
+        assert short.function.name == "get_weather" and short.function.arguments != call.function.arguments
+        assert short.function.arguments and call.function.arguments.startswith(short.function.arguments)
+        calls, finish, _ = streamed_calls(client.chat.completions.create(**cut, stream=True))
+        assert finish == "length" and [(c["name"], c["arguments"]) for c in calls.values()] == [("get_weather", short.function.arguments)]
         # "auto" with the hermes parser: a reply that writes a <tool_call> block (forced here by a regex, since the
         # weights are random) comes back as a tool call, streamed or not.
         block = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "utc"}}\n</tool_call>'

@@ -62,14 +62,15 @@ def named_tool(tools: list[dict], tool_choice: dict) -> dict:
 
 
 def forced_calls(text: str, tool_choice) -> list[dict]:
-    """The tool calls of a complete output made under a forced ``tool_choice`` ([] if the output was cut
-    short and does not parse)."""
+    """The tool calls of a complete output made under a forced ``tool_choice``. A named function's output is its
+    arguments, as written and as streamed, also where max_tokens or a stop string cut them short (as OpenAI returns
+    such a call, with finish_reason "length"); a "required" array that was cut and does not parse gives []."""
+    if isinstance(tool_choice, dict):
+        return [tool_call(tool_choice["function"]["name"], text)]
     try:
         value = json.loads(text)
     except ValueError:
         return []
-    if isinstance(tool_choice, dict):  # the output is the arguments, as written (and as streamed)
-        return [tool_call(tool_choice["function"]["name"], text)]
     return [tool_call(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
 
 
