@@ -57,6 +57,8 @@ class Request:
         self.sampling_params = sampling_params
         allowed = sampling_params.allowed_token_ids
         self.allowed_token_set = frozenset(allowed) if allowed is not None else None  # token_bans reads it each token
+        # Whether the parameters ban tokens (token_bans checks each output token then; the others skip it).
+        self.bans_tokens = allowed is not None or bool(sampling_params.min_tokens) or bool(sampling_params.bad_words_token_ids)
         self.max_tokens = max_tokens
         # End-of-sequence ids (tokenizer's and generation_config's); ignored with ignore_eos.
         self.eos_token_ids = eos_token_ids

@@ -461,7 +461,7 @@ class Scheduler:
                 new_tokens.append(token_id)
                 status, error, invalid = (self._grammar_status(req, verdict) if verdict is not None and verdict.index == i
                                           else (None, None, False))
-                if status is None and token_bans.breaks_bans(req, token_id):
+                if status is None and req.bans_tokens and token_bans.breaks_bans(req, token_id):
                     status, error, invalid = RequestStatus.FINISHED_ABORTED, token_bans.no_token_left(req, req.grammar is not None), True
                 status = status or self._check_stop(req, token_id)
                 if status is not None and req.grammar is not None and self._verdicts_in_flight is not None:

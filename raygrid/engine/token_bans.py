@@ -14,9 +14,9 @@ from raygrid.engine.request import Request
 
 def breaks_bans(req: Request, token_id: int) -> bool:
     """Whether ``token_id``, just appended to ``req``'s output, is one its parameters ban."""
-    params = req.sampling_params
-    if params.allowed_token_ids is None and not params.min_tokens and not params.bad_words_token_ids:
+    if not req.bans_tokens:
         return False
+    params = req.sampling_params
     if req.allowed_token_set is not None and token_id not in req.allowed_token_set:
         return True
     before = req.num_output_tokens - 1  # outputs before this token
