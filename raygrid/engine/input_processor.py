@@ -69,6 +69,13 @@ class ProcessedRequest:
     children: list[Request]
 
 
+def truncate_prompt(token_ids: list[int], params: SamplingParams) -> list[int]:
+    """The prompt as the model reads it: its last ``truncate_prompt_tokens`` tokens, when asked (the prompt's end is
+    what the model continues). The OpenAI server takes it before its context check, echo and usage too."""
+    keep = params.truncate_prompt_tokens
+    return token_ids[-keep:] if keep is not None and len(token_ids) > keep else token_ids
+
+
 class InputProcessor:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -199,8 +206,7 @@ class InputProcessor:
             raise InvalidRequest(f"priority ({priority}) needs the priority scheduling policy (--scheduling-policy priority); "
                                  "this engine schedules fcfs", "priority")
         text, token_ids = self.tokenize_prompt(prompt)
-        if params.truncate_prompt_tokens is not None and len(token_ids) > params.truncate_prompt_tokens:
-            token_ids = token_ids[-params.truncate_prompt_tokens:]  # the prompt's end is what the model continues
+        token_ids = truncate_prompt(token_ids, params)
         cache_salt = self.cache_salt(prompt)
         if params.bad_words:
             params = params.model_copy(update={"bad_words_token_ids": self.bad_words_token_ids(params.bad_words)})

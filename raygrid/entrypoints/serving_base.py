@@ -117,14 +117,6 @@ class OpenAIServing:
         self.max_len = engine.config.model.max_model_len
         self.generation_defaults = engine.processor.default_sampling_params()
 
-    @staticmethod
-    def truncated(prompt_ids: list[int], params: SamplingParams) -> list[int]:
-        """The prompt as the model reads it: its last truncate_prompt_tokens tokens, when asked. Taken here, before
-        the context check (a long prompt is what truncation is for), so that usage, echo and prompt_logprobs count
-        the tokens the model saw."""
-        keep = params.truncate_prompt_tokens
-        return prompt_ids[-keep:] if keep is not None and len(prompt_ids) > keep else prompt_ids
-
     def check_model(self, model: str) -> None:
         if model not in self.names:
             raise APIError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found", kind="NotFoundError")

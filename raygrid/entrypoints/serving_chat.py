@@ -12,6 +12,7 @@ from fastapi import Request
 
 from raygrid.engine.async_llm import AsyncLLM
 from raygrid.engine.detokenizer import TokenBytes
+from raygrid.engine.input_processor import truncate_prompt
 from raygrid.engine.outputs import CompletionOutput
 from raygrid.engine.sampling_params import SamplingParams
 from raygrid.entrypoints.openai_protocol import (
@@ -56,7 +57,7 @@ class ChatServing(OpenAIServing):
             raise APIError(400, str(error), param="messages") from None
         except Exception as error:  # a template that fails to render on this conversation
             raise APIError(400, f"messages: the chat template failed: {error}", param="messages") from None
-        prompt_ids = self.truncated(prompt_ids, params)
+        prompt_ids = truncate_prompt(prompt_ids, params)  # before the context check: long prompts are what it is for
         if params.max_tokens is None:
             params = params.model_copy(update={"max_tokens": max(self.max_len - len(prompt_ids), 1)})
         self.check_context(prompt_ids, params, "messages")

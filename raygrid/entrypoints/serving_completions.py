@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from raygrid.engine.async_llm import AsyncLLM
+from raygrid.engine.input_processor import truncate_prompt
 from raygrid.engine.outputs import CompletionOutput
 from raygrid.entrypoints.openai_protocol import (
     SYSTEM_FINGERPRINT,
@@ -39,7 +40,7 @@ class CompletionServing(OpenAIServing):
         # Off the event loop when there is text to tokenize; token ids need no thread hop.
         prompts = await asyncio.to_thread(normalize_prompts, request.prompt, engine) if has_text else normalize_prompts(request.prompt, engine)
         whole = [len(p) for p in prompts]
-        prompts = [self.truncated(p, params) for p in prompts]
+        prompts = [truncate_prompt(p, params) for p in prompts]  # before the context check, echo and usage
         if params.max_tokens is None:
             params = params.model_copy(update={"max_tokens": max(self.max_len - max(len(p) for p in prompts), 1)})
         for ids in prompts:
