@@ -13,9 +13,8 @@ from raygrid.engine.request import Request
 
 
 def breaks_bans(req: Request, token_id: int) -> bool:
-    """Whether ``token_id``, just appended to ``req``'s output, is one its parameters ban."""
-    if not req.bans_tokens:
-        return False
+    """Whether ``token_id``, just appended to ``req``'s output, is one its parameters ban. (The scheduler asks only
+    for requests whose ``bans_tokens`` is set.)"""
     params = req.sampling_params
     if req.allowed_token_set is not None and token_id not in req.allowed_token_set:
         return True
