@@ -153,8 +153,11 @@ def test_cli_bench_latency_times_each_prompt_length(tmp_path, qwen3_dir, backend
         assert 0 < ttft < e2e and tpot > 0
         assert ttft + 5 * tpot == pytest.approx(e2e, rel=0.3)  # medians of the same runs
         assert len(row["ttft_ms"]["each"]) == 2 and min(row["ttft_ms"]["each"]) <= ttft <= max(row["ttft_ms"]["each"])
-        assert row["decode_floor_ms"] > 0 and row["prefill_tflop_per_s"] > 0
-    assert "TTFT" in result.stdout and "TPOT" in result.stdout
+        assert row["prefill_tflop_per_s"] > 0
+        # The floor is a GPU's memory bandwidth, measured where the benchmark runs: a CPU run has none.
+        assert row["decode_floor_ms"] is None and row["tpot_over_floor"] is None
+    assert summary["copy_bandwidth_bytes_per_s"] is None
+    assert "TTFT" in result.stdout and "TPOT" in result.stdout and "floor" not in result.stdout
 
 
 

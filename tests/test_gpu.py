@@ -312,6 +312,18 @@ def test_engines_one_after_another_leave_no_device_memory_behind(model_dirs):
     assert held[1] <= held[0] + 2**20, f"device memory allocated after each engine: {held}"
 
 
+def test_the_benchmarks_copy_bandwidth_is_this_gpus_and_keeps_no_memory():
+    """`raygrid bench latency`'s memory floor uses the bandwidth of a copy measured on the GPU it runs on (an H200
+    copies at about 4.2 TB/s, an H100 at less), and the measurement leaves nothing allocated."""
+    from raygrid.bench.memory_floor import copy_bandwidth
+
+    before = torch.cuda.memory_allocated()
+    bandwidth = copy_bandwidth(torch.device("cuda"))
+    assert 5e11 < bandwidth < 1e13, bandwidth
+    assert torch.cuda.memory_allocated() == before
+    assert copy_bandwidth(torch.device("cpu")) is None
+
+
 def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(qwen3_head128_dir, tokenizer):
     """Triton compiles a variant of a kernel for each dtype, constexpr and (unless told not to) each integer that
     is 1 or a multiple of 16. On an H200 one takes 0.4 to 2 s, which a user's requests would wait for if a step

@@ -130,7 +130,7 @@ def prefill_flops(hf_config, num_tokens: int) -> float:
 
 
 def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict:
-    from raygrid.bench.memory_floor import decode_floor
+    from raygrid.bench.memory_floor import copy_bandwidth, decode_floor
     from raygrid.models.default_model import resolve_model_path
     from raygrid.models.loader import load_hf_config
 
@@ -140,7 +140,8 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
     hf_config = load_hf_config(model_path)
     prompts = _Prompts(args.seed, hf_config.vocab_size)
     longest = max(args.input_len) + args.output_len
-    close, run_one, profile, budget = _open_backend(args, dict(engine_kwargs, model=model_path), longest)
+    bandwidth = copy_bandwidth(_device(engine_kwargs))  # before the engine takes the GPU's memory; None on CPU
+    close, run_one, profile, budget = _open_backend(args, dict(engine_kwargs, model=model_path), longest, bandwidth)
     rows = []
     try:
         for input_len in args.input_len:
@@ -152,17 +153,20 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
             row = {"input_len": input_len, **summarize(runs, args.output_len)}
             row["prefill_tflop_per_s"] = args.batch_size * prefill_flops(hf_config, input_len) / (row["ttft_ms"]["median"] / 1e3) / 1e12
             mid_context = args.batch_size * (input_len + args.output_len // 2)
-            floor_ms = decode_floor(hf_config, args.batch_size, mid_context, _dtype_bytes(engine_kwargs, hf_config),
-                                    quantization=engine_kwargs.get("quantization"),
-                                    kv_cache_dtype=engine_kwargs.get("kv_cache_dtype", "auto"))["floor_ms"]
-            row["decode_floor_ms"] = floor_ms
-            row["tpot_over_floor"] = row["tpot_ms"]["median"] / floor_ms
+            floor = ""
+            row["decode_floor_ms"] = row["tpot_over_floor"] = None  # on CPU: no floor
+            if bandwidth is not None:
+                row["decode_floor_ms"] = decode_floor(
+                    hf_config, args.batch_size, mid_context, _dtype_bytes(engine_kwargs, hf_config), bandwidth=bandwidth,
+                    quantization=engine_kwargs.get("quantization"), kv_cache_dtype=engine_kwargs.get("kv_cache_dtype", "auto"),
+                )["floor_ms"]
+                row["tpot_over_floor"] = row["tpot_ms"]["median"] / row["decode_floor_ms"]
+                floor = f" (floor {row['decode_floor_ms']:.3f} ms, {row['tpot_over_floor']:.2f}x)"
             if profile is not None:
                 row["decode_profile"] = profile(input_len)
             rows.append(row)
-            print(f"input {input_len:6d}: TTFT {row['ttft_ms']['median']:9.2f} ms ({row['prefill_tflop_per_s']:.0f} TFLOP/s), "
-                  f"TPOT {row['tpot_ms']['median']:7.3f} ms (floor {floor_ms:.3f} ms, {row['tpot_over_floor']:.2f}x), "
-                  f"E2E {row['e2e_s']['median']:.3f} s", flush=True)
+            print(f"input {input_len:6d}: TTFT {row['ttft_ms']['median']:9.2f} ms ({row['prefill_tflop_per_s']:.1f} TFLOP/s), "
+                  f"TPOT {row['tpot_ms']['median']:7.3f} ms{floor}, E2E {row['e2e_s']['median']:.3f} s", flush=True)
     finally:
         close()
     summary = {
@@ -170,7 +174,7 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
         "batch_size": args.batch_size, "output_len": args.output_len, "num_iters": args.num_iters, "results": rows,
         "sampling_params": args.sampling_params,
         "attention_kernels": kernel_settings() if args.backend == "raygrid" else None, "max_num_batched_tokens": budget,
-        "machine": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "copy_bandwidth_bytes_per_s": bandwidth, "machine": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(), "command": " ".join(["raygrid"] + sys.argv[1:]),
     }
     if args.output_json:
@@ -179,17 +183,21 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
     return summary
 
 
-def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:
-    """Bytes per weight and KV element of the engine's dtype ("auto": the checkpoint's, as the engine resolves it)."""
+def _device(engine_kwargs: dict):
+    """The device the benchmark runs on, as the engine resolves ``device="auto"``."""
     import torch
 
+    return torch.device("cuda" if engine_kwargs.get("device") != "cpu" and torch.cuda.is_available() else "cpu")
+
+
+def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:
+    """Bytes per weight and KV element of the engine's dtype ("auto": the checkpoint's, as the engine resolves it)."""
     from raygrid.models.loader import resolve_dtype
 
-    device = torch.device("cuda" if engine_kwargs.get("device") != "cpu" and torch.cuda.is_available() else "cpu")
-    return resolve_dtype(engine_kwargs.get("dtype", "auto"), hf_config, device).itemsize
+    return resolve_dtype(engine_kwargs.get("dtype", "auto"), hf_config, _device(engine_kwargs)).itemsize
 
 
-def _open_backend(args, engine_kwargs: dict, longest: int):
+def _open_backend(args, engine_kwargs: dict, longest: int, bandwidth: float | None):
     """(close, run one batch, profile at a prompt length or None, the step budget or None) for the chosen backend."""
     if args.backend == "hf":
         if args.sampling_params:
@@ -213,5 +221,6 @@ def _open_backend(args, engine_kwargs: dict, longest: int):
     if args.profile_dir:
         from raygrid.bench.profile_decode import profile_decode
 
-        profile = lambda input_len: profile_decode(engine, args.profile_dir, num_reqs=args.batch_size, prompt_len=input_len)  # noqa: E731
+        profile = lambda input_len: profile_decode(engine, args.profile_dir, num_reqs=args.batch_size, prompt_len=input_len,
+                                                       bandwidth=bandwidth)  # noqa: E731
     return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n, args.sampling_params)), profile, engine.config.scheduler.max_num_batched_tokens

@@ -1,10 +1,39 @@
 """The memory floor of a decode step: the bytes a step must read from device memory (the weights it
 touches and the KV cache it attends over) at the device's bandwidth. A decode step cannot be faster;
-how close a step comes to it says how much is left to gain."""
+how close a step comes to it says how much is left to gain.
+
+The bandwidth is measured on the GPU the benchmark runs on (``copy_bandwidth``): a large device-to-device
+copy, the most a streaming kernel can expect, which is below the paper figure (an H200 copies at about
+4.2 TB/s of its 4.8). A CPU run has no floor: the figure is for GPUs' memory."""
 
 from __future__ import annotations
 
 H200_BANDWIDTH = 4.2e12  # bytes/s: what a large device-to-device copy reaches on an H200 (4.8 TB/s on paper)
+
+
+def copy_bandwidth(device, num_bytes: int = 2**30, repeats: int = 10) -> float | None:
+    """Bytes/s moved (read plus written) by a ``num_bytes`` device-to-device copy on a CUDA ``device``, the best of
+    ``repeats``; None for any other device. Its buffers are freed before it returns."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    with torch.cuda.device(device):
+        src = torch.empty(num_bytes, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        dst.copy_(src)  # the first copy pays for any lazy initialization
+        best = float("inf")
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src)
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end) / 1e3)
+        del src, dst
+        torch.cuda.empty_cache()
+    return 2 * num_bytes / best
 
 
 def is_moe_layer(hf_config, layer: int) -> bool:
