@@ -185,7 +185,7 @@ class EngineConfig(_Strict):
             budget = DEFAULT_BUDGET if self.scheduler.enable_chunked_prefill else max(DEFAULT_BUDGET, max_len)
         async_scheduling = self.scheduler.async_scheduling
         staged = self.parallel.pipeline_parallel_size > 1
-        on_gpu = self._on_gpu()
+        on_gpu = self.on_gpu()
         if async_scheduling is None:
             async_scheduling = on_gpu and not staged
         elif async_scheduling and staged:
@@ -202,7 +202,7 @@ class EngineConfig(_Strict):
             device=self.device,
         )
 
-    def _on_gpu(self) -> bool:
+    def on_gpu(self) -> bool:
         """Whether the engine runs on GPUs. "auto" is this process's device: on Ray, create_engine_config has
         already made it the workers' ("cuda" or "cpu")."""
         if self.device != "auto":

@@ -121,7 +121,9 @@ def test_max_tokens_is_capped_by_the_context(llm):
         (dict(eplb_config={"window_size": 0}), "eplb_config.window_size: must be >= 1 (got 0)"),
         (dict(max_model_len=100000), "max_model_len (100000) is larger than the checkpoint's max_position_embeddings"),
         (dict(enable_chunked_prefill=False, max_num_batched_tokens=32, max_model_len=64), "max_num_batched_tokens (32) must be >="),
-        (dict(num_kv_blocks=3, max_model_len=64), "num_kv_blocks"),
+        (dict(num_kv_blocks=3, max_model_len=64), "the KV pool has 3 blocks of 16 tokens; one request of max_model_len (64) "
+         "needs 5 (with the null block): lower max_model_len to at most 32, or raise num_kv_blocks (on a CPU the pool is "
+         "1 GiB unless set)"),
     ],
 )
 def test_bad_engine_arguments_name_the_field_in_one_line(qwen3_dir, kwargs, message):

@@ -27,10 +27,13 @@ def initialize_kv_cache(executor: Executor, config: EngineConfig) -> int:
     block_size, max_len = config.cache.block_size, config.model.max_model_len
     needed = -(-max_len // block_size) + 1
     if num_blocks < needed:
+        fits = max(num_blocks - 1, 0) * block_size  # the longest request the pool holds (one block is the null block)
+        remedy = ("raise gpu_memory_utilization or num_kv_blocks" if config.on_gpu()
+                  else f"raise num_kv_blocks (on a CPU the pool is {config.cache.cpu_kv_cache_space_gib:g} GiB unless set)")
         raise ValueError(
             f"the KV pool has {num_blocks} blocks of {block_size} tokens; one request of max_model_len "
-            f"({max_len}) needs {needed} (with the null block): raise num_kv_blocks or "
-            f"gpu_memory_utilization, or lower max_model_len"
+            f"({max_len}) needs {needed} (with the null block): "
+            + (f"lower max_model_len to at most {fits}, or {remedy}" if fits else remedy)
         )
     executor.collective_rpc("initialize_cache", (num_blocks,))
     return num_blocks
