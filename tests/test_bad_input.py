@@ -32,6 +32,8 @@ def llm(qwen3_dir):
         (dict(logprobs=-1), "logprobs: must be >= 0 (got -1)"),
         (dict(stop=[""]), "stop strings must not be empty"),
         (dict(stop_token_ids=[-4]), "stop_token_ids must be >= 0"),
+        (dict(bad_words_token_ids=[[5], []]), "bad_words_token_ids must not hold empty sequences"),  # the step raised on it
+        (dict(bad_words_token_ids=[[5, -1]]), "bad_words_token_ids must be >= 0"),
         (dict(min_tokens=10, max_tokens=5), "min_tokens (10) must be <= max_tokens (5)"),
         (dict(temperature="hot"), "temperature: input should be a valid number, unable to parse string as a number (got 'hot')"),
         (dict(unknown_field=1), "unknown_field: is not an argument raygrid knows"),
@@ -60,9 +62,11 @@ def test_bad_requests_fail_alone(llm, tokenizer):
         good[2],
         good[0],
         {"prompt_token_ids": [5, 6], "multi_modal_data": {}},  # a key raygrid does not take: refused, not dropped
+        good[1],
     ]
     params = [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)] * len(prompts)
     params[9] = SamplingParams(max_tokens=8, logprobs=6)  # above max_logprobs
+    params[11] = SamplingParams(max_tokens=8, bad_words_token_ids=[[5, vocab]])  # out of vocabulary
     outputs = llm.generate(prompts, params, use_tqdm=False)
     errors = [o.error for o in outputs]
     assert errors[0] is None and errors[3] is None and errors[8] is None
@@ -72,6 +76,7 @@ def test_bad_requests_fail_alone(llm, tokenizer):
     assert "prompt_token_ids" in errors[7]
     assert "max_logprobs (5)" in errors[9]
     assert errors[10] == "a prompt dict takes cache_salt, prompt, prompt_token_ids; it has ['multi_modal_data']"
+    assert errors[11] == f"bad_words_token_ids has ids outside [0, {vocab}): [{vocab}]"
     for i in (0, 3, 8):
         assert len(outputs[i].outputs[0].token_ids) == 8
     stats = llm.get_stats()

@@ -109,6 +109,15 @@ class SamplingParams(OneLineErrors):
             raise ValueError("bad_words must not hold empty words")
         return value
 
+    @field_validator("bad_words_token_ids")
+    @classmethod
+    def _bad_sequences_not_empty(cls, value: list[list[int]]) -> list[list[int]]:
+        if any(not seq for seq in value):
+            raise ValueError("bad_words_token_ids must not hold empty sequences")
+        if any(t < 0 for seq in value for t in seq):
+            raise ValueError("bad_words_token_ids must be >= 0")
+        return value
+
     @field_validator("stop", mode="before")
     @classmethod
     def _stop_as_list(cls, value):
@@ -145,7 +154,8 @@ class SamplingParams(OneLineErrors):
     def token_ids_to_check(self) -> dict[str, list[int]]:
         """The token ids of each field that names tokens, for the engine to check against its vocabulary."""
         return {"stop_token_ids": self.stop_token_ids, "logit_bias": list(self.logit_bias or {}),
-                "allowed_token_ids": self.allowed_token_ids or []}
+                "allowed_token_ids": self.allowed_token_ids or [],
+                "bad_words_token_ids": [t for seq in self.bad_words_token_ids for t in seq]}
 
     @property
     def greedy(self) -> bool:
