@@ -222,6 +222,11 @@ def test_bans_that_leave_no_token_fail_their_request_alone(llm, tokenizer):
         (SamplingParams(max_tokens=4, allowed_token_ids=[77], min_tokens=1, structured_outputs=StructuredOutputsParams(choice=["yes", "no"])),
          "no token was left to sample at output token 1: the grammar allows none of the tokens that allowed_token_ids and "
          "min_tokens leave", []),
+        # A grammar complete before min_tokens: only EOS may follow it. Before, it stopped short of min_tokens.
+        (SamplingParams(max_tokens=6, temperature=0, min_tokens=3, structured_outputs=StructuredOutputsParams(choice=["x"])),
+         "the grammar completed at output token 1, before min_tokens (3): only EOS may follow", []),
+        (SamplingParams(max_tokens=6, temperature=0, min_tokens=1, structured_outputs=StructuredOutputsParams(choice=["x"])),
+         None, tokenizer.encode("x", add_special_tokens=False)),
         (SamplingParams(max_tokens=4, allowed_token_ids=[77, 78], bad_words=[word], min_tokens=2), None, [78] * 4),
         # EOS is banned for two tokens, then 77 by the bad word: EOS is what is left.
         (SamplingParams(max_tokens=4, temperature=0, allowed_token_ids=[77, eos], min_tokens=2, bad_words=[word * 3]), None,

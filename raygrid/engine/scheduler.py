@@ -510,11 +510,13 @@ class Scheduler:
 
     @staticmethod
     def _grammar_status(req: Request, verdict: GrammarVerdict) -> tuple[RequestStatus, str | None, bool]:
-        """A completed grammar stops the request; a refused token aborts it. The sampler draws a token the grammar
-        masked only where it had no token left: the grammar allowed none of those the request's own bans leave
-        (token_bans). That is the request's error (the third value); without such bans it is the engine's."""
+        """A completed grammar stops the request, unless min_tokens bans the EOS that alone may follow; a refused token
+        aborts it. The sampler draws a token the grammar masked only where it had no token left: the grammar allowed
+        none of those the request's own bans leave (token_bans). That is the request's error (the third value);
+        without such bans it is the engine's."""
         if verdict.refused is None:
-            return RequestStatus.FINISHED_STOPPED, None, False
+            error = token_bans.completed_too_early(req)
+            return (RequestStatus.FINISHED_STOPPED, None, False) if error is None else (RequestStatus.FINISHED_ABORTED, error, True)
         if token_bans.banning_fields(req):
             return RequestStatus.FINISHED_ABORTED, token_bans.no_token_left(req, grammar=True), True
         return RequestStatus.FINISHED_ABORTED, f"token {verdict.refused} broke the request's grammar: {verdict.error}", False

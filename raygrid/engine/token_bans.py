@@ -39,3 +39,13 @@ def no_token_left(req: Request, grammar: bool) -> str:
     fields = " and ".join(banning_fields(req))
     what = f"the grammar allows none of the tokens that {fields} leave" if grammar else f"{fields} ban every token"
     return f"no token was left to sample at output token {req.num_output_tokens}: {what}"
+
+
+def completed_too_early(req: Request) -> str | None:
+    """The error of a request whose grammar completed before its ``min_tokens`` (only EOS may follow a completed
+    grammar, so the output cannot reach min_tokens); None where the request may end here."""
+    min_tokens = req.sampling_params.min_tokens
+    if req.num_output_tokens >= min_tokens:
+        return None
+    return (f"the grammar completed at output token {req.num_output_tokens}, before min_tokens ({min_tokens}): only EOS "
+            "may follow a completed grammar, so the output cannot reach min_tokens")
