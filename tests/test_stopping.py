@@ -70,6 +70,30 @@ def test_min_tokens_holds_off_stop_tokens(llm, baseline):
     assert got.finish_reason == "stop" and got.stop_reason == ids[k]
 
 
+def test_min_tokens_holds_off_stop_strings(llm, baseline):
+    """As vLLM (its test_min_tokens_with_stop): a stop string that ends in the text of the first min_tokens tokens
+    does not stop the request; the first one ending past them does. Before, min_tokens held off only stop tokens."""
+    prompts, outputs = baseline
+    tokenizer, checked = llm.get_tokenizer(), 0
+    for prompt, out in zip(prompts, outputs):
+        ids, text = out.outputs[0].token_ids, out.outputs[0].text
+        early = tokenizer.decode(ids[:2])  # the text of the first two tokens
+        if not early.strip():
+            continue
+        checked += 1
+        stop = early.strip()[-1]  # a character of it: it matches inside the first min_tokens=4 tokens
+        held_text = tokenizer.decode(ids[:4])
+        later = text.find(stop, len(held_text) - len(stop) + 1)  # the first match that ends past the fourth token
+        got = llm.generate(prompt, greedy(stop=[stop], min_tokens=4), use_tqdm=False)[0].outputs[0]
+        if later == -1:
+            assert got.finish_reason == "length" and got.text == text
+        else:
+            assert got.finish_reason == "stop" and got.stop_reason == stop and got.text == text[:later]
+        plain = llm.generate(prompt, greedy(stop=[stop]), use_tqdm=False)[0].outputs[0]
+        assert plain.finish_reason == "stop" and plain.text == text[:text.find(stop)]
+    assert checked >= 2
+
+
 def test_eos_stops_unless_ignored(llm, baseline):
     prompts, outputs = baseline
     ids = outputs[2].outputs[0].token_ids

@@ -91,7 +91,8 @@ class IncrementalDetokenizer:
         self._prefix_offset = self._read_offset = len(self._ids)
 
     def update(self, new_token_ids: list[int]) -> str | None:
-        """Add tokens; returns the stop string that matched (text is then cut there), else None."""
+        """Add tokens; returns the stop string that matched (text is then cut there), else None. As in vLLM, a stop
+        string counts only where it ends in the text of a token past the first ``min_tokens``."""
         if self.lazy or not self.enabled:
             self._ids.extend(new_token_ids)
             self.token_ids.extend(new_token_ids)
@@ -99,7 +100,7 @@ class IncrementalDetokenizer:
         for token_id in new_token_ids:
             delta = self.decode_token(token_id)
             self.output_text += delta
-            if delta and self.params.stop:
+            if delta and self.params.stop and len(self.token_ids) > self.params.min_tokens:
                 stop = self._find_stop(len(delta))
                 if stop is not None:
                     return stop
