@@ -49,12 +49,22 @@ def test_stop_string_cuts_the_text(llm, baseline):
 
 
 def test_stop_token_ids(llm, baseline):
+    """The stop token is the last output token; as in vLLM its text is left out of the output's text unless
+    include_stop_str_in_output, both where the text is decoded once at the end and where it is decoded token by
+    token (a stop string that never matches makes it so)."""
     prompts, outputs = baseline
     ids = outputs[0].outputs[0].token_ids
     stop_id = ids[5]
-    got = llm.generate(prompts[0], greedy(stop_token_ids=[stop_id]), use_tqdm=False)[0].outputs[0]
-    assert got.finish_reason == "stop" and got.stop_reason == stop_id
-    assert got.token_ids == ids[: ids.index(stop_id) + 1]
+    end = ids.index(stop_id)
+    tokenizer = llm.get_tokenizer()
+    for incremental in ([], ["never in this text \x00"]):
+        got = llm.generate(prompts[0], greedy(stop_token_ids=[stop_id], stop=incremental), use_tqdm=False)[0].outputs[0]
+        assert got.finish_reason == "stop" and got.stop_reason == stop_id
+        assert got.token_ids == ids[: end + 1]
+        assert got.text == tokenizer.decode(ids[:end]) and tokenizer.decode([stop_id]).strip()
+        kept = llm.generate(prompts[0], greedy(stop_token_ids=[stop_id], stop=incremental, include_stop_str_in_output=True),
+                            use_tqdm=False)[0].outputs[0]
+        assert kept.token_ids == got.token_ids and kept.text == tokenizer.decode(ids[: end + 1])
 
 
 def test_min_tokens_holds_off_stop_tokens(llm, baseline):
@@ -107,6 +117,8 @@ def test_eos_stops_unless_ignored(llm, baseline):
     assert ignored.finish_reason == "length" and ignored.token_ids == ids
     assert stopped.finish_reason == "stop" and stopped.stop_reason is None
     assert stopped.token_ids == ids[: ids.index(ids[3]) + 1]
+    # EOS adds no text (here it is an ordinary token, so its text would show), as a stop token's.
+    assert stopped.text == llm.get_tokenizer().decode(stopped.token_ids[:-1])
 
 
 def test_a_stop_string_then_later_steps_in_one_batch_finish_once(llm, baseline):

@@ -90,9 +90,18 @@ class IncrementalDetokenizer:
             self.output_text += full_text[len(prefix_text) :]
         self._prefix_offset = self._read_offset = len(self._ids)
 
-    def update(self, new_token_ids: list[int]) -> str | None:
+    def update(self, new_token_ids: list[int], stop_token_last: bool = False) -> str | None:
         """Add tokens; returns the stop string that matched (text is then cut there), else None. As in vLLM, a stop
-        string counts only where it ends in the text of a token past the first ``min_tokens``."""
+        string counts only where it ends in the text of a token past the first ``min_tokens``, and the EOS or stop
+        token that ended the request (``stop_token_last``) adds no text unless ``include_stop_str_in_output``."""
+        if not (stop_token_last and not self.params.include_stop_str_in_output):
+            return self._add(new_token_ids)
+        stop = self._add(new_token_ids[:-1])
+        if stop is None:
+            self.token_ids.append(new_token_ids[-1])  # an output token, but never decoded (nor by flush)
+        return stop
+
+    def _add(self, new_token_ids: list[int]) -> str | None:
         if self.lazy or not self.enabled:
             self._ids.extend(new_token_ids)
             self.token_ids.extend(new_token_ids)

@@ -26,6 +26,7 @@ class ChildState:
     stop_reason: int | str | None = None
     num_streamed_tokens: int = 0  # delta mode: tokens already handed out
     finish_streamed: bool = False
+    eos_token_ids: frozenset[int] = frozenset()  # those that end it (none under ignore_eos)
 
 
 @dataclass
@@ -66,6 +67,7 @@ class OutputProcessor:
                 params=params,
                 detokenizer=IncrementalDetokenizer(self.tokenizer, processed.prompt_token_ids, params, lazy=not delta),
                 logprobs=[] if params.logprobs is not None else None,
+                eos_token_ids=frozenset() if params.ignore_eos else child.eos_token_ids,
             )
             self.parent_of[child.request_id] = processed.request_id
         parent.num_unfinished = len(parent.children)
@@ -94,7 +96,7 @@ class OutputProcessor:
                 parent.error, parent.invalid = out.error, out.invalid
             if out.new_prompt_logprobs and out.req_id == parent.prompt_logprobs_child:
                 parent.prompt_logprobs.extend(self._logprob_entry(sample, True) for sample in out.new_prompt_logprobs)
-            stop = child.detokenizer.update(out.new_token_ids)
+            stop = child.detokenizer.update(out.new_token_ids, stop_token_last=self._ends_on_stop_token(child, out))
             self._add_logprobs(child, out.new_logprobs)
             if stop is not None:
                 child.finish_reason, child.stop_reason = "stop", stop
@@ -112,6 +114,13 @@ class OutputProcessor:
             if parent.finished:
                 self._forget(parent)
         return results, to_abort
+
+    @staticmethod
+    def _ends_on_stop_token(child: ChildState, out: EngineCoreOutput) -> bool:
+        """Whether the engine ended the request on its last new token because it is EOS or a stop token (not a
+        grammar's last token)."""
+        return (out.finish_reason == "stop" and bool(out.new_token_ids)
+                and (isinstance(out.stop_reason, int) or out.new_token_ids[-1] in child.eos_token_ids))
 
     def child_ids(self, request_id: str) -> list[str]:
         """The engine-side ids of a request's children (none if it is unknown or finished)."""
