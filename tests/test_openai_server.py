@@ -169,9 +169,12 @@ def test_n_seed_stop_and_logprobs(client, offline):
     assert [c.text for c in response.choices] == [c.text for c in again.choices]
     for choice in response.choices:
         assert len(choice.logprobs.tokens) == 8 and len(choice.logprobs.top_logprobs) == 8
-        assert all(1 <= len(top) <= 2 for top in choice.logprobs.top_logprobs)
+        # The 2 most likely, and the chosen token where it is not among them (OpenAI's legacy API: up to logprobs + 1).
+        assert all(1 <= len(top) <= 3 for top in choice.logprobs.top_logprobs)
+        assert all(chosen in top.values() for chosen, top in zip(choice.logprobs.token_logprobs, choice.logprobs.top_logprobs))
         if not any("\ufffd" in t for t in choice.logprobs.tokens):  # a token of a split character decodes alone as U+FFFD
             assert "".join(choice.logprobs.tokens) == choice.text
+    assert any(len(top) == 3 for choice in response.choices for top in choice.logprobs.top_logprobs)
     chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
                                           temperature=0, logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
     content = chat.choices[0].logprobs.content

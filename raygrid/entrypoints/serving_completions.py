@@ -172,7 +172,8 @@ def request_prompt_text(prompt, index: int) -> str | None:
 def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entries: list, k: int, text_offset: int,
                            text_of=lambda _token_id: "") -> None:
     """Append positions to OpenAI's legacy logprobs shape, their text offsets counted from ``text_offset``. An
-    entry of None (a prompt's first token) has no logprob; a token with no decoded text takes ``text_of``'s."""
+    entry of None (a prompt's first token) has no logprob; a token with no decoded text takes ``text_of``'s. Each
+    position's top_logprobs hold the k most likely tokens and the chosen one."""
     for token_id, entry in zip(token_ids, entries):
         chosen = entry[token_id] if entry is not None else None
         token = chosen.decoded_token if chosen is not None and chosen.decoded_token is not None else text_of(token_id)
@@ -180,4 +181,12 @@ def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entrie
         out.token_logprobs.append(wire_logprob(chosen.logprob) if chosen is not None else None)
         out.text_offset.append(text_offset)
         text_offset += len(token)
-        out.top_logprobs.append({(lp.decoded_token or ""): wire_logprob(lp.logprob) for _, lp in top_items(entry, k)} if entry is not None else None)
+        if entry is None:
+            out.top_logprobs.append(None)
+            continue
+        # The k most likely, and the chosen token where it is not among them: up to k + 1, as OpenAI's legacy API
+        # and vLLM give.
+        top = top_items(entry, k)
+        if chosen is not None and chosen.rank > k:
+            top.append((token_id, chosen))
+        out.top_logprobs.append({(lp.decoded_token or ""): wire_logprob(lp.logprob) for _, lp in top})
