@@ -214,6 +214,20 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
             assert http.post(f"{base}/detokenize", json={"tokens": counted["tokens"]}).json() == {"prompt": "hello world"}
             assert http.post(f"{base}/detokenize", json={"tokens": [10**6]}).status_code == 400
             assert http.post(f"{base}/tokenize", json={"prompt": "x", "messages": []}).status_code == 400
+            # A conversation with tools, an earlier call and its answer, and template kwargs: the count is the chat
+            # route's (before, /tokenize dropped the calls and took neither tools nor template kwargs).
+            tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "properties": {"city": {"type": "string"}}}}}]
+            calling = [user[0], {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": '{"city": "Paris"}'}}]}, {"role": "tool", "content": "sunny", "tool_call_id": "c1"}]
+            rendering = {"messages": calling, "tools": tools, "chat_template_kwargs": {"enable_thinking": False}}
+            counted = http.post(f"{base}/tokenize", json=dict(rendering, return_token_strs=True)).json()
+            chat = http.post(f"{base}/v1/chat/completions", json=dict(rendering, model="tiny", max_tokens=1, tool_choice="none")).json()
+            assert counted["count"] == chat["usage"]["prompt_tokens"]
+            assert counted["token_strs"] == tokenizer.convert_ids_to_tokens(counted["tokens"])
+            assert "get_weather" in tokenizer.decode(counted["tokens"]) and "Paris" in tokenizer.decode(counted["tokens"])
+            refused = http.post(f"{base}/tokenize", json={"prompt": "x", "tools": tools})
+            assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools"  # not silently ignored
             # x-request-id: the caller's, or a fresh one.
             assert http.get(f"{base}/v1/models", headers={"x-request-id": "abc"}).headers["x-request-id"] == "abc"
             assert len(http.get(f"{base}/v1/models").headers["x-request-id"]) == 32

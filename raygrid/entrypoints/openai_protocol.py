@@ -280,6 +280,11 @@ class ChatMessage(_Strict):
         return "".join(part.text for part in self.content)
 
 
+def tool_dicts(tools: list[ChatTool] | None) -> list[dict[str, Any]]:
+    """Tools as chat templates read them."""
+    return [tool.model_dump(exclude_none=True) for tool in tools or []]
+
+
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
@@ -301,7 +306,7 @@ class ChatCompletionRequest(_SamplingFields):
         return self.tool_choice.model_dump() if isinstance(self.tool_choice, NamedToolChoice) else self.tool_choice
 
     def tool_dicts(self) -> list[dict[str, Any]]:
-        return [tool.model_dump(exclude_none=True) for tool in self.tools or []]
+        return tool_dicts(self.tools)
 
     def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:

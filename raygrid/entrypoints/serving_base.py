@@ -65,7 +65,7 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
 
     A field of several types (``stop: str | list[str]``) fails once per type, each under a location that names
     the type (``stop.str``, ``stop.list[str]``). Those failures are one problem of the field (``_union_problem``)."""
-    lines, groups = [], {}
+    lines, groups, param = [], {}, None
     for item in error.errors():
         loc = [str(p) for p in item.get("loc", ()) if p != "body"]
         if item.get("type") == "json_invalid":
@@ -74,6 +74,7 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
         problem = problem.removeprefix("Value error, ")  # pydantic's wrapping of a validator's ValueError
         if not loc and item.get("type") == "value_error":  # a check across fields: its message names them
             lines.append((None, problem))
+            param = param or getattr(item.get("ctx", {}).get("error"), "param", None)  # an InvalidRequest's field
             continue
         branch = next((i for i, part in enumerate(loc) if _UNION_BRANCH.match(part)), len(loc))
         groups.setdefault(tuple(loc[:branch]), []).append((loc[branch:], item, problem))
@@ -83,7 +84,7 @@ def describe_validation_error(error: ValidationError | RequestValidationError) -
         else:
             lines += [(".".join(list(head) + rest) or "body", problem) for rest, _, problem in found]
     fields = [field for field, _ in lines if field]
-    return "; ".join(f"{field}: {problem}" if field else problem for field, problem in lines) or str(error), next(iter(fields), None)
+    return "; ".join(f"{field}: {problem}" if field else problem for field, problem in lines) or str(error), next(iter(fields), param)
 
 
 # A location part naming one type of a union: ``str``, ``list[ChatContentPart]``, ``literal['text']``, a model's

@@ -4,27 +4,46 @@ with the engine's own tokenizer and chat template (so a client can count a promp
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from raygrid.engine.async_llm import AsyncLLM
-from raygrid.entrypoints.openai_protocol import ChatMessage, ModelCard, _Strict
+from raygrid.engine.input_processor import InvalidRequest
+from raygrid.entrypoints.openai_protocol import ChatMessage, ChatTool, ModelCard, _Strict, tool_dicts
 
 
 class TokenizeRequest(_Strict):
+    """vLLM's /tokenize: a ``prompt``, or ``messages`` rendered as /v1/chat/completions renders them (the same
+    template, tools and template kwargs), so that the count is the chat route's."""
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    add_special_tokens: bool = True
-    add_generation_prompt: bool = True
+    add_special_tokens: bool | None = Field(default=None, description="default: true for a prompt, false for messages "
+                                                                       "(their template writes the special tokens)")
+    add_generation_prompt: bool | None = None  # messages only, as the rest below; default true
     chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[ChatTool] | None = None
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def _one_input(self) -> "TokenizeRequest":
+        if (self.prompt is None) == (self.messages is None):
+            raise InvalidRequest("give one of prompt and messages", "prompt")
+        if self.prompt is not None:
+            for name in ("add_generation_prompt", "chat_template", "chat_template_kwargs", "tools"):
+                if getattr(self, name) is not None:
+                    raise InvalidRequest(f"{name} applies to messages, not to a prompt", name)
+        return self
 
 
 class TokenizeResponse(_Strict):
     count: int
     max_model_len: int
     tokens: list[int]
+    token_strs: list[str] | None = None
 
 
 class DetokenizeRequest(_Strict):
@@ -52,18 +71,20 @@ def utility_router(engine: AsyncLLM, names: list[str], check_model, api_error) -
     async def tokenize(request: TokenizeRequest):
         if request.model is not None:
             check_model(request.model)
-        if (request.prompt is None) == (request.messages is None):
-            raise api_error(400, "give one of prompt and messages", "prompt")
         try:
             if request.messages is not None:
-                conversation = [{"role": m.role, "content": m.text()} for m in request.messages]
-                tokens = await asyncio.to_thread(engine.processor.apply_chat_template, conversation, request.chat_template,
-                                                 request.add_generation_prompt)
+                tokens = await asyncio.to_thread(
+                    engine.processor.apply_chat_template, [m.for_template() for m in request.messages], request.chat_template,
+                    request.add_generation_prompt is not False, tools=tool_dicts(request.tools) or None,
+                    **(request.chat_template_kwargs or {}))
+                if request.add_special_tokens:  # as vLLM: the rendered text tokenized with them
+                    tokens = tokenizer.encode(tokenizer.decode(tokens), add_special_tokens=True)
             else:
-                tokens = await asyncio.to_thread(tokenizer.encode, request.prompt, add_special_tokens=request.add_special_tokens)
-        except (ValueError, TypeError, UnicodeError) as error:
+                tokens = await asyncio.to_thread(tokenizer.encode, request.prompt, add_special_tokens=request.add_special_tokens is not False)
+        except Exception as error:  # a template that fails on this conversation, text that cannot be tokenized
             raise api_error(400, f"cannot be tokenized: {error}", "messages" if request.messages is not None else "prompt") from None
-        return TokenizeResponse(count=len(tokens), max_model_len=max_len, tokens=tokens)
+        strs = tokenizer.convert_ids_to_tokens(tokens) if request.return_token_strs else None
+        return TokenizeResponse(count=len(tokens), max_model_len=max_len, tokens=tokens, token_strs=strs)
 
     @router.post("/detokenize")
     async def detokenize(request: DetokenizeRequest):
