@@ -95,6 +95,12 @@ def test_vllm_offline_helpers(llm, qwen3_dir, tmp_path):
                       chat_template=template, chat_template_kwargs={"greeting": "HELLO "})
     assert out.prompt == "HELLO hi there"
     assert out.prompt_token_ids == llm.get_tokenizer().encode("HELLO hi there", add_special_tokens=False)
+    # continue_final_message, as vLLM's: the reply begun in the last message is left open for the model to go on.
+    begun = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure, the answer is"}]
+    (out,) = llm.chat(begun, SamplingParams(max_tokens=2), add_generation_prompt=False, continue_final_message=True, use_tqdm=False)
+    assert out.prompt.endswith("<|im_start|>assistant\nSure, the answer is") and len(out.outputs[0].token_ids) == 2
+    with pytest.raises(ValueError, match="continue_final_message and add_generation_prompt cannot both be true"):
+        llm.chat(begun, SamplingParams(max_tokens=2), continue_final_message=True, use_tqdm=False)
 
     copy = tmp_path / "with_defaults"
     shutil.copytree(qwen3_dir, copy)

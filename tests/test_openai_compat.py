@@ -228,6 +228,17 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
             assert "get_weather" in tokenizer.decode(counted["tokens"]) and "Paris" in tokenizer.decode(counted["tokens"])
             refused = http.post(f"{base}/tokenize", json={"prompt": "x", "tools": tools})
             assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools"  # not silently ignored
+            # continue_final_message (vLLM's): the last message left open, in the chat and in its count.
+            begun = {"messages": [user[0], {"role": "assistant", "content": "Sure, the answer is"}],
+                     "add_generation_prompt": False, "continue_final_message": True}
+            open_ids = http.post(f"{base}/tokenize", json=begun).json()["tokens"]
+            assert tokenizer.decode(open_ids).endswith("<|im_start|>assistant\nSure, the answer is")
+            chat = http.post(f"{base}/v1/chat/completions", json=dict(begun, model="tiny", max_tokens=1)).json()
+            assert chat["usage"]["prompt_tokens"] == len(open_ids)
+            for route, body in (("v1/chat/completions", dict(begun, model="tiny", add_generation_prompt=True)),
+                                ("tokenize", dict(begun, add_generation_prompt=True))):
+                refused = http.post(f"{base}/{route}", json=body)
+                assert refused.status_code == 400 and refused.json()["error"]["param"] == "continue_final_message", refused.text
             # x-request-id: the caller's, or a fresh one.
             assert http.get(f"{base}/v1/models", headers={"x-request-id": "abc"}).headers["x-request-id"] == "abc"
             assert len(http.get(f"{base}/v1/models").headers["x-request-id"]) == 32

@@ -61,6 +61,12 @@ class InvalidRequest(ValueError):
         self.param = param
 
 
+def check_chat_prompt_flags(add_generation_prompt: bool, continue_final_message: bool) -> None:
+    if add_generation_prompt and continue_final_message:
+        raise InvalidRequest("continue_final_message and add_generation_prompt cannot both be true: a conversation either "
+                             "opens a new reply or continues its last message", "continue_final_message")
+
+
 @dataclass
 class ProcessedRequest:
     request_id: str
@@ -121,17 +127,20 @@ class InputProcessor:
         raise ValueError("a prompt is a string, {'prompt': str} or {'prompt_token_ids': [int, ...]}")
 
     def apply_chat_template(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True,
-                            **template_kwargs) -> list[int]:
-        return self.render_chat(conversation, chat_template, add_generation_prompt, **template_kwargs)[1]
+                            continue_final_message: bool = False, **template_kwargs) -> list[int]:
+        return self.render_chat(conversation, chat_template, add_generation_prompt, continue_final_message, **template_kwargs)[1]
 
     def render_chat(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True,
-                    **template_kwargs) -> tuple[str, list[int]]:
-        """The conversation through the chat template: its text and token ids. ``template_kwargs`` reach the
-        template (Qwen3's ``enable_thinking``, say)."""
+                    continue_final_message: bool = False, **template_kwargs) -> tuple[str, list[int]]:
+        """The conversation through the chat template: its text and token ids. ``continue_final_message``: the last
+        message is left open (no end-of-turn after it), so that the model continues it, as vLLM's ("prefilling" a
+        reply). ``template_kwargs`` reach the template (Qwen3's ``enable_thinking``, say)."""
+        check_chat_prompt_flags(add_generation_prompt, continue_final_message)
         if chat_template is None and not self.tokenizer.chat_template:
             raise ValueError("the tokenizer has no chat_template; pass chat_template=...")
         text = self.tokenizer.apply_chat_template(
-            conversation, chat_template=chat_template, add_generation_prompt=add_generation_prompt, tokenize=False, **template_kwargs
+            conversation, chat_template=chat_template, add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, tokenize=False, **template_kwargs
         )
         return text, self.tokenizer.encode(text, add_special_tokens=False)
 

@@ -79,18 +79,20 @@ class LLM:
         add_generation_prompt: bool = True,
         chat_template_kwargs: dict[str, Any] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        continue_final_message: bool = False,
     ) -> list[RequestOutput]:
         """Generate replies to one conversation or a list of them, through the tokenizer's chat template
-        (``chat_template_kwargs`` and OpenAI-style ``tools`` reach the template). Each output's ``prompt`` is the
-        rendered conversation."""
+        (``chat_template_kwargs`` and OpenAI-style ``tools`` reach the template). ``continue_final_message`` (with
+        ``add_generation_prompt=False``) leaves the last message open for the model to continue. Each output's
+        ``prompt`` is the rendered conversation."""
         conversations = [messages] if messages and _is_conversation(messages) else messages
         if not isinstance(conversations, (list, tuple)) or not all(_is_conversation(c) for c in conversations):
             raise TypeError(f"messages: a conversation (a list of {{'role': ..., 'content': ...}} dicts) or a list of them, "
                             f"not {_shape(messages)}")
         prompts = []
         for conversation in conversations:
-            text, ids = self.processor.render_chat(conversation, chat_template, add_generation_prompt, tools=tools,
-                                                   **(chat_template_kwargs or {}))
+            text, ids = self.processor.render_chat(conversation, chat_template, add_generation_prompt, continue_final_message,
+                                                   tools=tools, **(chat_template_kwargs or {}))
             prompts.append({"prompt": text, "prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from raygrid.engine.input_processor import InvalidRequest
+from raygrid.engine.input_processor import InvalidRequest, check_chat_prompt_flags
 from raygrid.engine.sampling_params import SamplingParams, StructuredOutputsParams
 from raygrid.entrypoints.tool_calls import forced_schema
 from raygrid.validation import InvalidArgument
@@ -292,11 +292,17 @@ class ChatCompletionRequest(_SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0)  # up to the server's --max-logprobs (the engine checks)
     add_generation_prompt: bool = True
+    continue_final_message: bool = False  # the last message left open for the model to continue (vLLM's)
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True  # false: at most one tool call in a reply
+
+    @model_validator(mode="after")
+    def _prompt_flags(self) -> "ChatCompletionRequest":
+        check_chat_prompt_flags(self.add_generation_prompt, self.continue_final_message)
+        return self
 
     @property
     def effective_tool_choice(self) -> str | dict:

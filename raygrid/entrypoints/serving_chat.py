@@ -51,7 +51,8 @@ class ChatServing(OpenAIServing):
             conversation = [m.for_template() for m in request.messages]
             # Off the event loop: a large conversation must not stall /health and the streams in flight.
             prompt_ids = await asyncio.to_thread(self.engine.processor.apply_chat_template, conversation, request.chat_template,
-                                                 request.add_generation_prompt, tools=request.tool_dicts() or None,
+                                                 request.add_generation_prompt, request.continue_final_message,
+                                                 tools=request.tool_dicts() or None,
                                                  **(request.chat_template_kwargs or {}))
         except ValueError as error:
             raise APIError(400, str(error), param="messages") from None

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from pydantic import Field, model_validator
 
 from raygrid.engine.async_llm import AsyncLLM
-from raygrid.engine.input_processor import InvalidRequest
+from raygrid.engine.input_processor import InvalidRequest, check_chat_prompt_flags
 from raygrid.entrypoints.openai_protocol import ChatMessage, ChatTool, ModelCard, _Strict, tool_dicts
 
 
@@ -23,6 +23,7 @@ class TokenizeRequest(_Strict):
     add_special_tokens: bool | None = Field(default=None, description="default: true for a prompt, false for messages "
                                                                        "(their template writes the special tokens)")
     add_generation_prompt: bool | None = None  # messages only, as the rest below; default true
+    continue_final_message: bool | None = None
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = None
@@ -33,9 +34,11 @@ class TokenizeRequest(_Strict):
         if (self.prompt is None) == (self.messages is None):
             raise InvalidRequest("give one of prompt and messages", "prompt")
         if self.prompt is not None:
-            for name in ("add_generation_prompt", "chat_template", "chat_template_kwargs", "tools"):
+            for name in ("add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs", "tools"):
                 if getattr(self, name) is not None:
                     raise InvalidRequest(f"{name} applies to messages, not to a prompt", name)
+        else:
+            check_chat_prompt_flags(self.add_generation_prompt is not False, bool(self.continue_final_message))
         return self
 
 
@@ -75,7 +78,7 @@ def utility_router(engine: AsyncLLM, names: list[str], check_model, api_error) -
             if request.messages is not None:
                 tokens = await asyncio.to_thread(
                     engine.processor.apply_chat_template, [m.for_template() for m in request.messages], request.chat_template,
-                    request.add_generation_prompt is not False, tools=tool_dicts(request.tools) or None,
+                    request.add_generation_prompt is not False, bool(request.continue_final_message), tools=tool_dicts(request.tools) or None,
                     **(request.chat_template_kwargs or {}))
                 if request.add_special_tokens:  # as vLLM: the rendered text tokenized with them
                     tokens = tokenizer.encode(tokenizer.decode(tokens), add_special_tokens=True)
