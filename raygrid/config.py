@@ -101,7 +101,8 @@ class ParallelConfig(_Strict):
     )
     step_timeout_s: float = Field(
         default=300.0, gt=0.0,
-        description="on Ray: a step whose workers make no progress for this long fails its replica (loading is exempt)",
+        description="a step that makes no progress for this long fails its requests: on Ray its replica, and an engine "
+                    "process (raygrid serve) that says nothing for this long with requests in flight (loading is exempt)",
     )
     max_migrations: int = Field(
         default=3, ge=0,

@@ -150,15 +150,18 @@ def test_bad_request_raises_and_others_continue(engine):
     assert last.finished and len(last.outputs[0].token_ids) == 5
 
 
-def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_dir):
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_dir, fault):
     """The step loop runs in a process of its own; kill -9 of it fails the requests in flight with an
-    error within seconds, /health turns false and new requests are refused; nothing hangs."""
+    error within seconds, /health turns false and new requests are refused; nothing hangs. So does a hung engine
+    process (SIGSTOP): silent for step_timeout_s with requests in flight, it is killed (it holds the device).
+    Before, its requests waited forever and /health stayed true."""
     import os
     import signal
 
     from raygrid.engine.async_llm import EngineDeadError
 
-    engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=512)
+    engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=512, step_timeout_s=2)
     try:
         process = engine.engine._owned.process
         assert process.pid != os.getpid() and process.is_alive() and engine.is_healthy
@@ -167,7 +170,7 @@ def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_
             gens = [engine.generate(f"story {i}", SamplingParams(max_tokens=400, ignore_eos=True), delta=True) for i in range(3)]
             firsts = await asyncio.gather(*(g.__anext__() for g in gens))
             assert all(f.error is None for f in firsts)
-            os.kill(process.pid, signal.SIGKILL)
+            os.kill(process.pid, getattr(signal, fault))
             start = time.monotonic()
             lasts = []
             for gen in gens:
@@ -176,10 +179,13 @@ def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_
                 lasts.append(last)
             return lasts, time.monotonic() - start
 
-        lasts, elapsed = asyncio.run(run())
-        assert elapsed < 5
-        assert all(out.finished and "engine process died" in out.error for out in lasts)
+        lasts, elapsed = asyncio.run(asyncio.wait_for(run(), 30))  # a TimeoutError, not a hung suite, if it regresses
+        assert elapsed < (5 if fault == "SIGKILL" else 2 + 5)
+        words = "engine process died" if fault == "SIGKILL" else "the engine process made no progress for 2 s (step_timeout_s 2)"
+        assert all(out.finished and words in out.error for out in lasts), [out.error for out in lasts]
         assert not engine.is_healthy
+        process.join(timeout=5)
+        assert not process.is_alive()
 
         async def late():
             await engine.generate("after", SamplingParams(max_tokens=2)).__anext__()

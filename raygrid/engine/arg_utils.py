@@ -72,7 +72,7 @@ class EngineArgs:
     distributed_executor_backend: Literal["inprocess", "ray"] | None = _arg(None, "default: ray for more than one device")
     ray_address: str | None = _arg(None, "Ray cluster to join ('auto'); default: start a local one")
     ray_worker_cpus: float = _arg(1.0, "CPUs a worker actor reserves")
-    step_timeout_s: float = _arg(300.0, "on Ray: a step with no progress for this long fails its replica")
+    step_timeout_s: float = _arg(300.0, "a step with no progress for this long fails its requests (on Ray: its replica)")
     compiled_graph: bool | None = _arg(None, "on Ray: steps through a Ray Compiled Graph (default: when the workers have GPUs)")
     max_migrations: int = _arg(3, "on Ray: times a request may move to another replica after its own failed (0: it fails)")
     migration_timeout_s: float = _arg(300.0, "on Ray: how long a request may wait for a healthy replica (a rebuild) before it fails")

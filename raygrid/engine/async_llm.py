@@ -163,7 +163,7 @@ class AsyncLLM:
         if self._dead is not None:
             raise EngineDeadError(f"engine loop failed: {self._dead!r}")
         if self.engine.lost:
-            raise EngineDeadError("no engine is left to serve: the engine process died")
+            raise EngineDeadError("no engine is left to serve: the engine process died or stopped making progress")
         in_flight = self._num_sequences  # sequences, not prompts: n=128 is 128 of them
         if in_flight + sampling_params.n > self.max_queued_requests:
             raise EngineOverloadedError(

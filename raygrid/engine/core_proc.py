@@ -13,7 +13,10 @@ otherwise it waits for messages, and exits on SIGTERM from its owner or when its
 
 ``EngineProcClient`` is the API side and an ``EngineClient``. It owns its engine process, or connects to
 one that another process owns (several API servers). If the engine process dies, every request in flight
-comes back failed at the next ``step()``, and the client reports itself unhealthy.
+comes back failed at the next ``step()``, and the client reports itself unhealthy. So it does if the engine
+process hangs (stopped, or stuck in a step): while the client has requests in flight the engine reports every
+step, and a silence of ``step_timeout_s`` fails them all; an engine process the client owns is then killed, since
+it holds the device.
 """
 
 from __future__ import annotations
@@ -225,6 +228,8 @@ class EngineProcClient:
         self._timing: list[dict[str, float]] = []
         self._replicas_healthy = [True]
         self._last_heard = 0.0
+        self._step_timeout_s = config.parallel.step_timeout_s
+        self._waiting_since = 0.0  # since when requests in flight have had no word from the engine
         self._pending: list[EngineCoreOutput] = []
         try:
             self._wait_until_ready(start_timeout_s)
@@ -264,6 +269,8 @@ class EngineProcClient:
     def add_request(self, request: Request) -> None:
         if self._dead is not None:
             raise RuntimeError(f"the engine process is gone ({self._dead})")
+        if not self._unfinished:  # the engine was idle and silent: its silence counts from now
+            self._waiting_since = time.monotonic()
         self._unfinished.add(request.request_id)
         self._outbox.send(_dumps(("add", self.connection.index, [request])))
 
@@ -279,8 +286,14 @@ class EngineProcClient:
     def step(self) -> list[EngineCoreOutput]:
         if self._dead is not None:
             return []
-        if not self._pending and not self._receive(_POLL_MS) and not self._engine_alive():
-            return self._fail_all("the engine process died")
+        if not self._pending and not self._receive(_POLL_MS):
+            if not self._engine_alive():
+                return self._fail_all("the engine process died")
+            silent_s = time.monotonic() - max(self._last_heard, self._waiting_since)
+            if self._unfinished and silent_s > self._step_timeout_s:
+                self._kill_engine()
+                return self._fail_all(f"the engine process made no progress for {silent_s:.0f} s (step_timeout_s "
+                                      f"{self._step_timeout_s:g})")
         outputs, self._pending = self._pending, []
         for out in outputs:
             if out.finished:
@@ -299,8 +312,16 @@ class EngineProcClient:
             if not self._inbox.poll(0):
                 return True
 
+    def _kill_engine(self) -> None:
+        """SIGKILL a hung engine process: it holds the device, and a stopped process does not act on SIGTERM. One
+        that another process owns goes too: every client of it finds it hung, and its owner then sees it exit."""
+        try:
+            os.kill(self.connection.engine_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     def _fail_all(self, reason: str) -> list[EngineCoreOutput]:
-        if self._owned is not None:
+        if self._owned is not None and self._owned.process.exitcode is not None:
             reason += f" (exit code {self._owned.process.exitcode})"
         logger.error("%s; failing %d request(s) in flight", reason, len(self._unfinished))
         self._dead = reason
