@@ -29,7 +29,8 @@ from raygrid.serve.run import serve_args_from_cli
 from tests.conftest import RAY_METRICS_PORT, free_port, random_prompts
 
 ENGINE_FLAGS = ["--device", "cpu", "--dtype", "float32", "--max-model-len", "256", "--max-num-seqs", "8",
-                "--num-kv-blocks", "24"]  # a small pool: a burst of long requests preempts
+                "--num-kv-blocks", "24",  # a small pool: a burst of long requests preempts
+                "--step-timeout-s", "10"]  # an engine process silent for 10 s with requests in flight is hung
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +209,46 @@ def test_killed_engine_process_is_replaced_and_the_app_keeps_answering(app, toke
         time.sleep(0.5)
     status = serve.status().applications["raygrid"].deployments["EngineServer"]
     assert status.status == "HEALTHY" and status.replica_states.get("RUNNING") == 2
+
+
+def test_hung_engine_process_is_killed_its_streams_migrate_and_the_replica_is_replaced(app, tokenizer):
+    """16 streams in flight when an engine process is SIGSTOPped: its replica's client hears no step for
+    step_timeout_s (10 s here), kills it and fails its requests as a lost engine, so they migrate to the other
+    replica and end as an undisturbed run; Serve replaces the replica. Before, they waited forever."""
+    from tests.test_migration import stream_all
+
+    client = openai.OpenAI(base_url=f"{app}/v1", api_key="unused", max_retries=0, timeout=120)
+    prompts = random_prompts(16, len(tokenizer), seed=67)
+    expected = stream_all(client, prompts)
+    before = engine_replicas()
+    assert len(before) == 2 and all(len(pids) == 1 for pids in before.values()), before
+    stopped = {}
+
+    def stop_a_busy_engine():
+        pid = busiest([pid for (pid,) in before.values()])
+        stopped["replica"], stopped["pid"] = next(replica for replica, pids in before.items() if pids == [pid]), pid
+        os.kill(pid, signal.SIGSTOP)
+
+    try:
+        start = time.monotonic()
+        assert stream_all(client, prompts, [(32, stop_a_busy_engine)]) == expected
+        assert time.monotonic() - start > 10  # the stopped replica's streams waited out the step timeout
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{stopped['pid']}"):
+            time.sleep(0.5)
+        assert not os.path.exists(f"/proc/{stopped['pid']}"), "the hung engine process was not killed"
+        while time.monotonic() < deadline:
+            now = engine_replicas()
+            if stopped["replica"] not in now and len(now) == 2 and all(now.values()):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("Serve did not replace the replica whose engine process hung")
+        reply = client.completions.create(model="tiny", prompt="still there?", max_tokens=4, extra_body={"ignore_eos": True})
+        assert reply.usage.completion_tokens == 4
+    finally:
+        if "pid" in stopped and os.path.exists(f"/proc/{stopped['pid']}"):
+            os.kill(stopped["pid"], signal.SIGKILL)
 
 
 def test_serve_config_and_cli_mapping(qwen3_dir, ray_cluster):
