@@ -94,7 +94,8 @@ class IncrementalDetokenizer:
         """Add tokens; returns the stop string that matched (text is then cut there), else None. As in vLLM, a stop
         string counts only where it ends in the text of a token past the first ``min_tokens``, and the EOS or stop
         token that ended the request (``stop_token_last``) adds no text unless ``include_stop_str_in_output``."""
-        if not (stop_token_last and not self.params.include_stop_str_in_output):
+        textless_last = stop_token_last and not self.params.include_stop_str_in_output
+        if not textless_last:
             return self._add(new_token_ids)
         stop = self._add(new_token_ids[:-1])
         if stop is None:
@@ -102,6 +103,7 @@ class IncrementalDetokenizer:
         return stop
 
     def _add(self, new_token_ids: list[int]) -> str | None:
+        """Decode tokens (or, lazily, only keep them) and look for stop strings in their text."""
         if self.lazy or not self.enabled:
             self._ids.extend(new_token_ids)
             self.token_ids.extend(new_token_ids)
