@@ -221,6 +221,6 @@ def _open_backend(args, engine_kwargs: dict, longest: int, bandwidth: float | No
     if args.profile_dir:
         from raygrid.bench.profile_decode import profile_decode
 
-        profile = lambda input_len: profile_decode(engine, args.profile_dir, num_reqs=args.batch_size, prompt_len=input_len,
-                                                       bandwidth=bandwidth)  # noqa: E731
+        profile = lambda input_len: profile_decode(engine, args.profile_dir, bandwidth, num_reqs=args.batch_size,
+                                                       prompt_len=input_len)  # noqa: E731
     return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n, args.sampling_params)), profile, engine.config.scheduler.max_num_batched_tokens

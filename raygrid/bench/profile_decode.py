@@ -58,15 +58,14 @@ def kernel_ms_by_step(prof, name: str, launches_per_step: int) -> list[float]:
     return [round(sum(us for _, us in calls[i:i + launches_per_step]) / 1e3, 2) for i in range(0, len(calls), launches_per_step)]
 
 
-def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512, steps: int = 10,
-                   bandwidth: float | None = None) -> dict:
-    """Profile ``steps`` decode steps of ``num_reqs`` running requests; ``bandwidth`` (bytes/s) sets the memory floor
-    (measured here if not given)."""
+def profile_decode(llm, out_dir: str, bandwidth: float, num_reqs: int = 256, prompt_len: int = 512, steps: int = 10) -> dict:
+    """Profile ``steps`` decode steps of ``num_reqs`` running requests; ``bandwidth`` (bytes/s, memory_floor's
+    copy_bandwidth, measured before the engine started) sets the memory floor."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from raygrid import SamplingParams
-    from raygrid.bench.memory_floor import copy_bandwidth, decode_floor
+    from raygrid.bench.memory_floor import decode_floor
     from raygrid.models.default_model import resolve_model_path
     from raygrid.models.loader import load_hf_config, resolve_dtype
 
@@ -100,7 +99,7 @@ def profile_decode(llm, out_dir: str, num_reqs: int = 256, prompt_len: int = 512
     dtype_bytes = resolve_dtype(model_config.dtype, hf_config, torch.device("cuda")).itemsize
     # The timed steps start after the prefills and three more steps: mid-window context per request.
     floor = decode_floor(hf_config, num_reqs, num_reqs * (prompt_len + 3 + steps), dtype_bytes,
-                         bandwidth=bandwidth or copy_bandwidth(torch.device("cuda")), quantization=model_config.quantization, kv_cache_dtype=core.config.cache.cache_dtype)
+                         bandwidth=bandwidth, quantization=model_config.quantization, kv_cache_dtype=core.config.cache.cache_dtype)
     summary = {
         "num_running": num_reqs,
         "context_len_start": prompt_len,

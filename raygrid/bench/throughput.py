@@ -81,6 +81,13 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
     from raygrid import LLM, SamplingParams
     from raygrid.engine.core import EngineCore
 
+    bandwidth = None
+    if args.profile_dir:  # the profiles' memory floor: measured before the engine takes the GPU's memory
+        import torch
+
+        from raygrid.bench.memory_floor import copy_bandwidth
+
+        bandwidth = copy_bandwidth(torch.device("cuda"))
     llm = LLM(**engine_kwargs)
     try:
         warmup = [SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False)] * 4
@@ -109,8 +116,8 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
             from raygrid.bench.profile_decode import profile_decode
 
             result["decode_profiles"] = [
-                profile_decode(llm, args.profile_dir, num_reqs=min(256, len(prompts)), prompt_len=512),
-                profile_decode(llm, args.profile_dir, num_reqs=min(32, len(prompts)), prompt_len=1536),
+                profile_decode(llm, args.profile_dir, bandwidth, num_reqs=min(256, len(prompts)), prompt_len=512),
+                profile_decode(llm, args.profile_dir, bandwidth, num_reqs=min(32, len(prompts)), prompt_len=1536),
             ]
         return result
     finally:
