@@ -126,10 +126,6 @@ class InputProcessor:
             return prompt["prompt"], self.tokenizer.encode(prompt["prompt"])
         raise ValueError("a prompt is a string, {'prompt': str} or {'prompt_token_ids': [int, ...]}")
 
-    def apply_chat_template(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True,
-                            continue_final_message: bool = False, **template_kwargs) -> list[int]:
-        return self.render_chat(conversation, chat_template, add_generation_prompt, continue_final_message, **template_kwargs)[1]
-
     def render_chat(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True,
                     continue_final_message: bool = False, **template_kwargs) -> tuple[str, list[int]]:
         """The conversation through the chat template: its text and token ids. ``continue_final_message``: the last

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import Request
 
@@ -22,15 +23,27 @@ from raygrid.entrypoints.openai_protocol import (
     ChatCompletionChoice,
     ChatCompletionRequest,
     ChatCompletionResponse,
+    ChatMessage,
+    ChatTool,
     ChatTokenLogprob,
     TopLogprob,
     UsageInfo,
     random_id,
+    tool_dicts,
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
 from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, error_event, merge, merge_outputs, prompt_logprobs, sse,
                                               sse_json, streaming, top_items, wire_logprob)
 from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls, tool_finish_reason
+
+
+def render_messages(processor, messages: list[ChatMessage], chat_template: str | None, add_generation_prompt: bool,
+                    continue_final_message: bool, tools: list[ChatTool] | None,
+                    chat_template_kwargs: dict[str, Any] | None) -> tuple[str, list[int]]:
+    """A request's conversation through the chat template: its text and token ids. The chat route and /tokenize both
+    render with it, so that /tokenize counts what the chat route sends."""
+    return processor.render_chat([m.for_template() for m in messages], chat_template, add_generation_prompt,
+                                 continue_final_message, tools=tool_dicts(tools) or None, **(chat_template_kwargs or {}))
 
 
 class ChatServing(OpenAIServing):
@@ -48,12 +61,10 @@ class ChatServing(OpenAIServing):
                            param="tool_choice")
         params = self.make_params(request)
         try:
-            conversation = [m.for_template() for m in request.messages]
             # Off the event loop: a large conversation must not stall /health and the streams in flight.
-            prompt_ids = await asyncio.to_thread(self.engine.processor.apply_chat_template, conversation, request.chat_template,
-                                                 request.add_generation_prompt, request.continue_final_message,
-                                                 tools=request.tool_dicts() or None,
-                                                 **(request.chat_template_kwargs or {}))
+            _, prompt_ids = await asyncio.to_thread(
+                render_messages, self.engine.processor, request.messages, request.chat_template, request.add_generation_prompt,
+                request.continue_final_message, request.tools, request.chat_template_kwargs)
         except ValueError as error:
             raise APIError(400, str(error), param="messages") from None
         except Exception as error:  # a template that fails to render on this conversation

@@ -11,7 +11,8 @@ from pydantic import Field, model_validator
 
 from raygrid.engine.async_llm import AsyncLLM
 from raygrid.engine.input_processor import InvalidRequest, check_chat_prompt_flags
-from raygrid.entrypoints.openai_protocol import ChatMessage, ChatTool, ModelCard, _Strict, tool_dicts
+from raygrid.entrypoints.openai_protocol import ChatMessage, ChatTool, ModelCard, _Strict
+from raygrid.entrypoints.serving_chat import render_messages
 
 
 class TokenizeRequest(_Strict):
@@ -76,12 +77,12 @@ def utility_router(engine: AsyncLLM, names: list[str], check_model, api_error) -
             check_model(request.model)
         try:
             if request.messages is not None:
-                tokens = await asyncio.to_thread(
-                    engine.processor.apply_chat_template, [m.for_template() for m in request.messages], request.chat_template,
-                    request.add_generation_prompt is not False, bool(request.continue_final_message), tools=tool_dicts(request.tools) or None,
-                    **(request.chat_template_kwargs or {}))
+                text, tokens = await asyncio.to_thread(
+                    render_messages, engine.processor, request.messages, request.chat_template,
+                    request.add_generation_prompt is not False, bool(request.continue_final_message), request.tools,
+                    request.chat_template_kwargs)
                 if request.add_special_tokens:  # as vLLM: the rendered text tokenized with them
-                    tokens = tokenizer.encode(tokenizer.decode(tokens), add_special_tokens=True)
+                    tokens = await asyncio.to_thread(tokenizer.encode, text, add_special_tokens=True)
             else:
                 tokens = await asyncio.to_thread(tokenizer.encode, request.prompt, add_special_tokens=request.add_special_tokens is not False)
         except Exception as error:  # a template that fails on this conversation, text that cannot be tokenized
