@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import httpx
 import openai
@@ -102,6 +103,23 @@ def busiest(pids: list[int], window_s: float = 0.3, margin_ticks: int = 3, give_
             return used[0][1]
 
 
+def busy_engine_fault(before: dict[int, list[int]], signum: int) -> tuple[Callable[[], None], dict]:
+    """A fault for stream_all, and the dict in which it records the replica and the pid it hit: ``signum`` to the
+    engine process that is generating (``busiest``). Run early in the streams (32 of their about 1,000 chunks), that
+    engine's requests have been heard from by the ingress and are far from done, so they move as migrations (a
+    request whose replica fails before its first output is sent again, and not counted). A fixed replica may have
+    had none heard from yet; waiting for every stream's first token came too late: with 8 sequences and 24 KV blocks
+    a replica, streams start in waves, and the last started after one replica had finished its own."""
+    hit: dict = {}
+
+    def fault() -> None:
+        pid = busiest([pid for (pid,) in before.values()])
+        hit["replica"], hit["pid"] = next(replica for replica, pids in before.items() if pids == [pid]), pid
+        os.kill(pid, signum)
+
+    return fault, hit
+
+
 def test_openai_routes_through_serve(app, qwen3_dir, tokenizer):
     client = openai.OpenAI(base_url=f"{app}/v1", api_key="unused", max_retries=0)
     assert [m.id for m in client.models.list().data] == ["tiny"]
@@ -172,18 +190,7 @@ def test_killed_engine_process_is_replaced_and_the_app_keeps_answering(app, toke
     expected = stream_all(client, prompts)
     before = engine_replicas()
     assert len(before) == 2 and all(len(pids) == 1 for pids in before.values()), before
-    killed = {}
-
-    def kill_a_busy_engine():
-        # Early in the streams (32 of their about 1,000 chunks), the engine busier over 0.3 s: it is generating, so its
-        # requests have been heard from by the ingress and are far from done, and they move as migrations (a request
-        # whose replica dies before its first output is sent again, and not counted). A fixed replica may have had
-        # none heard from yet; waiting for every stream's first token came too late: with 8 sequences and 24 KV
-        # blocks a replica, streams start in waves, and the last started after one replica had finished its own.
-        pid = busiest([pid for (pid,) in before.values()])
-        killed["replica"] = next(replica for replica, pids in before.items() if pids == [pid])
-        os.kill(pid, signal.SIGKILL)
-
+    kill_a_busy_engine, killed = busy_engine_fault(before, signal.SIGKILL)
     assert stream_all(client, prompts, [(32, kill_a_busy_engine)]) == expected
     victim = killed["replica"]
     # The ingress counts its migrations on Ray's metrics endpoint, under the dashboard's name.
@@ -222,13 +229,7 @@ def test_hung_engine_process_is_killed_its_streams_migrate_and_the_replica_is_re
     expected = stream_all(client, prompts)
     before = engine_replicas()
     assert len(before) == 2 and all(len(pids) == 1 for pids in before.values()), before
-    stopped = {}
-
-    def stop_a_busy_engine():
-        pid = busiest([pid for (pid,) in before.values()])
-        stopped["replica"], stopped["pid"] = next(replica for replica, pids in before.items() if pids == [pid]), pid
-        os.kill(pid, signal.SIGSTOP)
-
+    stop_a_busy_engine, stopped = busy_engine_fault(before, signal.SIGSTOP)
     try:
         start = time.monotonic()
         assert stream_all(client, prompts, [(32, stop_a_busy_engine)]) == expected
