@@ -135,6 +135,25 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
             assert [o for c in chunks for o in c.logprobs.text_offset] == whole.choices[0].logprobs.text_offset
             assert [lp for c in chunks for lp in c.logprobs.token_logprobs] == whole.choices[0].logprobs.token_logprobs
             assert chunks[-1].finish_reason == whole.choices[0].finish_reason
+        # text_offset is where each token starts in the choice's text. A character split over tokens (an emoji, or 'ö'
+        # in byte-level BPE) is one character there, at one offset for all its pieces. (Summing the pieces' decoded
+        # lengths, a U+FFFD each, drifted past the text, and the first completion offset after an echo went back.)
+        wide = "héllo 😀 wörld 日本"
+        for echo in (True, False):
+            body = dict(model="tiny", prompt=wide, echo=echo, logprobs=1, max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+            whole = client.completions.create(**body).choices[0]
+            chunks = [c.choices[0] for c in client.completions.create(stream=True, **body) if c.choices]
+            tokens, offsets, text = whole.logprobs.tokens, whole.logprobs.text_offset, whole.text
+            assert [o for c in chunks for o in c.logprobs.text_offset] == offsets
+            assert offsets == sorted(offsets) and offsets[0] == 0 and offsets[-1] < len(text)
+            split = 0
+            for token, offset in zip(tokens, offsets):
+                head = token.split("\ufffd")[0]  # a piece of a character: the whole characters before it
+                assert text[offset: offset + len(head)] == head, (token, offset, text)
+                if head != token:
+                    assert ord(text[offset + len(head)]) > 0x7F, (token, offset, text)
+                    split += 1
+            assert split >= (6 if echo else 0)
         # truncate_prompt_tokens: a prompt past max_model_len (512) is taken, and echo, its logprobs, prompt_logprobs and
         # usage are those of the tokens the model read (the whole prompt's text and ids here made a 500, a KeyError).
         long_ids = [3 + (7 * i) % 400 for i in range(600)]

@@ -10,6 +10,8 @@ decodes); other tokenizers take the Python path.
 
 from __future__ import annotations
 
+import codecs
+
 from raygrid.engine.sampling_params import SamplingParams
 
 # Prompt tokens kept as left context for the first output tokens.
@@ -169,3 +171,23 @@ class TokenBytes:
         if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
             return bytes([int(piece[3:5], 16)])
         return piece.replace("\u2581", " ").encode("utf-8")
+
+
+class TextOffsets:
+    """The character offset, in a decoded text, at which each of its tokens starts (OpenAI's legacy ``text_offset``),
+    counted from ``start``. Tokens are fed in order. A character split over tokens is counted when its last byte
+    comes, so each of its tokens takes the offset of that character; special tokens the text leaves out (``skipped``)
+    add nothing. Summing the lengths of tokens decoded one by one instead counts a U+FFFD for each piece of a split
+    character and drifts from the text."""
+
+    def __init__(self, token_bytes: TokenBytes, start: int = 0, skipped: frozenset[int] = frozenset()) -> None:
+        self._token_bytes = token_bytes
+        self._skipped = skipped
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self.next = start
+
+    def __call__(self, token_id: int) -> int:
+        offset = self.next
+        if token_id not in self._skipped:
+            self.next += len(self._utf8.decode(bytes(self._token_bytes(token_id))))
+        return offset

@@ -16,6 +16,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from raygrid.engine.async_llm import AsyncLLM, EngineDeadError, EngineOverloadedError
+from raygrid.engine.detokenizer import TokenBytes
 from raygrid.engine.outputs import RequestOutput
 from raygrid.engine.sampling_params import SamplingParams
 from raygrid.entrypoints.openai_protocol import (ChatCompletionRequest, CompletionRequest, ErrorInfo, ErrorResponse, PromptLogprob,
@@ -117,6 +118,9 @@ class OpenAIServing:
         self.names = served_model_names
         self.max_len = engine.config.model.max_model_len
         self.generation_defaults = engine.processor.default_sampling_params()
+        tokenizer = engine.processor.tokenizer
+        self.token_bytes = TokenBytes(tokenizer)  # logprobs: a token's bytes, and its offset in the text
+        self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()))
 
     def check_model(self, model: str) -> None:
         if model not in self.names:

@@ -52,7 +52,6 @@ class ChatServing(OpenAIServing):
         super().__init__(engine, served_model_names)
         self.reasoning = REASONING_PARSERS[reasoning_parser]() if reasoning_parser else None
         self.tool_call_parser = tool_call_parser
-        self.token_bytes = TokenBytes(engine.processor.tokenizer)
 
     async def create(self, request: ChatCompletionRequest, raw: Request):
         self.check_model(request.model)

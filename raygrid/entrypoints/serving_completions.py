@@ -11,8 +11,10 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from raygrid.engine.async_llm import AsyncLLM
+from raygrid.engine.detokenizer import TextOffsets
 from raygrid.engine.input_processor import truncate_prompt
 from raygrid.engine.outputs import CompletionOutput
+from raygrid.engine.sampling_params import SamplingParams
 from raygrid.entrypoints.openai_protocol import (
     SYSTEM_FINGERPRINT,
     CompletionChoice,
@@ -49,7 +51,7 @@ class CompletionServing(OpenAIServing):
         streams = [await self.start(ids, params, request, f"{request_id}-{i}") for i, ids in enumerate(prompts)]
         n = params.n
         if request.stream:
-            return streaming(self.stream(request, request_id, prompts, whole, streams, n))
+            return streaming(self.stream(request, request_id, prompts, whole, streams, params))
         results = await collect(streams, raw)
         choices, completion_tokens = [], 0
         for i, outputs in enumerate(results):
@@ -62,7 +64,8 @@ class CompletionServing(OpenAIServing):
                 logprobs = None
                 if params.logprobs is not None:
                     logprobs = self.echo_logprobs(request, prompts[i], merged.prompt_logprobs)
-                    append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], params.logprobs, len(echoed))
+                    append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], params.logprobs,
+                                           self.text_offsets(len(echoed), params))
                 choices.append(
                     CompletionChoice(
                         index=i * n + completion.index,
@@ -91,19 +94,25 @@ class CompletionServing(OpenAIServing):
         if request.echo:
             entries = list(prompt_logprobs or [])
             entries += [None] * (len(prompt_ids) - len(entries))
-            append_legacy_logprobs(logprobs, prompt_ids, entries, request.logprobs, 0, self.decode_one)
+            append_legacy_logprobs(logprobs, prompt_ids, entries, request.logprobs, TextOffsets(self.token_bytes), self.decode_one)
         return logprobs
+
+    def text_offsets(self, start: int, params: SamplingParams) -> TextOffsets:
+        """Offsets of a completion's tokens in its text, which starts at ``start`` of the choice's (after an echo)."""
+        skipped = self.special_ids if params.skip_special_tokens else frozenset()
+        return TextOffsets(self.token_bytes, start, skipped)
 
     def decode_one(self, token_id: int) -> str:
         return self.engine.processor.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    async def stream(self, request: CompletionRequest, request_id: str, prompts, whole: list[int], streams, n: int) -> AsyncIterator[str]:
+    async def stream(self, request: CompletionRequest, request_id: str, prompts, whole: list[int], streams, params: SamplingParams) -> AsyncIterator[str]:
+        n = params.n
         created = int(time.time())
         include_usage = request.stream_options is not None and request.stream_options.include_usage
         continuous = include_usage and request.stream_options.continuous_usage_stats
         prompt_tokens = sum(len(p) for p in prompts)
         completion_tokens = 0
-        offsets: dict[int, int] = {}  # per choice: text sent so far (the first chunk carries the echoed prompt)
+        offsets: dict[int, TextOffsets] = {}  # per choice, from its first chunk (which carries the echoed prompt) on
         try:
             async for i, output in merge(streams):
                 for completion in output.outputs:
@@ -112,14 +121,13 @@ class CompletionServing(OpenAIServing):
                         completion = echo_only_completion(completion, request.logprobs is not None)
                     completion_tokens += len(completion.token_ids)
                     echoed = self.echo_text(request, prompts, i, whole[i]) if index not in offsets else ""
-                    offsets.setdefault(index, 0)
+                    if index not in offsets:
+                        offsets[index] = self.text_offsets(len(echoed), params)
                     logprobs = None
                     if request.logprobs is not None:
                         logprobs = self.echo_logprobs(request, prompts[i], output.prompt_logprobs) if echoed else CompletionLogprobs()
-                        append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], request.logprobs,
-                                               offsets[index] + len(echoed))
+                        append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], request.logprobs, offsets[index])
                     completion = dataclasses.replace(completion, text=echoed + completion.text) if echoed else completion
-                    offsets[index] += len(completion.text)
                     # The hot path of streaming: the chunk (CompletionResponse's shape) as a plain dict, no pydantic.
                     body = {
                         "id": request_id, "object": "text_completion", "created": created, "model": request.model,
@@ -169,18 +177,17 @@ def request_prompt_text(prompt, index: int) -> str | None:
     return None
 
 
-def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entries: list, k: int, text_offset: int,
+def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entries: list, k: int, offsets: TextOffsets,
                            text_of=lambda _token_id: "") -> None:
-    """Append positions to OpenAI's legacy logprobs shape, their text offsets counted from ``text_offset``. An
-    entry of None (a prompt's first token) has no logprob; a token with no decoded text takes ``text_of``'s. Each
-    position's top_logprobs hold the k most likely tokens and the chosen one."""
+    """Append positions to OpenAI's legacy logprobs shape, their text offsets from ``offsets``. An entry of None (a
+    prompt's first token) has no logprob; a token with no decoded text takes ``text_of``'s. Each position's
+    top_logprobs hold the k most likely tokens and the chosen one."""
     for token_id, entry in zip(token_ids, entries):
         chosen = entry[token_id] if entry is not None else None
         token = chosen.decoded_token if chosen is not None and chosen.decoded_token is not None else text_of(token_id)
         out.tokens.append(token)
         out.token_logprobs.append(wire_logprob(chosen.logprob) if chosen is not None else None)
-        out.text_offset.append(text_offset)
-        text_offset += len(token)
+        out.text_offset.append(offsets(token_id))
         if entry is None:
             out.top_logprobs.append(None)
             continue
