@@ -305,6 +305,37 @@ def test_reasoning_stream_splits_as_the_whole_reply_at_every_cut(reply, prompt_o
         assert (whole_reasoning, whole_content) == expected[reply]
 
 
+CALL = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
+TOOL_REPLIES = {  # reply -> (content, calls) of the whole reply
+    "Sure. " + CALL: ("Sure. ", 1),
+    "\n\n" + CALL + "\n" + CALL + "\n": (None, 2),  # whitespace around the blocks is no content
+    "\n\n" + CALL + " then some": ("\n\n then some", 1),
+    "  just text, <tool and <tool_cal": ("  just text, <tool and <tool_cal", 0),
+    "\n \n": ("\n \n", 0),  # a reply of whitespace, and no call, is its content
+    "<tool_call>not json</tool_call> " + CALL: ("<tool_call>not json</tool_call> ", 1),
+    "\n" + CALL[: -len("</tool_call>")]: (None, 1),  # an unclosed block whose JSON is whole
+}
+
+
+@pytest.mark.parametrize("reply", TOOL_REPLIES)
+def test_tool_call_stream_splits_as_the_whole_reply_at_every_cut(reply):
+    """Streamed in pieces of every size, the hermes parser sends the content and calls of the whole reply (the whole
+    reply's content was stripped, the stream's not)."""
+    from raygrid.entrypoints.tool_calls import HermesStream, parse_hermes
+
+    content, calls = parse_hermes(reply)
+    assert (content, len(calls)) == TOOL_REPLIES[reply]
+    for size in range(1, len(reply) + 1):
+        stream, sent, got = HermesStream(), "", []
+        for start in range(0, len(reply), size):
+            c, new = stream.feed(reply[start:start + size])
+            sent, got = sent + c, got + new
+        c, new = stream.finish()
+        sent, got = sent + c, got + new
+        assert (sent or None, [(g["function"]["name"], g["function"]["arguments"]) for g in got]) == (
+            content, [(g["function"]["name"], g["function"]["arguments"]) for g in calls]), size
+
+
 def test_server_uses_the_checkpoints_generation_defaults(qwen3_dir, tmp_path):
     """As vLLM: a request that leaves temperature, top_k or top_p out gets generation_config.json's values
     (seeded, the omitted fields draw what the same values sent explicitly draw, and not what the API defaults draw)."""

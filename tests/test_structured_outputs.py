@@ -357,19 +357,22 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
         block = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "utc"}}\n</tool_call>'
         forced = dict(model="tiny", messages=user, tools=[WEATHER, TIME], max_tokens=60, extra_body={"guided_regex": "Sure\\. " + re.escape(block)})
         reply = client.chat.completions.create(**forced)
-        assert reply.choices[0].finish_reason == "tool_calls" and reply.choices[0].message.content == "Sure."
+        assert reply.choices[0].finish_reason == "tool_calls" and reply.choices[0].message.content == "Sure. "
         assert [(c.function.name, json.loads(c.function.arguments)) for c in reply.choices[0].message.tool_calls] == [("get_time", {"zone": "utc"})]
         calls, finish, content = streamed_calls(client.chat.completions.create(**forced, stream=True))
-        assert finish == "tool_calls" and content.strip() == "Sure." and [(c["name"], c["arguments"]) for c in calls.values()] == [
+        assert finish == "tool_calls" and content == "Sure. " and [(c["name"], c["arguments"]) for c in calls.values()] == [
             ("get_time", '{"zone": "utc"}')]
         # parallel_tool_calls=false: one call. "auto" keeps the first of two blocks, streamed or not; "required" is
-        # an array of one, although a bias toward "," makes the parallel reply add calls until max_tokens.
-        two = dict(forced, max_tokens=120, extra_body={"guided_regex": re.escape(block + "\n" + block.replace("utc", "cet"))})
+        # an array of one, although a bias toward "," makes the parallel reply add calls until max_tokens. The
+        # whitespace around the blocks is no content, streamed or not.
+        two = dict(forced, max_tokens=120, extra_body={"guided_regex": re.escape("\n\n" + block + "\n" + block.replace("utc", "cet"))})
         for parallel, want in ((True, [("get_time", {"zone": "utc"}), ("get_time", {"zone": "cet"})]), (False, [("get_time", {"zone": "utc"})])):
             reply = client.chat.completions.create(**two, parallel_tool_calls=parallel)
             assert [(c.function.name, json.loads(c.function.arguments)) for c in reply.choices[0].message.tool_calls] == want
-            calls, finish, _ = streamed_calls(client.chat.completions.create(**two, parallel_tool_calls=parallel, stream=True))
+            assert reply.choices[0].message.content is None
+            calls, finish, content = streamed_calls(client.chat.completions.create(**two, parallel_tool_calls=parallel, stream=True))
             assert finish == "tool_calls" and [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == want
+            assert content == ""
         commas = dict(model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice="required", max_tokens=120, seed=0,
                       logit_bias={str(tokenizer.encode(",")[0]): 30})
         assert client.chat.completions.create(**commas).choices[0].finish_reason == "length"

@@ -75,24 +75,30 @@ def forced_calls(text: str, tool_choice) -> list[dict]:
 
 
 def parse_hermes(text: str, parallel: bool = True) -> tuple[str | None, list[dict]]:
-    """A whole reply -> (its content outside tool calls, or None if empty; its tool calls). A block whose
-    JSON does not parse stays in the content, as the model wrote it."""
+    """A whole reply -> (its content outside tool calls, as ``HermesStream`` streams it: as written, or None where
+    it is empty or only whitespace around tool calls; its tool calls). A block whose JSON does not parse stays in the
+    content."""
     parser = HermesStream(limit=None if parallel else 1)
     content, calls = parser.feed(text)
     more_content, more_calls = parser.finish()
-    content = (content + more_content).strip()
+    content += more_content
     return (content or None), [{k: v for k, v in call.items() if k != "index"} for call in calls + more_calls]
 
 
 @dataclass
 class HermesStream:
     """Incremental ``<tool_call>`` parsing of a streamed reply: text outside the blocks is content, sent as
-    soon as it cannot be the start of a tag; each block becomes one tool call once its closing tag is in."""
+    soon as it cannot be the start of a tag; each block becomes one tool call once its closing tag is in.
+
+    Content that is all whitespace so far is held: a reply of tool calls alone (Qwen3 writes "\n\n" before and
+    between its blocks) then has no content, as the whole reply's parse gives; content with more goes out whole."""
 
     buffer: str = ""
     in_call: bool = False
     calls: int = 0
     limit: int | None = None  # the calls kept (parallel_tool_calls=false: 1); the blocks after them are dropped
+    held: str = ""  # content that is whitespace so far
+    spoken: bool = False  # whether content went out
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
         """New text -> (content to send now, tool calls completed now)."""
@@ -118,16 +124,34 @@ class HermesStream:
                     content.append(OPEN + body + CLOSE)
                 elif self._kept(call):
                     calls.append(call)
-        return "".join(content), calls
+        return self._content("".join(content)), calls
 
     def finish(self) -> tuple[str, list[dict]]:
-        """The end of the reply: what is left is content (an unclosed block parses if its JSON is whole)."""
+        """The end of the reply: what is left is content (an unclosed block parses if its JSON is whole). Held
+        whitespace is the reply's content if it called no tool, and dropped if it did."""
         rest, self.buffer = self.buffer, ""
+        calls = []
         if self.in_call:
             self.in_call = False
             call = self._call(rest)
-            return ("", [call] if self._kept(call) else []) if call is not None else (OPEN + rest, [])
-        return rest, []
+            if call is None:
+                rest = OPEN + rest
+            else:
+                rest, calls = "", [call] if self._kept(call) else []
+        content = self._content(rest)
+        if not self.spoken and not self.calls:
+            content, self.held = self.held, ""
+        return content, calls
+
+    def _content(self, text: str) -> str:
+        if self.spoken:
+            return text
+        self.held += text
+        if not self.held.strip():
+            return ""
+        self.spoken = True
+        text, self.held = self.held, ""
+        return text
 
     def _kept(self, call: dict) -> bool:
         return self.limit is None or call["index"] < self.limit
