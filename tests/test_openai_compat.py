@@ -154,6 +154,39 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
                     assert ord(text[offset + len(head)]) > 0x7F, (token, offset, text)
                     split += 1
             assert split >= (6 if echo else 0)
+        # return_token_ids (vLLM's): each choice's token ids and its prompt's, whole and streamed (the prompt's in a
+        # choice's first chunk); return_tokens_as_token_ids: logprobs name tokens 'token_id:N'.
+        def extra(model, name):
+            return (model.model_extra or {}).get(name)
+
+        ids_body = dict(model="tiny", prompt=prompt, max_tokens=4, temperature=0, logprobs=2,
+                        extra_body={"ignore_eos": True, "return_token_ids": True, "return_tokens_as_token_ids": True})
+        whole = client.completions.create(**ids_body).choices[0]
+        assert extra(whole, "prompt_token_ids") == prompt_ids and len(extra(whole, "token_ids")) == 4
+        assert tokenizer.decode(extra(whole, "token_ids"), skip_special_tokens=True) == whole.text
+        assert whole.logprobs.tokens == [f"token_id:{t}" for t in extra(whole, "token_ids")]
+        assert all(len(top) >= 2 and f"token_id:{t}" in top for t, top in zip(extra(whole, "token_ids"), whole.logprobs.top_logprobs))
+        chunks = [c.choices[0] for c in client.completions.create(stream=True, **ids_body) if c.choices]
+        assert extra(chunks[0], "prompt_token_ids") == prompt_ids and not any(extra(c, "prompt_token_ids") for c in chunks[1:])
+        assert [t for c in chunks for t in extra(c, "token_ids")] == extra(whole, "token_ids")
+        assert [t for c in chunks for t in c.logprobs.tokens] == whole.logprobs.tokens
+        plain = client.completions.create(model="tiny", prompt=prompt, max_tokens=2).choices[0]
+        assert extra(plain, "token_ids") is None and extra(plain, "prompt_token_ids") is None
+        chat_ids = dict(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3, n=2, temperature=1, seed=5,
+                        logprobs=True, top_logprobs=1, extra_body={"ignore_eos": True, "return_token_ids": True,
+                                                                   "return_tokens_as_token_ids": True})
+        reply = client.chat.completions.create(**chat_ids)
+        assert len(extra(reply, "prompt_token_ids")) == reply.usage.prompt_tokens
+        for choice in reply.choices:
+            assert [c.token for c in choice.logprobs.content] == [f"token_id:{t}" for t in extra(choice, "token_ids")]
+            assert tokenizer.decode(extra(choice, "token_ids"), skip_special_tokens=True) == choice.message.content
+        chunks = list(client.chat.completions.create(stream=True, **chat_ids))
+        assert extra(chunks[0], "prompt_token_ids") == extra(reply, "prompt_token_ids")
+        assert not any(extra(c, "prompt_token_ids") for c in chunks[1:])
+        for choice in reply.choices:
+            assert [t for c in chunks for ch in c.choices if ch.index == choice.index for t in extra(ch, "token_ids")] == extra(choice, "token_ids")
+        assert extra(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1),
+                     "prompt_token_ids") is None
         # truncate_prompt_tokens: a prompt past max_model_len (512) is taken, and echo, its logprobs, prompt_logprobs and
         # usage are those of the tokens the model read (the whole prompt's text and ids here made a 500, a KeyError).
         long_ids = [3 + (7 * i) % 400 for i in range(600)]

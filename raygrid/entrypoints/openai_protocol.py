@@ -96,6 +96,10 @@ class _SamplingFields(_Strict):
     prompt_logprobs: int | None = Field(default=None, ge=0, description="the top logprobs of each prompt token, returned "
                                         "as prompt_logprobs (not with stream)")
     cache_salt: str | None = Field(default=None, min_length=1, description="requests with different salts share no prefix-cache blocks")
+    return_token_ids: bool = Field(default=False, description="each choice's token_ids and the prompt's prompt_token_ids "
+                                   "(streamed: each chunk's new tokens, and the prompt's in a choice's first chunk)")
+    return_tokens_as_token_ids: bool = Field(default=False, description="logprobs name each token 'token_id:N', which "
+                                             "tells apart tokens whose texts are not whole or are alike")
     # Structured outputs: OpenAI's response_format, vLLM's structured_outputs, and vLLM's older guided_* fields.
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputsParams | None = None
@@ -368,6 +372,8 @@ class CompletionChoice(BaseModel):
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     prompt_logprobs: PromptLogprobs | None = None
+    prompt_token_ids: list[int] | None = None  # with return_token_ids (vLLM's)
+    token_ids: list[int] | None = None  # with return_token_ids
 
 
 class CompletionResponse(BaseModel):
@@ -407,6 +413,7 @@ class ChatCompletionChoice(BaseModel):
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None  # with return_token_ids (vLLM's)
 
 
 class ChatCompletionResponse(BaseModel):
@@ -418,6 +425,7 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatCompletionChoice]
     usage: UsageInfo
     prompt_logprobs: PromptLogprobs | None = None
+    prompt_token_ids: list[int] | None = None  # with return_token_ids
 
 
 # The streamed chat chunk's shape. The server writes these chunks as plain dicts (no pydantic per token);
@@ -446,6 +454,7 @@ class ChatCompletionStreamChoice(BaseModel):
     delta: DeltaMessage
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: str | None = None
+    token_ids: list[int] | None = None  # with return_token_ids: the chunk's new tokens
 
 
 class ChatCompletionChunk(BaseModel):
@@ -456,6 +465,7 @@ class ChatCompletionChunk(BaseModel):
     system_fingerprint: str | None = SYSTEM_FINGERPRINT
     choices: list[ChatCompletionStreamChoice]
     usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None  # with return_token_ids: in the first chunk
 
 
 class ModelCard(BaseModel):

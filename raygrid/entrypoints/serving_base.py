@@ -269,6 +269,11 @@ def wire_logprob(value: float) -> float:
     return value if value >= LOWEST_LOGPROB else LOWEST_LOGPROB
 
 
+def token_id_name(token_id: int) -> str:
+    """A logprobs token named by its id (``return_tokens_as_token_ids``, as vLLM writes it)."""
+    return f"token_id:{token_id}"
+
+
 def top_items(entry, k: int):
     """The (token id, Logprob) pairs of the k most likely tokens, most likely first."""
     return sorted(((t, lp) for t, lp in entry.items() if lp.rank <= k), key=lambda item: item[1].rank)

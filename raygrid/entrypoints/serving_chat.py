@@ -33,7 +33,7 @@ from raygrid.entrypoints.openai_protocol import (
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
 from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, error_event, merge, merge_outputs, prompt_logprobs, sse,
-                                              sse_json, streaming, top_items, wire_logprob)
+                                              sse_json, streaming, token_id_name, top_items, wire_logprob)
 from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls, tool_finish_reason
 
 
@@ -88,14 +88,17 @@ class ChatServing(OpenAIServing):
                 ChatCompletionChoice(
                     index=completion.index,
                     message=message,
-                    logprobs=chat_logprobs(completion, params.logprobs, self.token_bytes) if params.logprobs is not None else None,
+                    logprobs=(chat_logprobs(completion, params.logprobs, self.token_bytes, request.return_tokens_as_token_ids)
+                              if params.logprobs is not None else None),
                     finish_reason=tool_finish_reason(completion.finish_reason, bool(message.tool_calls), request.effective_tool_choice),
                     stop_reason=completion.stop_reason,
+                    token_ids=list(completion.token_ids) if request.return_token_ids else None,
                 )
             )
         usage = UsageInfo(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens, total_tokens=len(prompt_ids) + completion_tokens)
         return ChatCompletionResponse(id=request_id, model=request.model, choices=choices, usage=usage,
-                                      prompt_logprobs=prompt_logprobs(merged.prompt_logprobs, prompt_ids, request.prompt_logprobs))
+                                      prompt_logprobs=prompt_logprobs(merged.prompt_logprobs, prompt_ids, request.prompt_logprobs),
+                                      prompt_token_ids=prompt_ids if request.return_token_ids else None)
 
     def prompt_opens_thinking(self, prompt_ids: list[int]) -> bool:
         return self.reasoning is not None and self.reasoning.opens_thinking(self.engine.processor.tokenizer.decode(prompt_ids[-8:]))
@@ -114,11 +117,13 @@ class ChatServing(OpenAIServing):
 
         # The hot path of streaming: chunks (ChatCompletionChunk's shape) as plain dicts, no pydantic. As
         # OpenAI's, "usage" is there (null until the last chunk) only when asked for.
-        def chunk(choices, usage=None):
+        def chunk(choices, usage=None, prompt_token_ids=None):
             body = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": request.model,
                     "system_fingerprint": SYSTEM_FINGERPRINT, "choices": choices}
             if include_usage:
                 body["usage"] = usage
+            if prompt_token_ids is not None:
+                body["prompt_token_ids"] = prompt_token_ids
             return sse_json(body)
 
         def usage_now():
@@ -130,14 +135,21 @@ class ChatServing(OpenAIServing):
         splitters = [self.reasoning.stream(opened) for _ in range(params.n)] if self.reasoning is not None else None
         tools = [ToolStream(request.effective_tool_choice, self.tool_call_parser is not None, request.parallel_tool_calls)
                  for _ in range(params.n)]
-        # The first chunk of each choice carries the role, as OpenAI's does; later deltas carry content only.
-        yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-                     for i in range(params.n)])
+        # The first chunk of each choice carries the role, as OpenAI's does (and the prompt's ids where asked, as
+        # vLLM's); later deltas carry content only.
+        first = [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                 for i in range(params.n)]
+        if request.return_token_ids:
+            for choice in first:
+                choice["token_ids"] = []
+            yield chunk(first, prompt_token_ids=prompt_ids)
+        else:
+            yield chunk(first)
         try:
             async for _, output in merge([stream]):
                 for completion in output.outputs:
                     completion_tokens += len(completion.token_ids)
-                    logprobs = (chat_logprobs(completion, params.logprobs, self.token_bytes).model_dump()
+                    logprobs = (chat_logprobs(completion, params.logprobs, self.token_bytes, request.return_tokens_as_token_ids).model_dump()
                                 if params.logprobs is not None else None)
                     delta = {"content": completion.text}
                     if splitters is not None:
@@ -151,6 +163,8 @@ class ChatServing(OpenAIServing):
                         delta = tool_delta(tools[completion.index], delta, finish_reason is not None)
                         finish_reason = tools[completion.index].finish_reason(finish_reason)
                     choice = {"index": completion.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+                    if request.return_token_ids:
+                        choice["token_ids"] = list(completion.token_ids)
                     yield chunk([choice], usage_now() if continuous else None)
             if include_usage:
                 yield chunk([], usage_now())
@@ -171,17 +185,21 @@ def tool_delta(tools: ToolStream, delta: dict, last: bool) -> dict:
     return delta
 
 
-def chat_logprobs(completion: CompletionOutput, k: int, token_bytes: TokenBytes) -> ChatChoiceLogprobs:
-    """OpenAI's chat logprobs; ``bytes`` are each token's own (a token holding part of a character decodes to U+FFFD)."""
+def chat_logprobs(completion: CompletionOutput, k: int, token_bytes: TokenBytes, as_ids: bool = False) -> ChatChoiceLogprobs:
+    """OpenAI's chat logprobs; ``bytes`` are each token's own (a token holding part of a character decodes to U+FFFD).
+    ``as_ids``: tokens are named 'token_id:N' (their bytes are still their own)."""
+    def name(token_id, logprob):
+        return token_id_name(token_id) if as_ids else logprob.decoded_token or ""
+
     content = []
     for token_id, entry in zip(completion.token_ids, completion.logprobs or []):
         sampled = entry[token_id]
         content.append(
             ChatTokenLogprob(
-                token=sampled.decoded_token or "",
+                token=name(token_id, sampled),
                 logprob=wire_logprob(sampled.logprob),
                 bytes=token_bytes(token_id),
-                top_logprobs=[TopLogprob(token=lp.decoded_token or "", logprob=wire_logprob(lp.logprob), bytes=token_bytes(top_id))
+                top_logprobs=[TopLogprob(token=name(top_id, lp), logprob=wire_logprob(lp.logprob), bytes=token_bytes(top_id))
                               for top_id, lp in top_items(entry, k)],
             )
         )

@@ -25,7 +25,7 @@ from raygrid.entrypoints.openai_protocol import (
     random_id,
 )
 from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, error_event, merge, merge_outputs, prompt_logprobs, sse,
-                                              sse_json, streaming, top_items, wire_logprob)
+                                              sse_json, streaming, token_id_name, top_items, wire_logprob)
 
 
 class CompletionServing(OpenAIServing):
@@ -65,7 +65,7 @@ class CompletionServing(OpenAIServing):
                 if params.logprobs is not None:
                     logprobs = self.echo_logprobs(request, prompts[i], merged.prompt_logprobs)
                     append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], params.logprobs,
-                                           self.text_offsets(len(echoed), params))
+                                           self.text_offsets(len(echoed), params), as_ids=request.return_tokens_as_token_ids)
                 choices.append(
                     CompletionChoice(
                         index=i * n + completion.index,
@@ -74,6 +74,8 @@ class CompletionServing(OpenAIServing):
                         finish_reason=completion.finish_reason,
                         stop_reason=completion.stop_reason,
                         prompt_logprobs=prompt_logprobs(merged.prompt_logprobs, prompts[i], request.prompt_logprobs),
+                        prompt_token_ids=prompts[i] if request.return_token_ids else None,
+                        token_ids=list(completion.token_ids) if request.return_token_ids else None,
                     )
                 )
         prompt_tokens = sum(len(p) for p in prompts)
@@ -94,7 +96,8 @@ class CompletionServing(OpenAIServing):
         if request.echo:
             entries = list(prompt_logprobs or [])
             entries += [None] * (len(prompt_ids) - len(entries))
-            append_legacy_logprobs(logprobs, prompt_ids, entries, request.logprobs, TextOffsets(self.token_bytes), self.decode_one)
+            append_legacy_logprobs(logprobs, prompt_ids, entries, request.logprobs, TextOffsets(self.token_bytes), self.decode_one,
+                                   as_ids=request.return_tokens_as_token_ids)
         return logprobs
 
     def text_offsets(self, start: int, params: SamplingParams) -> TextOffsets:
@@ -120,21 +123,25 @@ class CompletionServing(OpenAIServing):
                     if request.echo_only:
                         completion = echo_only_completion(completion, request.logprobs is not None)
                     completion_tokens += len(completion.token_ids)
-                    echoed = self.echo_text(request, prompts, i, whole[i]) if index not in offsets else ""
-                    if index not in offsets:
+                    first = index not in offsets
+                    echoed = self.echo_text(request, prompts, i, whole[i]) if first else ""
+                    if first:
                         offsets[index] = self.text_offsets(len(echoed), params)
                     logprobs = None
                     if request.logprobs is not None:
                         logprobs = self.echo_logprobs(request, prompts[i], output.prompt_logprobs) if echoed else CompletionLogprobs()
-                        append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], request.logprobs, offsets[index])
+                        append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], request.logprobs, offsets[index],
+                                               as_ids=request.return_tokens_as_token_ids)
                     completion = dataclasses.replace(completion, text=echoed + completion.text) if echoed else completion
                     # The hot path of streaming: the chunk (CompletionResponse's shape) as a plain dict, no pydantic.
-                    body = {
-                        "id": request_id, "object": "text_completion", "created": created, "model": request.model,
-                        "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [{"index": index, "text": completion.text,
-                                     "logprobs": logprobs.model_dump() if logprobs is not None else None,
-                                     "finish_reason": completion.finish_reason, "stop_reason": completion.stop_reason}],
-                    }
+                    choice = {"index": index, "text": completion.text, "logprobs": logprobs.model_dump() if logprobs is not None else None,
+                              "finish_reason": completion.finish_reason, "stop_reason": completion.stop_reason}
+                    if request.return_token_ids:
+                        choice["token_ids"] = list(completion.token_ids)
+                        if first:
+                            choice["prompt_token_ids"] = prompts[i]
+                    body = {"id": request_id, "object": "text_completion", "created": created, "model": request.model,
+                            "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [choice]}
                     if include_usage:  # as OpenAI's: null until the last chunk, unless asked for continuously
                         body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                          "total_tokens": prompt_tokens + completion_tokens} if continuous else None
@@ -178,13 +185,16 @@ def request_prompt_text(prompt, index: int) -> str | None:
 
 
 def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entries: list, k: int, offsets: TextOffsets,
-                           text_of=lambda _token_id: "") -> None:
+                           text_of=lambda _token_id: "", as_ids: bool = False) -> None:
     """Append positions to OpenAI's legacy logprobs shape, their text offsets from ``offsets``. An entry of None (a
     prompt's first token) has no logprob; a token with no decoded text takes ``text_of``'s. Each position's
-    top_logprobs hold the k most likely tokens and the chosen one."""
+    top_logprobs hold the k most likely tokens and the chosen one. ``as_ids``: tokens are named 'token_id:N'."""
     for token_id, entry in zip(token_ids, entries):
         chosen = entry[token_id] if entry is not None else None
-        token = chosen.decoded_token if chosen is not None and chosen.decoded_token is not None else text_of(token_id)
+        if as_ids:
+            token = token_id_name(token_id)
+        else:
+            token = chosen.decoded_token if chosen is not None and chosen.decoded_token is not None else text_of(token_id)
         out.tokens.append(token)
         out.token_logprobs.append(wire_logprob(chosen.logprob) if chosen is not None else None)
         out.text_offset.append(offsets(token_id))
@@ -196,4 +206,5 @@ def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entrie
         top = top_items(entry, k)
         if chosen is not None and chosen.rank > k:
             top.append((token_id, chosen))
-        out.top_logprobs.append({(lp.decoded_token or ""): wire_logprob(lp.logprob) for _, lp in top})
+        out.top_logprobs.append({(token_id_name(top_id) if as_ids else lp.decoded_token or ""): wire_logprob(lp.logprob)
+                                 for top_id, lp in top})
