@@ -1,7 +1,7 @@
 """logit_bias, allowed_token_ids, bad_words and truncate_prompt_tokens, offline and through the server with
 the real openai client; the server's 400 for a field raygrid does not implement; and its other vLLM routes
-(/v1/models/{id}, /tokenize, /detokenize), CORS, x-request-id, `raygrid serve MODEL` and the Qwen3 reasoning
-parser. (That async
+(/v1/models/{id}, /tokenize, /detokenize), CORS, x-request-id, `raygrid serve MODEL`, the Qwen3 reasoning
+parser, the hermes tool-call stream, return_token_ids and add_special_tokens. (That async
 scheduling, TP and PP compute the same for the sampling fields is in test_execution_modes.py and
 test_distributed.py.)"""
 
@@ -395,5 +395,59 @@ def test_server_uses_the_checkpoints_generation_defaults(qwen3_dir, tmp_path):
         omitted = text()
         assert omitted == text(temperature=0.3, top_k=5)
         assert omitted != text(temperature=1.0, top_k=0)
+    finally:
+        stop_server(proc)
+
+
+def test_add_special_tokens_on_both_routes_and_tokenize_with_a_tokenizer_that_adds_a_bos(qwen3_dir, tmp_path):
+    """As vLLM: completions tokenize a text prompt with the tokenizer's special tokens (a BOS here) unless
+    add_special_tokens is false; chat sends the template's text without them unless it is true; /tokenize counts what
+    each route sends. Under echo, the prompt's BOS (not in its text) takes no room in text_offset."""
+    import json
+    import shutil
+
+    import openai
+    from transformers import AutoTokenizer
+
+    from tests.test_openai_server import start_server, stop_server
+
+    model = tmp_path / "bos"
+    shutil.copytree(qwen3_dir, model)
+    spec = json.loads((model / "tokenizer.json").read_text())
+    bos = [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}]
+    spec["post_processor"] = {"type": "TemplateProcessing", "single": bos + [{"Sequence": {"id": "A", "type_id": 0}}],
+                              "pair": bos + [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]}}}
+    (model / "tokenizer.json").write_text(json.dumps(spec))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    text, messages = "hello there", [{"role": "user", "content": "hello there"}]
+    plain = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.encode(text) == [0] + plain
+    proc, base = start_server(str(model))
+    try:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
+
+        def completion_ids(**extra):
+            reply = client.completions.create(model="tiny", prompt=text, max_tokens=1, extra_body={"return_token_ids": True, **extra})
+            return reply.choices[0].model_extra["prompt_token_ids"]
+
+        def chat_ids(**extra):
+            reply = client.chat.completions.create(model="tiny", messages=messages, max_tokens=1, extra_body={"return_token_ids": True, **extra})
+            return reply.model_extra["prompt_token_ids"]
+
+        assert completion_ids() == [0] + plain and completion_ids(add_special_tokens=False) == plain
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert chat_ids() == tokenizer.encode(rendered, add_special_tokens=False) and chat_ids(add_special_tokens=True) == [0] + chat_ids()
+        with httpx.Client(timeout=30) as http:
+            for extra in ({}, {"add_special_tokens": True}):
+                assert http.post(f"{base}/tokenize", json={"messages": messages, **extra}).json()["tokens"] == chat_ids(**extra)
+            assert http.post(f"{base}/tokenize", json={"prompt": text}).json()["tokens"] == completion_ids()
+        echoed = client.completions.create(model="tiny", prompt="hé " + text, max_tokens=2, echo=True, logprobs=0, temperature=0,
+                                           extra_body={"ignore_eos": True}).choices[0]
+        tokens, offsets = echoed.logprobs.tokens, echoed.logprobs.text_offset
+        assert tokens[0] == "<|endoftext|>" and offsets[:2] == [0, 0] and echoed.text.startswith("hé " + text)
+        for token, offset in zip(tokens[1:], offsets[1:]):
+            head = token.split("\ufffd")[0]
+            assert echoed.text[offset: offset + len(head)] == head, (token, offset, echoed.text)
     finally:
         stop_server(proc)

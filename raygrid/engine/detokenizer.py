@@ -176,18 +176,27 @@ class TokenBytes:
 class TextOffsets:
     """The character offset, in a decoded text, at which each of its tokens starts (OpenAI's legacy ``text_offset``),
     counted from ``start``. Tokens are fed in order. A character split over tokens is counted when its last byte
-    comes, so each of its tokens takes the offset of that character; special tokens the text leaves out (``skipped``)
-    add nothing. Summing the lengths of tokens decoded one by one instead counts a U+FFFD for each piece of a split
-    character and drifts from the text."""
+    comes, so each of its tokens takes the offset of that character. Summing the lengths of tokens decoded one by one
+    instead counts a U+FFFD for each piece of a split character and drifts from the text.
 
-    def __init__(self, token_bytes: TokenBytes, start: int = 0, skipped: frozenset[int] = frozenset()) -> None:
+    Special tokens the text may leave out: those in ``skipped`` add nothing (an output decoded without them); with
+    ``text`` given, one of ``specials`` adds its length only where ``text`` has it at that point (a prompt's text
+    as the caller wrote it, which has no BOS that tokenizing it added, but may hold special tokens it spelled out)."""
+
+    def __init__(self, token_bytes: TokenBytes, start: int = 0, skipped: frozenset[int] = frozenset(),
+                 text: str | None = None, specials: frozenset[int] = frozenset()) -> None:
         self._token_bytes = token_bytes
         self._skipped = skipped
+        self._text, self._specials = text, specials if text is not None else frozenset()
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self.next = start
 
     def __call__(self, token_id: int) -> int:
         offset = self.next
-        if token_id not in self._skipped:
+        if token_id in self._specials:
+            piece = bytes(self._token_bytes(token_id)).decode("utf-8", "replace")
+            if self._text.startswith(piece, offset):
+                self.next += len(piece)
+        elif token_id not in self._skipped:
             self.next += len(self._utf8.decode(bytes(self._token_bytes(token_id))))
         return offset

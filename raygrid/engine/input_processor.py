@@ -115,22 +115,26 @@ class InputProcessor:
             raise InvalidRequest("cache_salt must be a non-empty string", "cache_salt")
         return salt
 
-    def tokenize_prompt(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+    def tokenize_prompt(self, prompt: PromptType, add_special_tokens: bool = True) -> tuple[str | None, list[int]]:
+        """A prompt's text (None for ids alone) and ids; text is tokenized with the tokenizer's special tokens (a BOS,
+        say) unless ``add_special_tokens`` is false."""
         if isinstance(prompt, str):
-            return prompt, self.tokenizer.encode(prompt)
+            return prompt, self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
         if isinstance(prompt, dict) and (unknown := sorted(set(prompt) - PROMPT_KEYS)):
             raise InvalidRequest(f"a prompt dict takes {', '.join(sorted(PROMPT_KEYS))}; it has {unknown}", "prompt")
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
             return prompt.get("prompt"), list(prompt["prompt_token_ids"])
         if isinstance(prompt, dict) and "prompt" in prompt:
-            return prompt["prompt"], self.tokenizer.encode(prompt["prompt"])
+            return prompt["prompt"], self.tokenizer.encode(prompt["prompt"], add_special_tokens=add_special_tokens)
         raise ValueError("a prompt is a string, {'prompt': str} or {'prompt_token_ids': [int, ...]}")
 
     def render_chat(self, conversation: list[dict], chat_template: str | None = None, add_generation_prompt: bool = True,
-                    continue_final_message: bool = False, **template_kwargs) -> tuple[str, list[int]]:
+                    continue_final_message: bool = False, *, add_special_tokens: bool = False,
+                    **template_kwargs) -> tuple[str, list[int]]:
         """The conversation through the chat template: its text and token ids. ``continue_final_message``: the last
         message is left open (no end-of-turn after it), so that the model continues it, as vLLM's ("prefilling" a
-        reply). ``template_kwargs`` reach the template (Qwen3's ``enable_thinking``, say)."""
+        reply). ``add_special_tokens``: the tokenizer's (a BOS, say) on top of what the template writes (vLLM's
+        default is without). ``template_kwargs`` reach the template (Qwen3's ``enable_thinking``, say)."""
         check_chat_prompt_flags(add_generation_prompt, continue_final_message)
         if chat_template is None and not self.tokenizer.chat_template:
             raise ValueError("the tokenizer has no chat_template; pass chat_template=...")
@@ -138,7 +142,7 @@ class InputProcessor:
             conversation, chat_template=chat_template, add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message, tokenize=False, **template_kwargs
         )
-        return text, self.tokenizer.encode(text, add_special_tokens=False)
+        return text, self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     def default_sampling_params(self) -> SamplingParams:
         """The checkpoint's generation_config.json sampling defaults (temperature, top_p, top_k, min_p,

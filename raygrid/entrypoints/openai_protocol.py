@@ -184,6 +184,8 @@ class CompletionRequest(_SamplingFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
+    add_special_tokens: bool = Field(default=True, description="a text prompt is tokenized with the tokenizer's special "
+                                     "tokens (a BOS, say)")
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -297,6 +299,8 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0)  # up to the server's --max-logprobs (the engine checks)
     add_generation_prompt: bool = True
     continue_final_message: bool = False  # the last message left open for the model to continue (vLLM's)
+    add_special_tokens: bool = Field(default=False, description="the tokenizer's special tokens (a BOS, say) on top of "
+                                     "what the chat template writes")
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = None

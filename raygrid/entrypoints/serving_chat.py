@@ -39,11 +39,12 @@ from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls, tool_fi
 
 def render_messages(processor, messages: list[ChatMessage], chat_template: str | None, add_generation_prompt: bool,
                     continue_final_message: bool, tools: list[ChatTool] | None,
-                    chat_template_kwargs: dict[str, Any] | None) -> tuple[str, list[int]]:
+                    chat_template_kwargs: dict[str, Any] | None, add_special_tokens: bool = False) -> tuple[str, list[int]]:
     """A request's conversation through the chat template: its text and token ids. The chat route and /tokenize both
     render with it, so that /tokenize counts what the chat route sends."""
     return processor.render_chat([m.for_template() for m in messages], chat_template, add_generation_prompt,
-                                 continue_final_message, tools=tool_dicts(tools) or None, **(chat_template_kwargs or {}))
+                                 continue_final_message, add_special_tokens=add_special_tokens, tools=tool_dicts(tools) or None,
+                                 **(chat_template_kwargs or {}))
 
 
 class ChatServing(OpenAIServing):
@@ -63,7 +64,7 @@ class ChatServing(OpenAIServing):
             # Off the event loop: a large conversation must not stall /health and the streams in flight.
             _, prompt_ids = await asyncio.to_thread(
                 render_messages, self.engine.processor, request.messages, request.chat_template, request.add_generation_prompt,
-                request.continue_final_message, request.tools, request.chat_template_kwargs)
+                request.continue_final_message, request.tools, request.chat_template_kwargs, request.add_special_tokens)
         except ValueError as error:
             raise APIError(400, str(error), param="messages") from None
         except Exception as error:  # a template that fails to render on this conversation

@@ -40,7 +40,8 @@ class CompletionServing(OpenAIServing):
         engine = self.engine
         has_text = isinstance(request.prompt, str) or any(isinstance(p, str) for p in request.prompt)
         # Off the event loop when there is text to tokenize; token ids need no thread hop.
-        prompts = await asyncio.to_thread(normalize_prompts, request.prompt, engine) if has_text else normalize_prompts(request.prompt, engine)
+        prompts = (await asyncio.to_thread(normalize_prompts, request.prompt, engine, request.add_special_tokens) if has_text
+                   else normalize_prompts(request.prompt, engine))
         whole = [len(p) for p in prompts]
         prompts = [truncate_prompt(p, params) for p in prompts]  # before the context check, echo and usage
         if params.max_tokens is None:
@@ -63,7 +64,7 @@ class CompletionServing(OpenAIServing):
                 completion_tokens += len(completion.token_ids)
                 logprobs = None
                 if params.logprobs is not None:
-                    logprobs = self.echo_logprobs(request, prompts[i], merged.prompt_logprobs)
+                    logprobs = self.echo_logprobs(request, prompts[i], merged.prompt_logprobs, echoed)
                     append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], params.logprobs,
                                            self.text_offsets(len(echoed), params), as_ids=request.return_tokens_as_token_ids)
                 choices.append(
@@ -90,13 +91,15 @@ class CompletionServing(OpenAIServing):
         text = request_prompt_text(request.prompt, i) if len(prompts[i]) == whole else None
         return text or self.engine.processor.tokenizer.decode(prompts[i])
 
-    def echo_logprobs(self, request: CompletionRequest, prompt_ids: list[int], prompt_logprobs) -> CompletionLogprobs:
-        """Legacy logprobs that start with the prompt's tokens under echo (the first has no entry: nothing predicts it)."""
+    def echo_logprobs(self, request: CompletionRequest, prompt_ids: list[int], prompt_logprobs, echoed: str) -> CompletionLogprobs:
+        """Legacy logprobs that start with the prompt's tokens under echo (the first has no entry: nothing predicts it);
+        their offsets are in ``echoed``, the prompt's text as it comes back."""
         logprobs = CompletionLogprobs()
         if request.echo:
             entries = list(prompt_logprobs or [])
             entries += [None] * (len(prompt_ids) - len(entries))
-            append_legacy_logprobs(logprobs, prompt_ids, entries, request.logprobs, TextOffsets(self.token_bytes), self.decode_one,
+            offsets = TextOffsets(self.token_bytes, text=echoed, specials=self.special_ids)
+            append_legacy_logprobs(logprobs, prompt_ids, entries, request.logprobs, offsets, self.decode_one,
                                    as_ids=request.return_tokens_as_token_ids)
         return logprobs
 
@@ -129,7 +132,7 @@ class CompletionServing(OpenAIServing):
                         offsets[index] = self.text_offsets(len(echoed), params)
                     logprobs = None
                     if request.logprobs is not None:
-                        logprobs = self.echo_logprobs(request, prompts[i], output.prompt_logprobs) if echoed else CompletionLogprobs()
+                        logprobs = self.echo_logprobs(request, prompts[i], output.prompt_logprobs, echoed) if echoed else CompletionLogprobs()
                         append_legacy_logprobs(logprobs, completion.token_ids, completion.logprobs or [], request.logprobs, offsets[index],
                                                as_ids=request.return_tokens_as_token_ids)
                     completion = dataclasses.replace(completion, text=echoed + completion.text) if echoed else completion
@@ -159,8 +162,9 @@ def echo_only_completion(completion: CompletionOutput, with_logprobs: bool) -> C
     return CompletionOutput(completion.index, "", [], None, [] if with_logprobs else None, finish_reason="length")
 
 
-def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:
-    """The four prompt shapes of the completions API, as token id lists."""
+def normalize_prompts(prompt, engine: AsyncLLM, add_special_tokens: bool = True) -> list[list[int]]:
+    """The four prompt shapes of the completions API, as token id lists (text tokenized with the tokenizer's special
+    tokens unless ``add_special_tokens`` is false)."""
     if isinstance(prompt, str):
         prompts = [prompt]
     elif prompt and all(isinstance(p, int) for p in prompt):
@@ -170,7 +174,7 @@ def normalize_prompts(prompt, engine: AsyncLLM) -> list[list[int]]:
     if not prompts:
         raise APIError(400, "prompt is empty", param="prompt")
     try:
-        return [engine.processor.tokenize_prompt(p)[1] if isinstance(p, str) else list(p) for p in prompts]
+        return [engine.processor.tokenize_prompt(p, add_special_tokens)[1] if isinstance(p, str) else list(p) for p in prompts]
     except (ValueError, TypeError, UnicodeError) as error:  # e.g. a lone UTF-16 surrogate the tokenizer cannot take
         raise APIError(400, f"prompt cannot be tokenized: {error}", param="prompt") from None
 

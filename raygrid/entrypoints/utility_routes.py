@@ -77,12 +77,10 @@ def utility_router(engine: AsyncLLM, names: list[str], check_model, api_error) -
             check_model(request.model)
         try:
             if request.messages is not None:
-                text, tokens = await asyncio.to_thread(
+                _, tokens = await asyncio.to_thread(
                     render_messages, engine.processor, request.messages, request.chat_template,
                     request.add_generation_prompt is not False, bool(request.continue_final_message), request.tools,
-                    request.chat_template_kwargs)
-                if request.add_special_tokens:  # as vLLM: the rendered text tokenized with them
-                    tokens = await asyncio.to_thread(tokenizer.encode, text, add_special_tokens=True)
+                    request.chat_template_kwargs, bool(request.add_special_tokens))
             else:
                 tokens = await asyncio.to_thread(tokenizer.encode, request.prompt, add_special_tokens=request.add_special_tokens is not False)
         except Exception as error:  # a template that fails on this conversation, text that cannot be tokenized
