@@ -7,6 +7,8 @@ test_distributed.py.)"""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -287,6 +289,18 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
             assert tokenizer.decode(open_ids).endswith("<|im_start|>assistant\nSure, the answer is")
             chat = http.post(f"{base}/v1/chat/completions", json=dict(begun, model="tiny", max_tokens=1)).json()
             assert chat["usage"]["prompt_tokens"] == len(open_ids)
+            # echo (vLLM's): the reply's content starts with the last message's where the assistant wrote it, streamed
+            # too; a conversation that ends with the user's message has nothing to echo.
+            greedy_body = dict(begun, model="tiny", max_tokens=4, temperature=0, ignore_eos=True)
+            generated = http.post(f"{base}/v1/chat/completions", json=greedy_body).json()["choices"][0]["message"]["content"]
+            echoed = http.post(f"{base}/v1/chat/completions", json=dict(greedy_body, echo=True)).json()["choices"][0]["message"]["content"]
+            assert generated and echoed == "Sure, the answer is" + generated
+            events = [line[6:] for line in http.post(f"{base}/v1/chat/completions", json=dict(greedy_body, echo=True, stream=True)).text.splitlines()
+                      if line.startswith("data: {")]
+            assert "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events) == echoed
+            user_last = dict(greedy_body, messages=user, add_generation_prompt=True, continue_final_message=False)
+            assert (http.post(f"{base}/v1/chat/completions", json=dict(user_last, echo=True)).json()["choices"][0]["message"]["content"]
+                    == http.post(f"{base}/v1/chat/completions", json=user_last).json()["choices"][0]["message"]["content"])
             for route, body in (("v1/chat/completions", dict(begun, model="tiny", add_generation_prompt=True)),
                                 ("tokenize", dict(begun, add_generation_prompt=True))):
                 refused = http.post(f"{base}/{route}", json=body)
@@ -403,7 +417,6 @@ def test_add_special_tokens_on_both_routes_and_tokenize_with_a_tokenizer_that_ad
     """As vLLM: completions tokenize a text prompt with the tokenizer's special tokens (a BOS here) unless
     add_special_tokens is false; chat sends the template's text without them unless it is true; /tokenize counts what
     each route sends. Under echo, the prompt's BOS (not in its text) takes no room in text_offset."""
-    import json
     import shutil
 
     import openai

@@ -301,6 +301,8 @@ class ChatCompletionRequest(_SamplingFields):
     continue_final_message: bool = False  # the last message left open for the model to continue (vLLM's)
     add_special_tokens: bool = Field(default=False, description="the tokenizer's special tokens (a BOS, say) on top of "
                                      "what the chat template writes")
+    echo: bool = Field(default=False, description="the reply's content starts with the last message's when that is the "
+                       "assistant's (vLLM's; with continue_final_message, the whole message comes back)")
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = None
@@ -321,6 +323,12 @@ class ChatCompletionRequest(_SamplingFields):
 
     def tool_dicts(self) -> list[dict[str, Any]]:
         return tool_dicts(self.tools)
+
+    @property
+    def echoed(self) -> str:
+        """With echo: the text the reply's content starts with, the last message's if the assistant wrote it ("" else)."""
+        last = self.messages[-1]
+        return last.text() if self.echo and last.role == "assistant" else ""
 
     def sampling_params(self, defaults: SamplingParams | None = None) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:

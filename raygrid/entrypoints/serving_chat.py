@@ -85,6 +85,8 @@ class ChatServing(OpenAIServing):
             message = self.assistant_message(completion.text, opened)
             message.content, message.tool_calls = reply_tool_calls(message.content or "", request.effective_tool_choice,
                                                                     self.tool_call_parser is not None, request.parallel_tool_calls)
+            if request.echoed:
+                message.content = request.echoed + (message.content or "")
             choices.append(
                 ChatCompletionChoice(
                     index=completion.index,
@@ -146,6 +148,13 @@ class ChatServing(OpenAIServing):
             yield chunk(first, prompt_token_ids=prompt_ids)
         else:
             yield chunk(first)
+        if request.echoed:  # echo: the last (assistant) message's text, before what is generated
+            echo = [{"index": i, "delta": {"content": request.echoed}, "logprobs": None, "finish_reason": None}
+                    for i in range(params.n)]
+            if request.return_token_ids:
+                for choice in echo:
+                    choice["token_ids"] = []
+            yield chunk(echo)
         try:
             async for _, output in merge([stream]):
                 for completion in output.outputs:
