@@ -125,6 +125,7 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
     if backend == "raygrid":
         assert summary["sampling_params"] == {"temperature": 0.6, "repetition_penalty": 1.2, "logprobs": 2, "n": 2}
         assert summary["max_num_batched_tokens"] == 8192  # the step budget the run had (the default on CPU)
+        assert summary["persistent_decode"] is True  # the setting; a lone request takes the pass on one GPU only
         buckets = summary["where_the_time_goes"]
         assert sum(b["steps"] for b in buckets) >= max(expected_lens)  # one token per request a step
         assert sum(b["seconds"] for b in buckets) == pytest.approx(summary["elapsed_s"], rel=0.05)
@@ -148,6 +149,7 @@ def test_cli_bench_latency_times_each_prompt_length(tmp_path, qwen3_dir, backend
     summary = json.loads(out.read_text())
     assert [row["input_len"] for row in summary["results"]] == [16, 48] and summary["backend"] == backend
     assert summary["max_num_batched_tokens"] == (8192 if backend == "raygrid" else None)  # the CPU's default budget
+    assert summary["persistent_decode"] is (True if backend == "raygrid" else None)  # the setting (a GPU's pass only)
     for row in summary["results"]:
         ttft, tpot, e2e = row["ttft_ms"]["median"], row["tpot_ms"]["median"], row["e2e_s"]["median"] * 1e3
         assert 0 < ttft < e2e and tpot > 0

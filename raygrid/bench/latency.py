@@ -141,7 +141,7 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
     prompts = _Prompts(args.seed, hf_config.vocab_size)
     longest = max(args.input_len) + args.output_len
     bandwidth = copy_bandwidth(_device(engine_kwargs))  # before the engine takes the GPU's memory; None on CPU
-    close, run_one, profile, budget = _open_backend(args, dict(engine_kwargs, model=model_path), longest, bandwidth)
+    close, run_one, profile, settings = _open_backend(args, dict(engine_kwargs, model=model_path), longest, bandwidth)
     rows = []
     try:
         for input_len in args.input_len:
@@ -173,7 +173,7 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
         "backend": args.backend, "model": engine_kwargs["model"], "dtype": engine_kwargs.get("dtype", "auto"),
         "batch_size": args.batch_size, "output_len": args.output_len, "num_iters": args.num_iters, "results": rows,
         "sampling_params": args.sampling_params,
-        "attention_kernels": kernel_settings() if args.backend == "raygrid" else None, "max_num_batched_tokens": budget,
+        "attention_kernels": kernel_settings() if args.backend == "raygrid" else None, **settings,
         "copy_bandwidth_bytes_per_s": bandwidth, "machine": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(), "command": " ".join(["raygrid"] + sys.argv[1:]),
     }
@@ -198,7 +198,9 @@ def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:
 
 
 def _open_backend(args, engine_kwargs: dict, longest: int, bandwidth: float | None):
-    """(close, run one batch, profile at a prompt length or None, the step budget or None) for the chosen backend."""
+    """(close, run one batch, profile at a prompt length or None, the engine's settings the record names) for the chosen
+    backend: the step budget, and whether a lone request's decode passes may take the persistent launch (the engine
+    takes it on one GPU where the model allows)."""
     if args.backend == "hf":
         if args.sampling_params:
             raise ValueError("--sampling-params applies to the raygrid backend only")
@@ -210,7 +212,7 @@ def _open_backend(args, engine_kwargs: dict, longest: int, bandwidth: float | No
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model = AutoModelForCausalLM.from_pretrained(engine_kwargs["model"], dtype=dtype, attn_implementation="sdpa").to(device).eval()
         model.generation_config.eos_token_id = None
-        return (lambda: None), (lambda prompts, n: time_hf(model, prompts, n)), None, None
+        return (lambda: None), (lambda prompts, n: time_hf(model, prompts, n)), None, {"max_num_batched_tokens": None, "persistent_decode": None}
 
     from raygrid.engine.arg_utils import EngineArgs
     from raygrid.engine.llm_engine import LLMEngine
@@ -223,4 +225,6 @@ def _open_backend(args, engine_kwargs: dict, longest: int, bandwidth: float | No
 
         profile = lambda input_len: profile_decode(engine, args.profile_dir, bandwidth, num_reqs=args.batch_size,
                                                        prompt_len=input_len)  # noqa: E731
-    return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n, args.sampling_params)), profile, engine.config.scheduler.max_num_batched_tokens
+    settings = {"max_num_batched_tokens": engine.config.scheduler.max_num_batched_tokens,
+                "persistent_decode": engine.config.model.persistent_decode}
+    return engine.shutdown, (lambda prompts, n: time_raygrid(engine, prompts, n, args.sampling_params)), profile, settings

@@ -105,7 +105,8 @@ def run_raygrid(args, engine_kwargs: dict, prompts, output_lens) -> dict:
             raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
         generated = sum(len(c.token_ids) for o in outputs for c in o.outputs)  # every completion of n > 1
         result = {"elapsed_s": elapsed, "output_tokens": generated, "step_timing": llm.engine.step_timing(),
-                  "max_num_batched_tokens": llm.config.scheduler.max_num_batched_tokens}
+                  "max_num_batched_tokens": llm.config.scheduler.max_num_batched_tokens,
+                  "persistent_decode": llm.config.model.persistent_decode}  # a lone request's passes (the run's tail)
         if engine_kwargs.get("enable_eplb"):
             result["eplb"] = eplb_summary(llm)
         if traced:
@@ -275,6 +276,7 @@ def run_throughput_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> d
         "eplb": result.get("eplb"),
         "attention_kernels": kernel_settings() if args.backend == "raygrid" else None,
         "max_num_batched_tokens": result.get("max_num_batched_tokens"),
+        "persistent_decode": result.get("persistent_decode"),
         "sampling_params": {"temperature": args.temperature, **args.sampling_params},
         "machine": device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
