@@ -5,6 +5,7 @@ app keeps answering; the metrics reach Ray's metrics endpoint under the names th
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import glob
 import os
@@ -12,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -84,37 +86,44 @@ def engine_replicas() -> dict[int, list[int]]:
     return {r: [pid for pid, ppid, cmd in table if ppid == r and b"spawn_main" in cmd] for r in replicas}
 
 
-def busiest(pids: list[int], window_s: float = 0.3, margin_ticks: int = 3, give_up_s: float = 5.0) -> int:
-    """Of these processes, the one that uses the most CPU time from now on (an engine generating, against one whose
-    requests have all finished): measured over windows of ``window_s`` until it leads the others by
-    ``margin_ticks`` clock ticks (10 ms each), or all are that busy, or for ``give_up_s``. One window was not
-    enough on a loaded 2-core machine: a generating engine could get no tick in 0.3 s, and the tie named an idle
-    one (a CI run killed an engine with no request, so nothing migrated)."""
-    def cpu_ticks(pid: int) -> int:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime
-
-    before = {pid: cpu_ticks(pid) for pid in pids}
-    deadline = time.monotonic() + give_up_s
-    while True:
-        time.sleep(window_s)
-        used = sorted(((cpu_ticks(pid) - before[pid], pid) for pid in pids), reverse=True)
-        if used[0][0] - used[1][0] >= margin_ticks or used[-1][0] >= margin_ticks or time.monotonic() > deadline:
-            return used[0][1]
+def cpu_ticks(pid: int) -> int:
+    """A process's CPU time so far, in clock ticks (10 ms each): utime + stime."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def busy_engine_fault(before: dict[int, list[int]], signum: int) -> tuple[Callable[[], None], dict]:
     """A fault for stream_all, and the dict in which it records the replica and the pid it hit: ``signum`` to the
-    engine process that is generating (``busiest``). Run early in the streams (32 of their about 1,000 chunks), that
-    engine's requests have been heard from by the ingress and are far from done, so they move as migrations (a
-    request whose replica fails before its first output is sent again, and not counted). A fixed replica may have
-    had none heard from yet; waiting for every stream's first token came too late: with 8 sequences and 24 KV blocks
-    a replica, streams start in waves, and the last started after one replica had finished its own."""
+    engine process that is generating. Run early in the streams (32 of their about 1,000 chunks), that engine's
+    requests have been heard from by the ingress and are far from done, so they move as migrations (a request whose
+    replica fails before its first output is sent again, and not counted). A fixed replica may have had none heard
+    from yet; waiting for every stream's first token came too late: with 8 sequences and 24 KV blocks a replica,
+    streams start in waves, and the last started after one replica had finished its own.
+
+    Which engine is generating: the one that used the most CPU time over the last second, sampled every 0.1 s on a
+    thread from now on, so the fault picks at once. Measuring only when the fault ran held every stream (the fault
+    runs under stream_all's lock) for windows of 0.3 s, in which the engines could finish their requests; a CI run
+    then stopped an engine with none, and nothing waited on it."""
+    pids = [pid for (pid,) in before.values()]
+    samples: collections.deque = collections.deque(maxlen=11)  # the last second's samples, 0.1 s apart
+    done = threading.Event()
+
+    def sample() -> None:
+        deadline = time.monotonic() + 120  # a fault that never runs leaves no thread behind for long
+        while not done.is_set() and time.monotonic() < deadline:
+            samples.append({pid: cpu_ticks(pid) for pid in pids})
+            done.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True, name="busy-engine-sampler")
+    sampler.start()
     hit: dict = {}
 
     def fault() -> None:
-        pid = busiest([pid for (pid,) in before.values()])
-        hit["replica"], hit["pid"] = next(replica for replica, pids in before.items() if pids == [pid]), pid
+        done.set()
+        sampler.join()
+        oldest, now = samples[0], {pid: cpu_ticks(pid) for pid in pids}
+        pid = max(pids, key=lambda p: now[p] - oldest[p])
+        hit["replica"], hit["pid"] = next(replica for replica, pids_ in before.items() if pids_ == [pid]), pid
         os.kill(pid, signum)
 
     return fault, hit
