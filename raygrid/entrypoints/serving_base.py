@@ -269,9 +269,10 @@ def wire_logprob(value: float) -> float:
     return value if value >= LOWEST_LOGPROB else LOWEST_LOGPROB
 
 
-def token_id_name(token_id: int) -> str:
-    """A logprobs token named by its id (``return_tokens_as_token_ids``, as vLLM writes it)."""
-    return f"token_id:{token_id}"
+def token_name(token_id: int, logprob, as_ids: bool) -> str:
+    """A logprobs entry's token as the wire names it: its text, or by its id, 'token_id:N', with
+    ``return_tokens_as_token_ids`` (as vLLM writes it)."""
+    return f"token_id:{token_id}" if as_ids else logprob.decoded_token or ""
 
 
 def top_items(entry, k: int):

@@ -33,7 +33,7 @@ from raygrid.entrypoints.openai_protocol import (
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
 from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, error_event, merge, merge_outputs, prompt_logprobs, sse,
-                                              sse_json, streaming, token_id_name, top_items, wire_logprob)
+                                              sse_json, streaming, token_name, top_items, wire_logprob)
 from raygrid.entrypoints.tool_calls import ToolStream, reply_tool_calls, tool_finish_reason
 
 
@@ -79,14 +79,14 @@ class ChatServing(OpenAIServing):
             return streaming(self.stream(request, request_id, prompt_ids, stream, params))
         opened = self.prompt_opens_thinking(prompt_ids)
         (outputs,) = await collect([stream], raw)
-        choices, completion_tokens, merged = [], 0, merge_outputs(outputs)
+        choices, completion_tokens, merged, echoed = [], 0, merge_outputs(outputs), request.echoed
         for completion in merged.outputs:
             completion_tokens += len(completion.token_ids)
             message = self.assistant_message(completion.text, opened)
             message.content, message.tool_calls = reply_tool_calls(message.content or "", request.effective_tool_choice,
                                                                     self.tool_call_parser is not None, request.parallel_tool_calls)
-            if request.echoed:
-                message.content = request.echoed + (message.content or "")
+            if echoed:
+                message.content = echoed + (message.content or "")
             choices.append(
                 ChatCompletionChoice(
                     index=completion.index,
@@ -138,23 +138,16 @@ class ChatServing(OpenAIServing):
         splitters = [self.reasoning.stream(opened) for _ in range(params.n)] if self.reasoning is not None else None
         tools = [ToolStream(request.effective_tool_choice, self.tool_call_parser is not None, request.parallel_tool_calls)
                  for _ in range(params.n)]
+        def opening(delta: dict) -> list[dict]:
+            """Every choice's delta before its first token (with return_token_ids, of no tokens)."""
+            extra = {"token_ids": []} if request.return_token_ids else {}
+            return [{"index": i, "delta": delta, "logprobs": None, "finish_reason": None, **extra} for i in range(params.n)]
+
         # The first chunk of each choice carries the role, as OpenAI's does (and the prompt's ids where asked, as
-        # vLLM's); later deltas carry content only.
-        first = [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-                 for i in range(params.n)]
-        if request.return_token_ids:
-            for choice in first:
-                choice["token_ids"] = []
-            yield chunk(first, prompt_token_ids=prompt_ids)
-        else:
-            yield chunk(first)
-        if request.echoed:  # echo: the last (assistant) message's text, before what is generated
-            echo = [{"index": i, "delta": {"content": request.echoed}, "logprobs": None, "finish_reason": None}
-                    for i in range(params.n)]
-            if request.return_token_ids:
-                for choice in echo:
-                    choice["token_ids"] = []
-            yield chunk(echo)
+        # vLLM's); with echo, the last (assistant) message's text follows; later deltas carry content only.
+        yield chunk(opening({"role": "assistant", "content": ""}), prompt_token_ids=prompt_ids if request.return_token_ids else None)
+        if echoed := request.echoed:
+            yield chunk(opening({"content": echoed}))
         try:
             async for _, output in merge([stream]):
                 for completion in output.outputs:
@@ -198,18 +191,15 @@ def tool_delta(tools: ToolStream, delta: dict, last: bool) -> dict:
 def chat_logprobs(completion: CompletionOutput, k: int, token_bytes: TokenBytes, as_ids: bool = False) -> ChatChoiceLogprobs:
     """OpenAI's chat logprobs; ``bytes`` are each token's own (a token holding part of a character decodes to U+FFFD).
     ``as_ids``: tokens are named 'token_id:N' (their bytes are still their own)."""
-    def name(token_id, logprob):
-        return token_id_name(token_id) if as_ids else logprob.decoded_token or ""
-
     content = []
     for token_id, entry in zip(completion.token_ids, completion.logprobs or []):
         sampled = entry[token_id]
         content.append(
             ChatTokenLogprob(
-                token=name(token_id, sampled),
+                token=token_name(token_id, sampled, as_ids),
                 logprob=wire_logprob(sampled.logprob),
                 bytes=token_bytes(token_id),
-                top_logprobs=[TopLogprob(token=name(top_id, lp), logprob=wire_logprob(lp.logprob), bytes=token_bytes(top_id))
+                top_logprobs=[TopLogprob(token=token_name(top_id, lp, as_ids), logprob=wire_logprob(lp.logprob), bytes=token_bytes(top_id))
                               for top_id, lp in top_items(entry, k)],
             )
         )

@@ -25,7 +25,7 @@ from raygrid.entrypoints.openai_protocol import (
     random_id,
 )
 from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, error_event, merge, merge_outputs, prompt_logprobs, sse,
-                                              sse_json, streaming, token_id_name, top_items, wire_logprob)
+                                              sse_json, streaming, token_name, top_items, wire_logprob)
 
 
 class CompletionServing(OpenAIServing):
@@ -196,7 +196,7 @@ def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entrie
     for token_id, entry in zip(token_ids, entries):
         chosen = entry[token_id] if entry is not None else None
         if as_ids:
-            token = token_id_name(token_id)
+            token = token_name(token_id, chosen, as_ids)
         else:
             token = chosen.decoded_token if chosen is not None and chosen.decoded_token is not None else text_of(token_id)
         out.tokens.append(token)
@@ -210,5 +210,4 @@ def append_legacy_logprobs(out: CompletionLogprobs, token_ids: list[int], entrie
         top = top_items(entry, k)
         if chosen is not None and chosen.rank > k:
             top.append((token_id, chosen))
-        out.top_logprobs.append({(token_id_name(top_id) if as_ids else lp.decoded_token or ""): wire_logprob(lp.logprob)
-                                 for top_id, lp in top})
+        out.top_logprobs.append({token_name(top_id, lp, as_ids): wire_logprob(lp.logprob) for top_id, lp in top})
