@@ -23,7 +23,9 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     """Contexts of 1, 37 and 150 tokens in shuffled pages (keys a step: 16, so 150 takes 10 steps), with the
     context in 1 and in 3 slices (any number, not only powers of 2), and products in units of 16 rows over slices of
     K (one head of o_proj's, 32 of down_proj's): the hidden state and the stored key and value agree with the model's
-    pass to float32's rounding; the barrier counters are back at 0 and no barrier timed out."""
+    pass to float32's rounding; the barrier counters are back at 0 and no barrier timed out. Each product's first
+    weight tile read ahead between a barrier's arrival and its wait (all four; qkv's and o_proj's, the default; none):
+    one program does every unit here, so its later units read their tiles in the stage."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
     attn = model.layers[0].self_attn
@@ -41,12 +43,12 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             expected_caches = [c.clone() for c in caches]
             positions, meta = sequence_metadata(table, context, 1, PAGE)
             expected = model(ids[context:], positions, expected_caches, meta)
-            for splits in (1, 3):
+            for splits, preload in ((1, 15), (3, 3), (3, 0)):
                 ours = [c.clone() for c in caches]
                 # Small units, so that every product has several column blocks and slices of K (down_proj's last
                 # one part empty on the Llama, whose intermediate size is 160).
                 runner = PersistentDecode(model, ours, splits=splits, block_n=16, rows_per_unit=16, heads_per_slice=1,
-                                          down_slice=32)
+                                          down_slice=32, preload=preload)
                 hidden = runner(ids[context:], positions, meta.slot_mapping, table, meta.seq_lens_tensor)
                 torch.testing.assert_close(hidden, expected, atol=2e-5, rtol=1e-4)
                 for mine, theirs in zip(ours, expected_caches):
@@ -54,7 +56,7 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
                 runner.check()
                 assert runner.counters.tolist() == [0, 0]
                 checked += 1
-    assert checked == 6
+    assert checked == 9
 
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):

@@ -13,6 +13,10 @@ memory, about 1 us) instead of kernel boundaries:
 4. the residual add and RMSNorm, then gate_up_proj with SiLU-and-mul (units of ``BN`` rows of each);
 5. down_proj (units of ``BN`` rows over a slice of K).
 
+Weights are the one input a stage does not wait for: a program reads its first qkv_proj and o_proj tile into
+registers between the barrier's arrival and its wait (``PRELOAD_*``), so the tile is on its way while the last
+programs arrive (on an H100, 1.4% of a token at 32k, 5% at 512; gate_up's and down_proj's tiles would spill).
+
 The split products of stages 3 and 5 are added in a fixed order by every program, so the pass gives the same bits
 every time (atomics would not). Each program keeps its own copy of the residual stream; all copies are equal.
 Roundings follow the engine's kernels: the residual stream, the norms, qkv, q and k after rotary, attention's
@@ -45,15 +49,28 @@ MAX_CONTEXT = 40960
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (a few seconds)
 # The layer's tensors, in this order in each row of the pointer table.
 W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
+# The products whose first weight tile a program reads ahead, between a barrier's arrival and its wait (flags). Read
+# into registers, a tile stays live across the wait: qkv's and o_proj's (64 and 32 registers at Qwen3-0.6B's width)
+# fit beside the rest of the kernel (with 64 to 76 bytes of spills for qkv's, built for sm_90), gate_up's and
+# down_proj's (128 each) spill 2 KB each. On an H100 the default (qkv and o_proj) took a pass at 32k from 2,067 to
+# 2,038 us and at 512 from 827 to 785; all four spilled, and took 3,575 and 2,142 (benchmarks/README.md,
+# nineteenth session).
+PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE_UP, PRELOAD_DOWN = 1, 2, 4, 8
 
 
 @triton.jit
-def _grid_sync(counter_ptr, err_ptr, target):
-    """Every program's stores so far made visible to every other, and all ``target`` arrivals (counted from the
-    launch's start) waited for: the block's threads meet, one thread releases its arrival, then polls with acquiring
-    loads. Data written before a barrier is read after it from L2 (``.cg``)."""
+def _arrive(counter_ptr):
+    """A grid barrier's first half: every program's stores so far made visible to every other (the block's threads
+    meet, one thread releases its arrival). Loads issued after it are not ordered by it: weights, which no stage
+    writes, are read here for the stage after the barrier (``PRELOAD``)."""
     tl.debug_barrier()
     tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _wait(counter_ptr, err_ptr, target):
+    """A grid barrier's second half: all ``target`` arrivals (counted from the launch's start) waited for, polling
+    with acquiring loads. Data written before a barrier is read after it from L2 (``.cg``)."""
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     spins = 0
     while (seen < target) & (spins < MAX_SPINS):
@@ -77,7 +94,17 @@ def _record_time(times_ptr, index, pid, TIMED: tl.constexpr):
 def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
     """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
     sync += 1
-    _grid_sync(counter_ptr, err_ptr, sync * G)
+    _arrive(counter_ptr)
+    _wait(counter_ptr, err_ptr, sync * G)
+    _record_time(times_ptr, sync, pid, TIMED)
+    return sync
+
+
+@triton.jit
+def _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+    """``_stage_end`` after its arrival (``_arrive``) was made, and what was to come between done."""
+    sync += 1
+    _wait(counter_ptr, err_ptr, sync * G)
     _record_time(times_ptr, sync, pid, TIMED)
     return sync
 
@@ -108,13 +135,18 @@ def _ordered_sum(h, p_ptr, SPLITS: tl.constexpr, H: tl.constexpr, dtype: tl.cons
 
 
 @triton.jit
-def _rows_times(w_ptr, row0, rows_total, stride, col0, cols_total, x, BN: tl.constexpr, K: tl.constexpr):
-    """``w[row0:row0+BN, col0:col0+K] @ x`` in float32 (rows and columns past the totals count as zeros)."""
+def _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr):
+    """``w[row0:row0+BN, col0:col0+K]`` (rows and columns past the totals read as zeros)."""
     rows = row0 + tl.arange(0, BN)
     cols = col0 + tl.arange(0, K)
     mask = (rows[:, None] < rows_total) & (cols[None, :] < cols_total)
-    w = tl.load(w_ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0)
-    return tl.sum(w.to(tl.float32) * x[None, :], axis=1), rows
+    return tl.load(w_ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _tile_times(w, row0, x, BN: tl.constexpr):
+    """A weight tile (``_tile``) times ``x`` in float32, and the tile's output rows."""
+    return tl.sum(w.to(tl.float32) * x[None, :], axis=1), row0 + tl.arange(0, BN)
 
 
 @triton.jit
@@ -219,8 +251,8 @@ def _persistent_decode_kernel(
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr, TIMED: tl.constexpr,
-    dtype: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr, PRELOAD: tl.constexpr,
+    TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -241,6 +273,10 @@ def _persistent_decode_kernel(
     _record_time(times_ptr, 0, pid, TIMED)
     h = tl.load(embed_ptr + tl.load(ids_ptr) * H + tl.arange(0, H)).to(tl.float32)
     sync = 0
+    # With PRELOAD each program reads its first unit's weight tile of a stage between the barrier's arrival and its
+    # wait, so that the tile is on its way while the barrier completes (the first layer's qkv tile, here).
+    if PRELOAD & 1:
+        w_next = _tile(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H)
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
         if layer > 0:
@@ -248,7 +284,13 @@ def _persistent_decode_kernel(
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_INPUT, dtype), eps, H, dtype)
         w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
         for u in range(pid, U_QKV, G):
-            y, rows = _rows_times(w_qkv, u * BN, QKV, H, 0, H, x, BN, H)
+            if PRELOAD & 1:
+                w = w_next
+                if u != pid:
+                    w = _tile(w_qkv, u * BN, QKV, H, 0, H, BN, H)
+            else:
+                w = _tile(w_qkv, u * BN, QKV, H, 0, H, BN, H)
+            y, rows = _tile_times(w, u * BN, x, BN)
             tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 2. attention, each (kv head, slice)
@@ -258,38 +300,69 @@ def _persistent_decode_kernel(
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, dtype)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        # 3. the slices combined, o_proj (column block, slice of the heads)
+        _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
+        if PRELOAD & 2:
+            w_pre = _tile(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D)
+        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
             attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
-            y, rows = _rows_times(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, attn, BN, HPS * D)
+            if PRELOAD & 2:
+                w = w_pre
+                if u != pid:
+                    w = _tile(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D)
+            else:
+                w = _tile(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D)
+            y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
             tl.store(po_ptr + s * H + rows, y)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        _arrive(counter_ptr)
+        w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
+        if PRELOAD & 4:
+            gate_pre = _tile(w_gu, pid * BN, I, H, 0, H, BN, H)
+            up_pre = _tile(w_gu + I * H, pid * BN, I, H, 0, H, BN, H)
+        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
-        w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         for u in range(pid, U_GATE_UP, G):
-            rows = u * BN + tl.arange(0, BN)
-            where = w_gu + rows[:, None] * H + tl.arange(0, H)[None, :]
-            wg = tl.load(where, mask=(rows < I)[:, None], other=0.0)  # both tiles asked for before either is summed
-            wu = tl.load(where + I * H, mask=(rows < I)[:, None], other=0.0)
-            gate = tl.sum(wg.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
-            up = tl.sum(wu.to(tl.float32) * x[None, :], axis=1)
+            if PRELOAD & 4:
+                wg, wu = gate_pre, up_pre
+                if u != pid:
+                    wg = _tile(w_gu, u * BN, I, H, 0, H, BN, H)
+                    wu = _tile(w_gu + I * H, u * BN, I, H, 0, H, BN, H)
+            else:  # both tiles asked for before either is summed
+                wg = _tile(w_gu, u * BN, I, H, 0, H, BN, H)
+                wu = _tile(w_gu + I * H, u * BN, I, H, 0, H, BN, H)
+            gate, rows = _tile_times(wg, u * BN, x, BN)
+            up, _ = _tile_times(wu, u * BN, x, BN)
+            gate = gate.to(dtype).to(tl.float32)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        # 5. down_proj (column block, slice of K)
+        _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
+        if PRELOAD & 8:
+            w_pre = _tile(w_down, (pid % COL_BLOCKS) * BN, H, I, (pid // COL_BLOCKS) * KS_D, I, BN, KS_D)
+        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
             s = u // COL_BLOCKS
             a = tl.load(act_ptr + s * KS_D + tl.arange(0, KS_D), mask=s * KS_D + tl.arange(0, KS_D) < I, other=0.0,
                         cache_modifier=".cg").to(tl.float32)
-            y, rows = _rows_times(w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, a, BN, KS_D)
+            if PRELOAD & 8:
+                w = w_pre
+                if u != pid:
+                    w = _tile(w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, BN, KS_D)
+            else:
+                w = _tile(w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, BN, KS_D)
+            y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, a, BN)
             tl.store(pd_ptr + s * H + rows, y)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        _arrive(counter_ptr)
+        if PRELOAD & 1:  # the next layer's qkv tile (none after the last layer: every row masked)
+            following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
+            w_next = _tile(following, pid * BN, tl.where(layer + 1 < LAYERS, QKV, 0), H, 0, H, BN, H)
+        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
         tl.store(out_ptr + tl.arange(0, H), _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype))
@@ -312,7 +385,8 @@ class PersistentDecode:
     either is replaced. The launch's defaults are the fastest measured on an H200 (benchmarks/README.md, "A lone
     request's decode pass as one persistent kernel"): two programs an SM of 4 warps where the GPU holds them at once
     (else one an SM), 64 keys a step, products in units of 16 rows at Qwen3-0.6B's width. The arguments exist for
-    tests and benchmarks: ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a kv head;
+    tests and benchmarks: ``preload`` (the products whose first weight tile each program reads between the barrier's
+    arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a kv head;
     default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages`` (the
     attention loop's own, else ``num_stages``), the units' sizes
     (``rows_per_unit`` of every product, ``heads_per_slice`` of o_proj's K, ``down_slice`` of down_proj's K), and
@@ -323,7 +397,8 @@ class PersistentDecode:
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
                  block_n: int = 64, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None, timed: bool = False,
-                 rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None) -> None:
+                 rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None,
+                 preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -374,7 +449,7 @@ class PersistentDecode:
             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
-            WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages,
+            WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
