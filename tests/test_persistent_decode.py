@@ -43,7 +43,7 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             expected_caches = [c.clone() for c in caches]
             positions, meta = sequence_metadata(table, context, 1, PAGE)
             expected = model(ids[context:], positions, expected_caches, meta)
-            for splits, preload in ((1, 15), (3, 3), (3, 0)):
+            for splits, preload in ((1, 31), (3, 3), (3, 0)):
                 ours = [c.clone() for c in caches]
                 # Small units, so that every product has several column blocks and slices of K (down_proj's last
                 # one part empty on the Llama, whose intermediate size is 160).

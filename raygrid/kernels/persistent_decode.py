@@ -49,13 +49,13 @@ MAX_CONTEXT = 40960
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (a few seconds)
 # The layer's tensors, in this order in each row of the pointer table.
 W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
-# The products whose first weight tile a program reads ahead, between a barrier's arrival and its wait (flags). Read
-# into registers, a tile stays live across the wait: qkv's and o_proj's (64 and 32 registers at Qwen3-0.6B's width)
-# fit beside the rest of the kernel (with 64 to 76 bytes of spills for qkv's, built for sm_90), gate_up's and
-# down_proj's (128 each) spill 2 KB each. On an H100 the default (qkv and o_proj) took a pass at 32k from 2,067 to
-# 2,038 us and at 512 from 827 to 785; all four spilled, and took 3,575 and 2,142 (benchmarks/README.md,
-# nineteenth session).
-PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE_UP, PRELOAD_DOWN = 1, 2, 4, 8
+# The weight tiles a program reads ahead, each product's first, between a barrier's arrival and its wait (flags).
+# Read into registers, a tile stays live across the wait: qkv's and o_proj's (64 and 32 registers at Qwen3-0.6B's
+# width) fit beside the rest of the kernel (76 bytes of spills, built for sm_90); gate's, up's and down_proj's (64,
+# 64 and 128) spill more. On an H100 the default (qkv and o_proj) took a pass at 32k from 2,067 to 2,038 us and at 512
+# from 827 to 785; every tile (down_proj's 128 registers) 3,575 and 2,142; adding gate's, or gate's and down_proj's
+# over slices of 1,024, gained nothing at 32k (benchmarks/README.md, nineteenth session).
+PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 
 
 @triton.jit
@@ -321,19 +321,25 @@ def _persistent_decode_kernel(
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         if PRELOAD & 4:
             gate_pre = _tile(w_gu, pid * BN, I, H, 0, H, BN, H)
+        if PRELOAD & 16:
             up_pre = _tile(w_gu + I * H, pid * BN, I, H, 0, H, BN, H)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         for u in range(pid, U_GATE_UP, G):
+            # both tiles asked for before either is summed
             if PRELOAD & 4:
-                wg, wu = gate_pre, up_pre
+                wg = gate_pre
                 if u != pid:
                     wg = _tile(w_gu, u * BN, I, H, 0, H, BN, H)
-                    wu = _tile(w_gu + I * H, u * BN, I, H, 0, H, BN, H)
-            else:  # both tiles asked for before either is summed
+            else:
                 wg = _tile(w_gu, u * BN, I, H, 0, H, BN, H)
+            if PRELOAD & 16:
+                wu = up_pre
+                if u != pid:
+                    wu = _tile(w_gu + I * H, u * BN, I, H, 0, H, BN, H)
+            else:
                 wu = _tile(w_gu + I * H, u * BN, I, H, 0, H, BN, H)
             gate, rows = _tile_times(wg, u * BN, x, BN)
             up, _ = _tile_times(wu, u * BN, x, BN)
