@@ -7,7 +7,8 @@ forward pass alone (no LM head, no sampling). For each context it also records:
 - ``same_argmax``: whether the two give the same greedy token through the LM head;
 - ``kv_match``: whether both wrote the same key and value into the token's cache slot (max abs difference);
 - ``same_bits_twice``: two persistent passes over the same inputs agree to the bit;
-- ``floor_us``: the pass's bytes (weights outside the embedding, plus the K/V read) at 4.2 TB/s;
+- ``floor_us``: the pass's bytes (weights outside the embedding, plus the K/V read) at the bandwidth of a
+  device-to-device copy on this GPU (``copy_bandwidth_bytes_per_s``, as ``raygrid bench latency`` puts its floor);
 - ``stage_us_one_pass``: from one pass of a timed launch, each stage's mean time a layer, up to its barrier's end.
 
     python benchmarks/scripts/persistent_decode_pass.py OUT.json --contexts 512 4096 32768 [--variant JSON ...]
@@ -26,6 +27,7 @@ from pathlib import Path
 import torch
 
 from raygrid.bench.kernel_timing import chain_us
+from raygrid.bench.memory_floor import copy_bandwidth
 from raygrid.bench.throughput import provenance
 from raygrid.engine.memory_profile import sequence_metadata
 from raygrid.kernels.persistent_decode import PersistentDecode
@@ -34,7 +36,6 @@ from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.models.loader import load_model
 
 PAGE = 64
-FLOOR_BYTES_PER_S = 4.2e12
 
 
 def decode_inputs(context: int, num_blocks: int, device) -> tuple[dict, AttentionMetadata]:
@@ -94,11 +95,12 @@ def main() -> None:
               for _ in model.layers]
     weight_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens" not in n)
     variants = [{}] + [json.loads(v) for v in args.variant]
+    bandwidth = copy_bandwidth(device)
     rows = []
     for context in args.contexts:
         inputs, meta = decode_inputs(context, num_blocks, device)
         kv_bytes = 2 * len(model.layers) * context * attn.num_kv_heads * attn.head_dim * 2
-        row = dict(context=context, floor_us=(weight_bytes + kv_bytes) / FLOOR_BYTES_PER_S * 1e6, variants=[])
+        row = dict(context=context, floor_us=(weight_bytes + kv_bytes) / bandwidth * 1e6, variants=[])
         with torch.inference_mode():
             plain = lambda: model(inputs["ids"], inputs["positions"], caches, meta)  # noqa: E731
             ref = plain().clone()
@@ -113,7 +115,7 @@ def main() -> None:
                 print(context, f"engine {row['engine_us']:.1f} us, floor {row['floor_us']:.1f} us:", row["variants"][-1], flush=True)
         rows.append(row)
     result = dict(provenance(), torch=torch.__version__, triton=__import__("triton").__version__,
-                  model="Qwen3-0.6B shape, random (dummy) bf16 weights", rows=rows)
+                  model="Qwen3-0.6B shape, random (dummy) bf16 weights", copy_bandwidth_bytes_per_s=bandwidth, rows=rows)
     Path(args.output_json).write_text(json.dumps(result, indent=1))
 
 
