@@ -102,7 +102,8 @@ def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexp
 
 @triton.jit
 def _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
-    """``_stage_end`` after its arrival (``_arrive``) was made, and what was to come between done."""
+    """The rest of ``_stage_end``, for a program that made its arrival (``_arrive``) and asked for the next stage's
+    weight tile since."""
     sync += 1
     _wait(counter_ptr, err_ptr, sync * G)
     _record_time(times_ptr, sync, pid, TIMED)
@@ -275,7 +276,7 @@ def _persistent_decode_kernel(
     sync = 0
     # With PRELOAD each program reads its first unit's weight tile of a stage between the barrier's arrival and its
     # wait, so that the tile is on its way while the barrier completes (the first layer's qkv tile, here).
-    if PRELOAD & 1:
+    if PRELOAD & 1:  # PRELOAD_QKV
         w_next = _tile(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H)
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
@@ -284,7 +285,7 @@ def _persistent_decode_kernel(
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_INPUT, dtype), eps, H, dtype)
         w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
         for u in range(pid, U_QKV, G):
-            if PRELOAD & 1:
+            if PRELOAD & 1:  # PRELOAD_QKV
                 w = w_next
                 if u != pid:
                     w = _tile(w_qkv, u * BN, QKV, H, 0, H, BN, H)
@@ -302,14 +303,14 @@ def _persistent_decode_kernel(
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, dtype)
         _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
-        if PRELOAD & 2:
+        if PRELOAD & 2:  # PRELOAD_O
             w_pre = _tile(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
             attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
-            if PRELOAD & 2:
+            if PRELOAD & 2:  # PRELOAD_O
                 w = w_pre
                 if u != pid:
                     w = _tile(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D)
@@ -319,9 +320,9 @@ def _persistent_decode_kernel(
             tl.store(po_ptr + s * H + rows, y)
         _arrive(counter_ptr)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-        if PRELOAD & 4:
+        if PRELOAD & 4:  # PRELOAD_GATE
             gate_pre = _tile(w_gu, pid * BN, I, H, 0, H, BN, H)
-        if PRELOAD & 16:
+        if PRELOAD & 16:  # PRELOAD_UP
             up_pre = _tile(w_gu + I * H, pid * BN, I, H, 0, H, BN, H)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
@@ -329,13 +330,13 @@ def _persistent_decode_kernel(
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         for u in range(pid, U_GATE_UP, G):
             # both tiles asked for before either is summed
-            if PRELOAD & 4:
+            if PRELOAD & 4:  # PRELOAD_GATE
                 wg = gate_pre
                 if u != pid:
                     wg = _tile(w_gu, u * BN, I, H, 0, H, BN, H)
             else:
                 wg = _tile(w_gu, u * BN, I, H, 0, H, BN, H)
-            if PRELOAD & 16:
+            if PRELOAD & 16:  # PRELOAD_UP
                 wu = up_pre
                 if u != pid:
                     wu = _tile(w_gu + I * H, u * BN, I, H, 0, H, BN, H)
@@ -348,7 +349,7 @@ def _persistent_decode_kernel(
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
-        if PRELOAD & 8:
+        if PRELOAD & 8:  # PRELOAD_DOWN
             w_pre = _tile(w_down, (pid % COL_BLOCKS) * BN, H, I, (pid // COL_BLOCKS) * KS_D, I, BN, KS_D)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
@@ -356,7 +357,7 @@ def _persistent_decode_kernel(
             s = u // COL_BLOCKS
             a = tl.load(act_ptr + s * KS_D + tl.arange(0, KS_D), mask=s * KS_D + tl.arange(0, KS_D) < I, other=0.0,
                         cache_modifier=".cg").to(tl.float32)
-            if PRELOAD & 8:
+            if PRELOAD & 8:  # PRELOAD_DOWN
                 w = w_pre
                 if u != pid:
                     w = _tile(w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, BN, KS_D)
