@@ -145,6 +145,32 @@ def _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K
 
 
 @triton.jit
+def _read_ahead(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
+                READ_AHEAD: tl.constexpr):
+    """The tile (``_tile``) a program reads ahead for its first unit of the next stage, where ``READ_AHEAD``
+    (a ``PRELOAD_*`` flag of the launch); otherwise nothing is read (0 stands in)."""
+    if READ_AHEAD:
+        w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K)
+    else:
+        w = 0
+    return w
+
+
+@triton.jit
+def _unit_tile(ahead, u, pid, w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
+               READ_AHEAD: tl.constexpr):
+    """Unit ``u``'s weight tile (``_tile``): with ``READ_AHEAD``, ``ahead`` for the program's first unit (``pid``),
+    read before the barrier's wait; otherwise, and for later units, read now."""
+    if READ_AHEAD:
+        w = ahead
+        if u != pid:
+            w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K)
+    else:
+        w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K)
+    return w
+
+
+@triton.jit
 def _tile_times(w, row0, x, BN: tl.constexpr):
     """A weight tile (``_tile``) times ``x`` in float32, and the tile's output rows."""
     return tl.sum(w.to(tl.float32) * x[None, :], axis=1), row0 + tl.arange(0, BN)
@@ -275,9 +301,9 @@ def _persistent_decode_kernel(
     h = tl.load(embed_ptr + tl.load(ids_ptr) * H + tl.arange(0, H)).to(tl.float32)
     sync = 0
     # With PRELOAD each program reads its first unit's weight tile of a stage between the barrier's arrival and its
-    # wait, so that the tile is on its way while the barrier completes (the first layer's qkv tile, here).
-    if PRELOAD & 1:  # PRELOAD_QKV
-        w_next = _tile(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H)
+    # wait, so that the tile is on its way while the barrier completes (the first layer's qkv tile, here). Its bits
+    # are the PRELOAD_* flags: 1 qkv_proj, 2 o_proj, 4 gate, 16 up, 8 down_proj.
+    w_next = _read_ahead(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, PRELOAD & 1)
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
         if layer > 0:
@@ -285,12 +311,7 @@ def _persistent_decode_kernel(
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_INPUT, dtype), eps, H, dtype)
         w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
         for u in range(pid, U_QKV, G):
-            if PRELOAD & 1:  # PRELOAD_QKV
-                w = w_next
-                if u != pid:
-                    w = _tile(w_qkv, u * BN, QKV, H, 0, H, BN, H)
-            else:
-                w = _tile(w_qkv, u * BN, QKV, H, 0, H, BN, H)
+            w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, PRELOAD & 1)
             y, rows = _tile_times(w, u * BN, x, BN)
             tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
@@ -303,45 +324,29 @@ def _persistent_decode_kernel(
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, dtype)
         _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
-        if PRELOAD & 2:  # PRELOAD_O
-            w_pre = _tile(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D)
+        o_pre = _read_ahead(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D,
+                            PRELOAD & 2)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
             attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
-            if PRELOAD & 2:  # PRELOAD_O
-                w = w_pre
-                if u != pid:
-                    w = _tile(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D)
-            else:
-                w = _tile(w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D)
+            w = _unit_tile(o_pre, u, pid, w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D,
+                           PRELOAD & 2)
             y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
             tl.store(po_ptr + s * H + rows, y)
         _arrive(counter_ptr)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-        if PRELOAD & 4:  # PRELOAD_GATE
-            gate_pre = _tile(w_gu, pid * BN, I, H, 0, H, BN, H)
-        if PRELOAD & 16:  # PRELOAD_UP
-            up_pre = _tile(w_gu + I * H, pid * BN, I, H, 0, H, BN, H)
+        gate_pre = _read_ahead(w_gu, pid * BN, I, H, 0, H, BN, H, PRELOAD & 4)
+        up_pre = _read_ahead(w_gu + I * H, pid * BN, I, H, 0, H, BN, H, PRELOAD & 16)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         for u in range(pid, U_GATE_UP, G):
             # both tiles asked for before either is summed
-            if PRELOAD & 4:  # PRELOAD_GATE
-                wg = gate_pre
-                if u != pid:
-                    wg = _tile(w_gu, u * BN, I, H, 0, H, BN, H)
-            else:
-                wg = _tile(w_gu, u * BN, I, H, 0, H, BN, H)
-            if PRELOAD & 16:  # PRELOAD_UP
-                wu = up_pre
-                if u != pid:
-                    wu = _tile(w_gu + I * H, u * BN, I, H, 0, H, BN, H)
-            else:
-                wu = _tile(w_gu + I * H, u * BN, I, H, 0, H, BN, H)
+            wg = _unit_tile(gate_pre, u, pid, w_gu, u * BN, I, H, 0, H, BN, H, PRELOAD & 4)
+            wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * BN, I, H, 0, H, BN, H, PRELOAD & 16)
             gate, rows = _tile_times(wg, u * BN, x, BN)
             up, _ = _tile_times(wu, u * BN, x, BN)
             gate = gate.to(dtype).to(tl.float32)
@@ -349,26 +354,20 @@ def _persistent_decode_kernel(
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
-        if PRELOAD & 8:  # PRELOAD_DOWN
-            w_pre = _tile(w_down, (pid % COL_BLOCKS) * BN, H, I, (pid // COL_BLOCKS) * KS_D, I, BN, KS_D)
+        down_pre = _read_ahead(w_down, (pid % COL_BLOCKS) * BN, H, I, (pid // COL_BLOCKS) * KS_D, I, BN, KS_D, PRELOAD & 8)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
             s = u // COL_BLOCKS
             a = tl.load(act_ptr + s * KS_D + tl.arange(0, KS_D), mask=s * KS_D + tl.arange(0, KS_D) < I, other=0.0,
                         cache_modifier=".cg").to(tl.float32)
-            if PRELOAD & 8:  # PRELOAD_DOWN
-                w = w_pre
-                if u != pid:
-                    w = _tile(w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, BN, KS_D)
-            else:
-                w = _tile(w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, BN, KS_D)
+            w = _unit_tile(down_pre, u, pid, w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, BN, KS_D, PRELOAD & 8)
             y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, a, BN)
             tl.store(pd_ptr + s * H + rows, y)
         _arrive(counter_ptr)
-        if PRELOAD & 1:  # the next layer's qkv tile (none after the last layer: every row masked)
-            following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
-            w_next = _tile(following, pid * BN, tl.where(layer + 1 < LAYERS, QKV, 0), H, 0, H, BN, H)
+        # the next layer's qkv tile (none after the last layer: every row masked)
+        following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
+        w_next = _read_ahead(following, pid * BN, tl.where(layer + 1 < LAYERS, QKV, 0), H, 0, H, BN, H, PRELOAD & 1)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
