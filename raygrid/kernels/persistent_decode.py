@@ -15,7 +15,7 @@ memory, about 1 us) instead of kernel boundaries:
 
 Weights are the one input a stage does not wait for: a program reads its first qkv_proj and o_proj tile into
 registers between the barrier's arrival and its wait (``PRELOAD_*``), so the tile is on its way while the last
-programs arrive (on an H100, 1.4% of a token at 32k, 5% at 512; gate_up's and down_proj's tiles would spill).
+programs arrive (on an H100 a pass 1.4% shorter at 32k, 5% at 512; gate_up's and down_proj's tiles would spill).
 
 The split products of stages 3 and 5 are added in a fixed order by every program, so the pass gives the same bits
 every time (atomics would not). Each program keeps its own copy of the residual stream; all copies are equal.
