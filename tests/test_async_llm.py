@@ -150,6 +150,34 @@ def test_bad_request_raises_and_others_continue(engine):
     assert last.finished and len(last.outputs[0].token_ids) == 5
 
 
+def test_an_id_is_free_again_once_its_request_finishes_and_a_late_abort_misses_the_next(engine):
+    """A request id may be used again once its request has finished. The server aborts every stream it stops reading,
+    finished or not; such an abort, arriving after the request finished, must not reach the next request under the
+    same id (it once took that one's place, and its stream waited forever). Two requests in flight under one id: the
+    second is refused, the first goes on."""
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    prompt = {"prompt_token_ids": [5, 6, 7]}
+
+    async def run():
+        async def whole(request_id):
+            return [out async for out in engine.generate(prompt, params, request_id=request_id)][-1]
+
+        finished = []
+        for _ in range(5):
+            finished.append(await asyncio.wait_for(whole("again"), 30))
+            engine.abort("again")  # late: that request has finished
+        running = engine.generate(prompt, SamplingParams(max_tokens=50, ignore_eos=True), request_id="twice")
+        await running.__anext__()
+        with pytest.raises(ValueError, match="already in flight"):
+            await engine.generate(prompt, params, request_id="twice").__anext__()
+        return finished, [out async for out in running][-1]
+
+    finished, last = asyncio.run(run())
+    assert all(out.finished and out.outputs[0].token_ids == finished[0].outputs[0].token_ids for out in finished)
+    assert len(finished[0].outputs[0].token_ids) == 4 and last.finished and len(last.outputs[0].token_ids) == 50
+    assert wait_until(lambda: engine.num_unfinished_requests == 0)
+
+
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
 def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_dir, fault):
     """The step loop runs in a process of its own; kill -9 of it fails the requests in flight with an

@@ -7,6 +7,7 @@ test_distributed.py.)"""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 
 import httpx
@@ -308,6 +309,25 @@ def test_server_logit_controls_unsupported_fields_and_routes(qwen3_dir, tokenize
             # x-request-id: the caller's, or a fresh one.
             assert http.get(f"{base}/v1/models", headers={"x-request-id": "abc"}).headers["x-request-id"] == "abc"
             assert len(http.get(f"{base}/v1/models").headers["x-request-id"]) == 32
+            # The response's id, as vLLM makes it: the X-Request-Id header, else the body's request_id, after the route's
+            # prefix. Requests in flight together under one id are still each their own request in the engine.
+            hi = [{"role": "user", "content": "hi"}]
+            assert client.chat.completions.create(model="tiny", messages=hi, max_tokens=2,
+                                                  extra_body={"request_id": "trace-7"}).id == "chatcmpl-trace-7"
+            assert {c.id for c in client.chat.completions.create(model="tiny", messages=hi, max_tokens=2, stream=True,
+                                                                 extra_body={"request_id": "trace-7"})} == {"chatcmpl-trace-7"}
+            assert client.completions.create(model="tiny", prompt="hi", max_tokens=2, extra_headers={"X-Request-Id": "hdr-1"},
+                                             extra_body={"request_id": "body-1"}).id == "cmpl-hdr-1"
+            assert client.completions.create(model="tiny", prompt="hi", max_tokens=2).id.startswith("cmpl-")
+            prompts = [[5 + i] * (3 + i) for i in range(4)]
+            greedy = dict(model="tiny", max_tokens=6, temperature=0, extra_body={"ignore_eos": True, "request_id": "same"})
+            alone = [client.completions.create(prompt=p, **greedy).choices[0].text for p in prompts]
+            with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+                together = list(pool.map(lambda p: client.completions.create(prompt=p, **greedy), prompts))
+            assert [r.choices[0].text for r in together] == alone and {r.id for r in together} == {"cmpl-same"}
+            for bad in ("", "x" * 257):
+                refused = http.post(f"{base}/v1/completions", json=dict(model="tiny", prompt="hi", request_id=bad))
+                assert refused.status_code == 400 and refused.json()["error"]["param"] == "request_id", refused.text
             # CORS: a browser's preflight from the allowed origin is answered; another origin gets no grant.
             preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
             answer = http.options(f"{base}/v1/completions", headers=preflight)

@@ -183,7 +183,7 @@ class AsyncLLM:
             self._streams[request_id] = stream
             self._num_sequences += len(stream.child_ids)
         self.metrics.prompt_tokens.inc(len(processed.prompt_token_ids) * len(processed.children))
-        self._commands.put(("add", processed, delta))
+        self._commands.put(("add", processed, delta, stream))
         finished = False
         try:
             while True:
@@ -204,11 +204,15 @@ class AsyncLLM:
                     return
         finally:
             if not finished:
-                self.abort(request_id)
+                self._commands.put(("abort", request_id, stream))
 
     def abort(self, request_id: str) -> None:
-        """Stop a request and free its KV blocks; safe to call from any thread, for any id."""
-        self._commands.put(("abort", request_id))
+        """Stop a request and free its KV blocks; safe to call from any thread, for any id. It stops the request in
+        flight under that id when called: a no-op for one that has finished, even if a later request takes its id."""
+        with self._streams_lock:
+            stream = self._streams.get(request_id)
+        if stream is not None:
+            self._commands.put(("abort", request_id, stream))
 
     def render_metrics(self) -> bytes | None:
         return self.metrics.render()
@@ -254,11 +258,15 @@ class AsyncLLM:
             streams, self._streams, self._num_sequences = self._streams, {}, 0
         return streams
 
-    def _forget_stream(self, request_id: str) -> _Stream | None:
+    def _forget_stream(self, request_id: str, which: _Stream | None = None) -> _Stream | None:
+        """Stop delivering to the request's stream (only if it is ``which``, where given: a command sent for one
+        request must not reach a later one under the same id)."""
         with self._streams_lock:
-            stream = self._streams.pop(request_id, None)
-            if stream is not None:
-                self._num_sequences -= len(stream.child_ids)
+            stream = self._streams.get(request_id)
+            if stream is None or (which is not None and stream is not which):
+                return None
+            del self._streams[request_id]
+            self._num_sequences -= len(stream.child_ids)
         return stream
 
     def _fail_in_flight(self, error: Exception) -> None:
@@ -281,20 +289,20 @@ class AsyncLLM:
             if kind == "add":
                 self._add(*payload)
             elif kind == "abort":
-                self._abort(payload[0])
+                self._abort(*payload)
             elif kind == "stop":
                 return
 
-    def _add(self, processed: ProcessedRequest, delta: bool) -> None:
-        if processed.request_id not in self._streams:
+    def _add(self, processed: ProcessedRequest, delta: bool, stream: _Stream) -> None:
+        if self._streams.get(processed.request_id) is not stream:
             return  # the client left before the engine saw the request
         self.output_processor.add_request(processed, delta=delta)
         for child in processed.children:
             self.engine.add_request(child)
         self._load_changed = True
 
-    def _abort(self, request_id: str) -> None:
-        stream = self._forget_stream(request_id)
+    def _abort(self, request_id: str, which: _Stream) -> None:
+        stream = self._forget_stream(request_id, which)
         if stream is None:
             return
         self.engine.abort_requests(stream.child_ids)
@@ -325,9 +333,9 @@ class AsyncLLM:
             try:
                 deliveries.send(batch)
             except RuntimeError:  # that event loop is closed, its clients with it
-                for _, output in batch:
+                for stream, output in batch:
                     if not output.finished:
-                        self._commands.put(("abort", output.request_id))
+                        self._commands.put(("abort", output.request_id, stream))
         self._load_changed |= any(output.finished for output in outputs)
         self._observe_scheduler(force=self._load_changed)
 

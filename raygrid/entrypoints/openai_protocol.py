@@ -96,6 +96,8 @@ class _SamplingFields(_Strict):
     prompt_logprobs: int | None = Field(default=None, ge=0, description="the top logprobs of each prompt token, returned "
                                         "as prompt_logprobs (not with stream)")
     cache_salt: str | None = Field(default=None, min_length=1, description="requests with different salts share no prefix-cache blocks")
+    request_id: str | None = Field(default=None, min_length=1, max_length=256, description="the response's id after its "
+                                   "cmpl- or chatcmpl- (an X-Request-Id header takes precedence, as in vLLM)")
     return_token_ids: bool = Field(default=False, description="each choice's token_ids and the prompt's prompt_token_ids "
                                    "(streamed: each chunk's new tokens, and the prompt's in a choice's first chunk)")
     return_tokens_as_token_ids: bool = Field(default=False, description="logprobs name each token 'token_id:N', which "

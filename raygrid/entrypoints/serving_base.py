@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import uuid
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -125,6 +126,15 @@ class OpenAIServing:
     def check_model(self, model: str) -> None:
         if model not in self.names:
             raise APIError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found", kind="NotFoundError")
+
+    @staticmethod
+    def request_ids(prefix: str, request: CompletionRequest | ChatCompletionRequest, raw: Request) -> tuple[str, str]:
+        """The response's id and the engine's. As in vLLM the response's is ``prefix-`` and the X-Request-Id header,
+        else the body's ``request_id``, else a fresh one. A caller may give one id to several requests in flight, so
+        the engine's adds a fresh suffix to a given one: no request ever takes another's place in the engine."""
+        given = raw.headers.get("x-request-id") or request.request_id
+        public = f"{prefix}-{given or uuid.uuid4().hex}"
+        return public, f"{public}-{uuid.uuid4().hex[:8]}" if given else public
 
     def make_params(self, request: CompletionRequest | ChatCompletionRequest) -> SamplingParams:
         if caller := request.caller_fields():

@@ -28,7 +28,6 @@ from raygrid.entrypoints.openai_protocol import (
     ChatTokenLogprob,
     TopLogprob,
     UsageInfo,
-    random_id,
     tool_dicts,
 )
 from raygrid.entrypoints.reasoning import REASONING_PARSERS
@@ -73,8 +72,8 @@ class ChatServing(OpenAIServing):
         if params.max_tokens is None:
             params = params.model_copy(update={"max_tokens": max(self.max_len - len(prompt_ids), 1)})
         self.check_context(prompt_ids, params, "messages")
-        request_id = random_id("chatcmpl")
-        stream = await self.start(prompt_ids, params, request, request_id)
+        request_id, engine_id = self.request_ids("chatcmpl", request, raw)
+        stream = await self.start(prompt_ids, params, request, engine_id)
         if request.stream:
             return streaming(self.stream(request, request_id, prompt_ids, stream, params))
         opened = self.prompt_opens_thinking(prompt_ids)

@@ -22,7 +22,6 @@ from raygrid.entrypoints.openai_protocol import (
     CompletionRequest,
     CompletionResponse,
     UsageInfo,
-    random_id,
 )
 from raygrid.entrypoints.serving_base import (APIError, OpenAIServing, collect, error_event, merge, merge_outputs, prompt_logprobs, sse,
                                               sse_json, streaming, token_name, top_items, wire_logprob)
@@ -48,8 +47,8 @@ class CompletionServing(OpenAIServing):
             params = params.model_copy(update={"max_tokens": max(self.max_len - max(len(p) for p in prompts), 1)})
         for ids in prompts:
             self.check_context(ids, params, "prompt")
-        request_id = random_id("cmpl")
-        streams = [await self.start(ids, params, request, f"{request_id}-{i}") for i, ids in enumerate(prompts)]
+        request_id, engine_id = self.request_ids("cmpl", request, raw)
+        streams = [await self.start(ids, params, request, f"{engine_id}-{i}") for i, ids in enumerate(prompts)]
         n = params.n
         if request.stream:
             return streaming(self.stream(request, request_id, prompts, whole, streams, params))
