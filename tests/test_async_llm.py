@@ -150,11 +150,14 @@ def test_bad_request_raises_and_others_continue(engine):
     assert last.finished and len(last.outputs[0].token_ids) == 5
 
 
-def test_an_id_is_free_again_once_its_request_finishes_and_a_late_abort_misses_the_next(engine):
-    """A request id may be used again once its request has finished. The server aborts every stream it stops reading,
-    finished or not; such an abort, arriving after the request finished, must not reach the next request under the
-    same id (it once took that one's place, and its stream waited forever). Two requests in flight under one id: the
-    second is refused, the first goes on."""
+def test_an_id_is_free_again_once_its_request_finishes_or_is_aborted(engine):
+    """A request id may be used again as soon as its request has finished or been aborted, and the next request under
+    it gets only its own outputs:
+    - the server aborts every stream it stops reading, finished or not, and such a late abort must not reach the next
+      request under the same id (it once took that one's place, and its stream waited forever);
+    - a request aborted mid-stream may still have outputs on their way from the engine when its id is used again
+      (each request has an engine id of its own, so they are not taken as the new one's).
+    Two requests in flight under one id: the second is refused, the first goes on."""
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
     prompt = {"prompt_token_ids": [5, 6, 7]}
 
@@ -166,6 +169,11 @@ def test_an_id_is_free_again_once_its_request_finishes_and_a_late_abort_misses_t
         for _ in range(5):
             finished.append(await asyncio.wait_for(whole("again"), 30))
             engine.abort("again")  # late: that request has finished
+            long = engine.generate({"prompt_token_ids": [9, 9, 9]}, SamplingParams(max_tokens=300, ignore_eos=True),
+                                   request_id="again")
+            for _ in range(3):
+                await long.__anext__()
+            await long.aclose()  # aborted mid-stream; its id is taken again at once
         running = engine.generate(prompt, SamplingParams(max_tokens=50, ignore_eos=True), request_id="twice")
         await running.__anext__()
         with pytest.raises(ValueError, match="already in flight"):
@@ -173,9 +181,11 @@ def test_an_id_is_free_again_once_its_request_finishes_and_a_late_abort_misses_t
         return finished, [out async for out in running][-1]
 
     finished, last = asyncio.run(run())
-    assert all(out.finished and out.outputs[0].token_ids == finished[0].outputs[0].token_ids for out in finished)
+    assert all(out.finished and out.request_id == "again" for out in finished)
+    assert all(out.outputs[0].token_ids == finished[0].outputs[0].token_ids for out in finished)
     assert len(finished[0].outputs[0].token_ids) == 4 and last.finished and len(last.outputs[0].token_ids) == 50
     assert wait_until(lambda: engine.num_unfinished_requests == 0)
+    assert wait_until(lambda: engine.engine.stats().num_free_blocks == engine.engine.stats().num_total_blocks)
 
 
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])

@@ -82,6 +82,8 @@ class _Deliveries:
 
 @dataclass
 class _Stream:
+    request_id: str  # the caller's
+    engine_id: str  # the engine's, this request's own (see generate)
     deliveries: _Deliveries
     queue: asyncio.Queue
     arrival: float
@@ -116,8 +118,11 @@ class AsyncLLM:
         self.output_processor = OutputProcessor(self.tokenizer)
         self.metrics = EngineMetrics(self.model_name, observe_scheduler=observe_scheduler, exporter=metrics_exporter)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        # The streams in flight by the engine's request id (the step loop delivers to them), and those whose caller
+        # still reads them by the caller's id (an id is free again the moment its request is finished or aborted).
+        self._engine_streams: dict[str, _Stream] = {}
         self._streams: dict[str, _Stream] = {}
-        self._num_sequences = 0  # children of the streams above, kept with them under _streams_lock
+        self._num_sequences = 0  # children of _engine_streams, kept with them under _streams_lock
         self._streams_lock = threading.Lock()
         # Each event loop that opens streams gets its deliveries; gone with the loop.
         self._deliveries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deliveries] = weakref.WeakKeyDictionary()
@@ -141,7 +146,7 @@ class AsyncLLM:
 
     @property
     def num_unfinished_requests(self) -> int:
-        return len(self._streams)
+        return len(self._engine_streams)
 
     def _deliveries_for(self, loop: asyncio.AbstractEventLoop) -> _Deliveries:
         with self._streams_lock:
@@ -170,17 +175,21 @@ class AsyncLLM:
                 f"{in_flight} sequences in flight and {sampling_params.n} more asked for: max_queued_requests is "
                 f"{self.max_queued_requests}"
             )
-        request_id = request_id or f"req-{next(self._ids)}"
+        # The engine's id for this request. A caller's id may come back once its request is gone, while outputs of
+        # the one before (aborted mid-step) are still on their way from the engine: each gets an id of its own.
+        engine_id = f"req-{next(self._ids)}" if request_id is None else f"{request_id}#{next(self._ids)}"
+        request_id = engine_id if request_id is None else request_id
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt and sampling_params.structured_outputs is None:
-            processed = self.processor.process(request_id, prompt, sampling_params, priority=priority)
+            processed = self.processor.process(engine_id, prompt, sampling_params, priority=priority)
         else:  # tokenizing text, or compiling a grammar, takes a while: off the caller's event loop
-            processed = await asyncio.to_thread(self.processor.process, request_id, prompt, sampling_params, priority=priority)
-        stream = _Stream(self._deliveries_for(asyncio.get_running_loop()), asyncio.Queue(), time.monotonic(), len(processed.prompt_token_ids))
+            processed = await asyncio.to_thread(self.processor.process, engine_id, prompt, sampling_params, priority=priority)
+        stream = _Stream(request_id, engine_id, self._deliveries_for(asyncio.get_running_loop()), asyncio.Queue(), time.monotonic(),
+                         len(processed.prompt_token_ids))
         stream.child_ids = [c.request_id for c in processed.children]
         with self._streams_lock:
             if request_id in self._streams:
                 raise ValueError(f"request_id {request_id!r} is already in flight")
-            self._streams[request_id] = stream
+            self._streams[request_id] = self._engine_streams[engine_id] = stream
             self._num_sequences += len(stream.child_ids)
         self.metrics.prompt_tokens.inc(len(processed.prompt_token_ids) * len(processed.children))
         self._commands.put(("add", processed, delta, stream))
@@ -204,15 +213,21 @@ class AsyncLLM:
                     return
         finally:
             if not finished:
-                self._commands.put(("abort", request_id, stream))
+                self._cancel(stream)
 
     def abort(self, request_id: str) -> None:
         """Stop a request and free its KV blocks; safe to call from any thread, for any id. It stops the request in
-        flight under that id when called: a no-op for one that has finished, even if a later request takes its id."""
+        flight under that id when called (a no-op for one that has finished), and the id is free again at once."""
         with self._streams_lock:
             stream = self._streams.get(request_id)
         if stream is not None:
-            self._commands.put(("abort", request_id, stream))
+            self._cancel(stream)
+
+    def _cancel(self, stream: _Stream) -> None:
+        with self._streams_lock:
+            if self._streams.get(stream.request_id) is stream:
+                del self._streams[stream.request_id]
+        self._commands.put(("abort", stream))
 
     def render_metrics(self) -> bytes | None:
         return self.metrics.render()
@@ -255,24 +270,23 @@ class AsyncLLM:
 
     def _take_all_streams(self) -> dict[str, _Stream]:
         with self._streams_lock:
-            streams, self._streams, self._num_sequences = self._streams, {}, 0
+            streams, self._engine_streams, self._streams, self._num_sequences = self._engine_streams, {}, {}, 0
         return streams
 
-    def _forget_stream(self, request_id: str, which: _Stream | None = None) -> _Stream | None:
-        """Stop delivering to the request's stream (only if it is ``which``, where given: a command sent for one
-        request must not reach a later one under the same id)."""
+    def _forget_stream(self, stream: _Stream) -> bool:
+        """Stop delivering to a stream; False if it was forgotten already (finished, or aborted)."""
         with self._streams_lock:
-            stream = self._streams.get(request_id)
-            if stream is None or (which is not None and stream is not which):
-                return None
-            del self._streams[request_id]
+            if self._engine_streams.pop(stream.engine_id, None) is None:
+                return False
+            if self._streams.get(stream.request_id) is stream:
+                del self._streams[stream.request_id]
             self._num_sequences -= len(stream.child_ids)
-        return stream
+        return True
 
     def _fail_in_flight(self, error: Exception) -> None:
-        for request_id, stream in self._take_all_streams().items():
+        for stream in self._take_all_streams().values():
             self.engine.abort_requests(stream.child_ids)
-            self.output_processor.abort(request_id)
+            self.output_processor.abort(stream.engine_id)
             self._deliver(stream, error)
 
     @staticmethod
@@ -294,19 +308,18 @@ class AsyncLLM:
                 return
 
     def _add(self, processed: ProcessedRequest, delta: bool, stream: _Stream) -> None:
-        if self._streams.get(processed.request_id) is not stream:
+        if stream.engine_id not in self._engine_streams:
             return  # the client left before the engine saw the request
         self.output_processor.add_request(processed, delta=delta)
         for child in processed.children:
             self.engine.add_request(child)
         self._load_changed = True
 
-    def _abort(self, request_id: str, which: _Stream) -> None:
-        stream = self._forget_stream(request_id, which)
-        if stream is None:
+    def _abort(self, stream: _Stream) -> None:
+        if not self._forget_stream(stream):
             return
         self.engine.abort_requests(stream.child_ids)
-        if self.output_processor.abort(request_id) is not None:
+        if self.output_processor.abort(stream.engine_id) is not None:
             self.metrics.observe_finished("abort")
         self._observe_scheduler(force=True)
 
@@ -319,9 +332,10 @@ class AsyncLLM:
             self.engine.abort_requests(to_abort)
         batches: dict[_Deliveries, list[tuple[_Stream, RequestOutput]]] = {}
         for output in outputs:
-            stream = self._forget_stream(output.request_id) if output.finished else self._streams.get(output.request_id)
-            if stream is None:
+            stream = self._engine_streams.get(output.request_id)
+            if stream is None or (output.finished and not self._forget_stream(stream)):
                 continue
+            output.request_id = stream.request_id  # the caller's, not the engine's
             if output.finished:
                 self.metrics.e2e_latency.observe(now - stream.arrival)
                 for completion in output.outputs:
@@ -335,7 +349,7 @@ class AsyncLLM:
             except RuntimeError:  # that event loop is closed, its clients with it
                 for stream, output in batch:
                     if not output.finished:
-                        self._commands.put(("abort", output.request_id, stream))
+                        self._cancel(stream)
         self._load_changed |= any(output.finished for output in outputs)
         self._observe_scheduler(force=self._load_changed)
 
@@ -359,7 +373,7 @@ class AsyncLLM:
                 continue
             new_tokens += len(out.new_token_ids)
             parent_id = self.output_processor.parent_of.get(out.req_id, out.req_id)
-            stream = self._streams.get(parent_id)
+            stream = self._engine_streams.get(parent_id)
             if stream is None:
                 continue
             if stream.first_token_time is None:
