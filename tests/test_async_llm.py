@@ -165,14 +165,17 @@ def test_an_id_is_free_again_once_its_request_finishes_or_is_aborted(engine):
         async def whole(request_id):
             return [out async for out in engine.generate(prompt, params, request_id=request_id)][-1]
 
+        async def three(stream):
+            for _ in range(3):
+                await stream.__anext__()
+
         finished = []
         for _ in range(5):
             finished.append(await asyncio.wait_for(whole("again"), 30))
             engine.abort("again")  # late: that request has finished
             long = engine.generate({"prompt_token_ids": [9, 9, 9]}, SamplingParams(max_tokens=300, ignore_eos=True),
                                    request_id="again")
-            for _ in range(3):
-                await long.__anext__()
+            await asyncio.wait_for(three(long), 30)
             await long.aclose()  # aborted mid-stream; its id is taken again at once
         running = engine.generate(prompt, SamplingParams(max_tokens=50, ignore_eos=True), request_id="twice")
         await running.__anext__()
