@@ -219,11 +219,12 @@ class AsyncLLM:
         """Stop a request and free its KV blocks; safe to call from any thread, for any id. It stops the request in
         flight under that id when called (a no-op for one that has finished), and the id is free again at once."""
         with self._streams_lock:
-            stream = self._streams.get(request_id)
+            stream = self._streams.pop(request_id, None)
         if stream is not None:
-            self._cancel(stream)
+            self._commands.put(("abort", stream))
 
     def _cancel(self, stream: _Stream) -> None:
+        """``abort`` for this stream alone: its id may belong to a later request already."""
         with self._streams_lock:
             if self._streams.get(stream.request_id) is stream:
                 del self._streams[stream.request_id]
