@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from raygrid import LLM, SamplingParams
@@ -63,6 +64,8 @@ def test_bad_requests_fail_alone(llm, tokenizer):
         good[0],
         {"prompt_token_ids": [5, 6], "multi_modal_data": {}},  # a key raygrid does not take: refused, not dropped
         good[1],
+        {"prompt_token_ids": np.array(good[2]["prompt_token_ids"])},  # a NumPy array of ids: taken as the list
+        {"prompt_token_ids": [5, 2.5, 7, np.int64(vocab)]},  # not an integer, and a NumPy integer past the vocabulary
     ]
     params = [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)] * len(prompts)
     params[9] = SamplingParams(max_tokens=8, logprobs=6)  # above max_logprobs
@@ -77,6 +80,10 @@ def test_bad_requests_fail_alone(llm, tokenizer):
     assert "max_logprobs (5)" in errors[9]
     assert errors[10] == "a prompt dict takes cache_salt, prompt, prompt_token_ids; it has ['multi_modal_data']"
     assert errors[11] == f"bad_words_token_ids has ids outside [0, {vocab}): [{vocab}]"
+    assert errors[12] is None and outputs[12].outputs[0].token_ids == outputs[8].outputs[0].token_ids
+    assert outputs[12].prompt_token_ids == good[2]["prompt_token_ids"]
+    assert all(type(t) is int for t in outputs[12].prompt_token_ids)
+    assert errors[13] == f"prompt_token_ids has ids outside [0, {vocab}): [2.5, {vocab}]"
     for i in (0, 3, 8):
         assert len(outputs[i].outputs[0].token_ids) == 8
     stats = llm.get_stats()

@@ -156,3 +156,23 @@ def test_prefix_caching_off_never_hits():
     a = make_request("a", list(range(12)))
     kv.allocate_slots(a, 12)
     assert kv.get_computed_blocks(make_request("b", list(range(12)))) == ([], 0)
+
+
+def test_a_long_prompt_is_hashed_as_its_chunks_fill_its_blocks():
+    """Admission hashes a prompt only up to its first miss, so a long prompt's first chunk does not wait for the
+    hashes of blocks later chunks fill; each chunk's blocks are hashed (and cached) when it is granted, and a
+    request sharing the prefix then hits exactly what the chunks so far have filled."""
+    kv = KVCacheManager(64, block_size=4, enable_caching=True)
+    long = make_request("long", list(range(40)))  # 10 blocks, computed in chunks of 12 tokens
+    assert kv.get_computed_blocks(long) == ([], 0)
+    assert len(long.block_hashes) == 1  # the first block's, which missed
+    for chunk, blocks in ((12, 3), (12, 6), (12, 9), (4, 10)):
+        kv.allocate_slots(long, chunk)
+        long.num_computed_tokens += chunk
+        assert len(long.block_hashes) == blocks
+        follower = make_request(f"after-{blocks}", list(range(40)) + [7])
+        hits, n = kv.get_computed_blocks(follower)
+        assert n == 4 * blocks and [b.block_id for b in hits] == kv.block_ids("long")[:blocks]
+        # The follower hashed its prompt to the first block the long prompt has not filled yet, and no further.
+        assert len(follower.block_hashes) == min(blocks + 1, 10)
+    assert long.block_hashes == follower.block_hashes

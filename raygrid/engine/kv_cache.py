@@ -210,11 +210,12 @@ class KVCacheManager:
     def num_free_blocks(self) -> int:
         return self.pool.num_free_blocks
 
-    def update_block_hashes(self, request: Request) -> None:
-        """Extend the request's chained hashes over any newly full blocks."""
+    def update_block_hashes(self, request: Request, num_blocks: int | None = None) -> None:
+        """Extend the request's chained hashes over its newly full blocks, or over its first ``num_blocks``."""
         hashes, size = request.block_hashes, self.block_size
         tokens = request.all_token_ids
-        for start in range(len(hashes) * size, len(tokens) - size + 1, size):
+        end = len(tokens) if num_blocks is None else min(len(tokens), num_blocks * size)
+        for start in range(len(hashes) * size, end - size + 1, size):
             # Only the first block carries the salt: the chain carries it onward.
             parent, salt = (hashes[-1], None) if hashes else (self.root_hash, request.cache_salt)
             hashes.append(hash_block_tokens(parent, tokens[start : start + size], salt))
@@ -227,11 +228,13 @@ class KVCacheManager:
         """
         if not self.enable_caching:
             return [], 0
-        self.update_block_hashes(request)
         max_blocks = (request.num_tokens - 1) // self.block_size
         hits: list[KVCacheBlock] = []
-        for block_hash in request.block_hashes[:max_blocks]:
-            block = self.pool.lookup(block_hash)
+        # Hashed only as far as the first miss: a long prompt's later blocks are hashed as its steps fill them
+        # (_cache_full_blocks), while the GPU runs its first chunk, not before that chunk can start.
+        while len(hits) < max_blocks:
+            self.update_block_hashes(request, len(hits) + 1)
+            block = self.pool.lookup(request.block_hashes[len(hits)])
             if block is None:
                 break
             hits.append(block)
@@ -279,7 +282,7 @@ class KVCacheManager:
 
         The KV of these tokens is written before any attention of the same step reads it, so another
         request may hit these blocks even in the same step."""
-        self.update_block_hashes(request)
+        self.update_block_hashes(request, num_tokens // self.block_size)
         blocks = self.req_blocks[request.request_id]
         start = self.num_cached_blocks[request.request_id]
         end = min(num_tokens // self.block_size, len(request.block_hashes))
