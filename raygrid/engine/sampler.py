@@ -105,6 +105,8 @@ def row_seeds(request_seeds: np.ndarray, seeded: np.ndarray, positions: np.ndarr
     """This step's noise seed of each row. A request with a seed gets a hash (SplitMix64) of its seed (any
     int64) and the position of the token being sampled, so its k-th token is drawn from the same noise
     whatever the batch, and again after a preemption; rows not ``seeded`` take ``fresh``."""
+    if not seeded.any():  # the common case: no hashing
+        return fresh
     z = request_seeds.astype(np.uint64) + positions.astype(np.uint64) * _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)

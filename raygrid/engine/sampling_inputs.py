@@ -82,9 +82,11 @@ class SamplingInputs:
         """The SamplingMetadata fields of the batch's bans, biases and allowed tokens, on the device. A ban
         that depends on a row's newest output, still on the device under async scheduling, is resolved
         there against the previous step's samples."""
+        fields = dict(adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None)
+        if not b.adjusts[rows].any():  # the common case: no row bans, biases or restricts a token
+            return fields
         adjust = b.logit_adjustments(rows, positions)
         dev, vocab = self.device, self.vocab_size
-        fields = dict(adjust_rows=None, adjust_tokens=None, adjust_values=None, allowed_rows=None, allowed_mask=None)
         if adjust.rows:
             values = to_device(adjust.values, np.float32, dev)
             if adjust.conditional:
