@@ -191,6 +191,53 @@ def test_an_id_is_free_again_once_its_request_finishes_or_is_aborted(engine):
     assert wait_until(lambda: engine.engine.stats().num_free_blocks == engine.engine.stats().num_total_blocks)
 
 
+def test_abort_ends_the_stream_with_a_last_output_that_finished_with_abort(engine, qwen3_dir):
+    """``abort(id)`` from outside a stream ends that stream with a last output whose completions finish with "abort"
+    (vLLM's AsyncLLM does the same), mid-stream or before the engine has run a step of it: before, the consumer waited
+    for ever. Cumulative outputs carry every token so far (a prefix of the offline result); delta outputs add up to
+    it; n=2 ends both completions; the KV blocks come back."""
+    prompt = {"prompt_token_ids": [11, 12, 13, 14]}
+    greedy = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+    (offline,) = LLM(model=qwen3_dir, dtype="float32", device="cpu", max_model_len=512).generate(prompt, greedy, use_tqdm=False)
+
+    async def mid_stream(request_id, delta, params=greedy):
+        outputs = []
+        async for out in engine.generate(prompt, params, request_id=request_id, delta=delta):
+            outputs.append(out)
+            if len(outputs) == 3:
+                engine.abort(request_id)
+        return outputs
+
+    async def at_once(request_id):
+        stream = engine.generate(prompt, greedy, request_id=request_id)
+        first = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)  # the request is queued for the engine thread, which may or may not have stepped it yet
+        engine.abort(request_id)
+        return [await first] + [out async for out in stream]
+
+    async def run():
+        runs = [await asyncio.wait_for(mid_stream(f"mid-{delta}", delta), 30) for delta in (False, True)]
+        runs.append(await asyncio.wait_for(mid_stream("n2", False, SamplingParams(n=2, temperature=1.0, seed=3, max_tokens=200,
+                                                                                   ignore_eos=True)), 30))
+        early = [await asyncio.wait_for(at_once(f"early-{i}"), 30) for i in range(8)]
+        return runs, early
+
+    (cumulative, deltas, n2), early = asyncio.run(run())
+    for outputs in (cumulative, deltas, n2, *early):
+        last = outputs[-1]
+        assert last.finished and all(o.finish_reason == "abort" for o in last.outputs), last
+        assert not any(out.finished for out in outputs[:-1])
+    assert cumulative[-1].request_id == "mid-False" and len(cumulative) >= 4
+    tokens = cumulative[-1].outputs[0].token_ids
+    assert 3 <= len(tokens) < 200 and tokens == offline.outputs[0].token_ids[:len(tokens)]
+    streamed = [t for out in deltas for c in out.outputs for t in c.token_ids]
+    assert 3 <= len(streamed) < 200 and streamed == offline.outputs[0].token_ids[:len(streamed)]
+    assert sorted(c.index for c in n2[-1].outputs) == [0, 1]
+    assert all(len(outputs[-1].outputs[0].token_ids) < 200 for outputs in early)
+    assert wait_until(lambda: engine.num_unfinished_requests == 0)
+    assert wait_until(lambda: engine.engine.stats().num_free_blocks == engine.engine.stats().num_total_blocks)
+
+
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
 def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_dir, fault):
     """The step loop runs in a process of its own; kill -9 of it fails the requests in flight with an

@@ -88,6 +88,8 @@ class _Stream:
     queue: asyncio.Queue
     arrival: float
     num_prompt_tokens: int
+    processed: ProcessedRequest
+    delta: bool
     first_token_time: float | None = None
     last_token_time: float | None = None
     child_ids: list[str] = field(default_factory=list)
@@ -164,7 +166,8 @@ class AsyncLLM:
         delta: bool = False,
     ) -> AsyncIterator[RequestOutput]:
         """Stream a request's outputs: cumulative ones, or with ``delta=True`` only what is new (text with
-        stop-string hold-back). Raises ValueError for a request the engine cannot take."""
+        stop-string hold-back). Raises ValueError for a request the engine cannot take. A request stopped by ``abort``
+        ends its stream with a last output whose completions finish with "abort" (vLLM's AsyncLLM does the same)."""
         if self._dead is not None:
             raise EngineDeadError(f"engine loop failed: {self._dead!r}")
         if self.engine.lost:
@@ -184,15 +187,16 @@ class AsyncLLM:
         else:  # tokenizing text, or compiling a grammar, takes a while: off the caller's event loop
             processed = await asyncio.to_thread(self.processor.process, engine_id, prompt, sampling_params, priority=priority)
         stream = _Stream(request_id, engine_id, self._deliveries_for(asyncio.get_running_loop()), asyncio.Queue(), time.monotonic(),
-                         len(processed.prompt_token_ids))
+                         len(processed.prompt_token_ids), processed, delta)
         stream.child_ids = [c.request_id for c in processed.children]
         with self._streams_lock:
             if request_id in self._streams:
                 raise ValueError(f"request_id {request_id!r} is already in flight")
             self._streams[request_id] = self._engine_streams[engine_id] = stream
             self._num_sequences += len(stream.child_ids)
+            # Queued under the lock, so that no abort of this stream (which takes it out under the lock) comes first.
+            self._commands.put(("add", stream))
         self.metrics.prompt_tokens.inc(len(processed.prompt_token_ids) * len(processed.children))
-        self._commands.put(("add", processed, delta, stream))
         finished = False
         try:
             while True:
@@ -217,7 +221,8 @@ class AsyncLLM:
 
     def abort(self, request_id: str) -> None:
         """Stop a request and free its KV blocks; safe to call from any thread, for any id. It stops the request in
-        flight under that id when called (a no-op for one that has finished), and the id is free again at once."""
+        flight under that id when called (a no-op for one that has finished), and the id is free again at once. The
+        request's stream gets a last output, finished with "abort", holding what it had not yet been sent."""
         with self._streams_lock:
             stream = self._streams.pop(request_id, None)
         if stream is not None:
@@ -308,20 +313,25 @@ class AsyncLLM:
             elif kind == "stop":
                 return
 
-    def _add(self, processed: ProcessedRequest, delta: bool, stream: _Stream) -> None:
+    def _add(self, stream: _Stream) -> None:
         if stream.engine_id not in self._engine_streams:
-            return  # the client left before the engine saw the request
-        self.output_processor.add_request(processed, delta=delta)
-        for child in processed.children:
+            return  # failed before the engine saw the request (_fail_in_flight)
+        self.output_processor.add_request(stream.processed, delta=stream.delta)
+        for child in stream.processed.children:
             self.engine.add_request(child)
         self._load_changed = True
 
     def _abort(self, stream: _Stream) -> None:
+        """Stop the stream's request and end the stream with its last output. Where the stream's consumer has gone
+        (``_cancel``), nothing reads it."""
         if not self._forget_stream(stream):
             return
         self.engine.abort_requests(stream.child_ids)
-        if self.output_processor.abort(stream.engine_id) is not None:
+        final = self.output_processor.abort(stream.engine_id)
+        if final is not None:  # the add was queued before any abort of the stream could be (generate)
             self.metrics.observe_finished("abort")
+            final.request_id = stream.request_id  # the caller's, not the engine's
+            self._deliver(stream, final)
         self._observe_scheduler(force=True)
 
     def _step(self) -> None:
