@@ -36,15 +36,7 @@ def main() -> None:
     model = args.model or str(tiny_model(args.input_len + 8))
     worker_ms: dict[str, list[float]] = {"_update_states": [], "_prepare_inputs": []}
     for name, times in worker_ms.items():  # the first call of each run: the prompt's first chunk
-        original = getattr(model_runner.ModelRunner, name)
-
-        def timed(self, *a, _original=original, _times=times, **k):
-            start = time.perf_counter()
-            result = _original(self, *a, **k)
-            _times.append((time.perf_counter() - start) * 1e3)
-            return result
-
-        setattr(model_runner.ModelRunner, name, timed)
+        time_calls(model_runner.ModelRunner, name, times, scale=1e3)
     llm = LLM(model=model, max_model_len=args.input_len + 8, block_size=args.block_size)
     engine = llm.llm_engine
     core, scheduler = engine.engine, engine.engine.scheduler
@@ -86,20 +78,27 @@ def main() -> None:
     llm.shutdown()
 
 
+def time_calls(cls, method: str, times: list[float], scale: float) -> None:
+    """Wrap ``cls.method`` so that each call appends its duration (seconds times ``scale``) to ``times``."""
+    original = getattr(cls, method)
+
+    def timed(*a, **k):
+        start = time.perf_counter()
+        result = original(*a, **k)
+        times.append((time.perf_counter() - start) * scale)
+        return result
+
+    setattr(cls, method, timed)
+
+
 def tiny_model(max_len: int) -> Path:
     """The tests' tiny Qwen3 with positions up to ``max_len``, made once under RAYGRID_CACHE."""
-    from transformers import Qwen3Config
-
-    from raygrid.models.default_model import build_tokenizer, cache_dir, write_random_checkpoint
+    from raygrid.models.default_model import build_tokenizer, cache_dir, tiny_qwen3_config, write_random_checkpoint
 
     path = cache_dir() / "models" / f"bench-tiny-qwen3-{max_len}"
     if not (path / "config.json").is_file():
         tokenizer = build_tokenizer()
-        config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=max_len,
-                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                             architectures=["Qwen3ForCausalLM"])
-        write_random_checkpoint(path, config, tokenizer, seed=1)
+        write_random_checkpoint(path, tiny_qwen3_config(tokenizer, max_position_embeddings=max_len), tokenizer, seed=1)
     return path
 
 

@@ -12,10 +12,9 @@ import argparse
 import json
 import random
 import statistics
-import time
 from pathlib import Path
 
-from prompt_admission import git_commit, tiny_model
+from prompt_admission import git_commit, time_calls, tiny_model
 
 PARTS = [  # (module, class, method, label)
     ("scheduler", "Scheduler", "schedule", "schedule"),
@@ -43,25 +42,17 @@ def main() -> None:
 
     from raygrid import LLM, SamplingParams
 
-    times: dict[str, list[float]] = {}
+    times: dict[str, list[float]] = {label: [] for *_, label in PARTS}
     for module, cls_name, method, label in PARTS:
-        cls = getattr(importlib.import_module(f"raygrid.engine.{module}"), cls_name)
-        original = getattr(cls, method)
-
-        def timed(*a, _original=original, _label=label, **k):
-            start = time.perf_counter()
-            result = _original(*a, **k)
-            times.setdefault(_label, []).append((time.perf_counter() - start) * 1e6)
-            return result
-
-        setattr(cls, method, timed)
+        time_calls(getattr(importlib.import_module(f"raygrid.engine.{module}"), cls_name), method, times[label], scale=1e6)
     llm = LLM(model=args.model or str(tiny_model(4096)), max_model_len=args.input_len + args.output_len + 8)
     ids = [random.randrange(llm.llm_engine.processor.vocab_size) for _ in range(args.input_len)]
     result = {"input_len": args.input_len, "output_len": args.output_len, "git_commit": git_commit(), "us": {}}
     for temperature in (0.0, 1.0):
         params = SamplingParams(max_tokens=args.output_len, ignore_eos=True, temperature=temperature)
         llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)  # warm-up
-        times.clear()
+        for samples in times.values():
+            samples.clear()
         llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
         # The first steps carry the prompt; the medians are over the decode steps.
         result["us"][f"temperature {temperature}"] = {k: round(statistics.median(v[10:]), 1) for k, v in times.items()}

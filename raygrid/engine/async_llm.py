@@ -18,7 +18,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config, create_engine
@@ -87,12 +87,14 @@ class _Stream:
     deliveries: _Deliveries
     queue: asyncio.Queue
     arrival: float
-    num_prompt_tokens: int
-    processed: ProcessedRequest
+    processed: ProcessedRequest  # what the engine thread adds
     delta: bool
     first_token_time: float | None = None
     last_token_time: float | None = None
-    child_ids: list[str] = field(default_factory=list)
+
+    @property
+    def child_ids(self) -> list[str]:
+        return [child.request_id for child in self.processed.children]
 
 
 class AsyncLLM:
@@ -187,8 +189,7 @@ class AsyncLLM:
         else:  # tokenizing text, or compiling a grammar, takes a while: off the caller's event loop
             processed = await asyncio.to_thread(self.processor.process, engine_id, prompt, sampling_params, priority=priority)
         stream = _Stream(request_id, engine_id, self._deliveries_for(asyncio.get_running_loop()), asyncio.Queue(), time.monotonic(),
-                         len(processed.prompt_token_ids), processed, delta)
-        stream.child_ids = [c.request_id for c in processed.children]
+                         processed, delta)
         with self._streams_lock:
             if request_id in self._streams:
                 raise ValueError(f"request_id {request_id!r} is already in flight")
@@ -328,7 +329,7 @@ class AsyncLLM:
             return
         self.engine.abort_requests(stream.child_ids)
         final = self.output_processor.abort(stream.engine_id)
-        if final is not None:  # the add was queued before any abort of the stream could be (generate)
+        if final is not None:  # always, as the add is queued before any abort of the stream can be (generate)
             self.metrics.observe_finished("abort")
             final.request_id = stream.request_id  # the caller's, not the engine's
             self._deliver(stream, final)

@@ -195,9 +195,9 @@ class InputProcessor:
         if bad:
             raise InvalidRequest(f"prompt_token_ids has ids outside [0, {self.vocab_size}): {bad}", "prompt")
         for field, ids in params.token_ids_to_check().items():
-            bad = [t for t in ids if t >= self.vocab_size]
+            bad = ids_outside(ids, self.vocab_size)
             if bad:
-                raise InvalidRequest(f"{field} has ids outside [0, {self.vocab_size}): {bad[:5]}", field)
+                raise InvalidRequest(f"{field} has ids outside [0, {self.vocab_size}): {bad}", field)
         max_logprobs = self.config.model.max_logprobs
         for field in ("logprobs", "prompt_logprobs"):
             value = getattr(params, field)
