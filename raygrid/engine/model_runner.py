@@ -61,6 +61,7 @@ class ModelRunner:
         self.prev_sampled: torch.Tensor | None = None
         self.prev_sampled_index: dict[str, int] = {}
         max_reqs = config.scheduler.max_num_seqs
+        self._row_numbers = np.arange(max_reqs)
         max_tokens = max(config.scheduler.max_num_batched_tokens, max_reqs)  # a decode graph's rows too
         self.staging = StagingBuffers(device, step_fields(max_tokens, max_reqs, self.max_blocks_per_req))
         self.sampling_inputs = SamplingInputs(self.staging, device, self.vocab_size, config.model.seed, max_reqs)
@@ -271,9 +272,12 @@ class ModelRunner:
         num_sched = np.fromiter((so.num_scheduled_tokens[r] for r in batch.req_ids), dtype=np.int64, count=n)
         cu = np.cumsum(num_sched)
         total = int(cu[-1])
-        row_of_token = np.repeat(np.arange(n), num_sched)
         num_computed = batch.num_computed_tokens[:n]
-        positions = num_computed[row_of_token] + (np.arange(total) - np.repeat(cu - num_sched, num_sched))
+        if total == n:  # a decode step: a token a row, at the row's next position
+            row_of_token, positions = self._row_numbers[:n], num_computed.copy()
+        else:
+            row_of_token = np.repeat(np.arange(n), num_sched)
+            positions = num_computed[row_of_token] + (np.arange(total) - np.repeat(cu - num_sched, num_sched))
         input_ids = batch.token_ids[row_of_token, positions]
         slot_mapping = batch.block_table[row_of_token, positions // self.block_size] * self.block_size + positions % self.block_size
         seq_lens = num_computed + num_sched

@@ -6,6 +6,9 @@ while the step before still runs."""
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -24,6 +27,7 @@ class SamplingInputs:
         # Noise seeds of requests without a seed of their own. Every tensor-parallel rank draws the same
         # ones (same engine seed, one draw per step), so all ranks sample the same tokens.
         self.seed_rng = np.random.default_rng(seed)
+        self._last_params: _RowParams | None = None
 
     def build(self, b: InputBatch, rows: np.ndarray, positions: np.ndarray, prev_sampled: torch.Tensor | None,
               prev_sampled_index: dict[str, int]) -> SamplingMetadata:
@@ -32,18 +36,51 @@ class SamplingInputs:
         Under async scheduling a row's last token may still be on the device (sampled by the step
         before, which the host has not seen): ``positions`` counts it, and so do the penalty counts
         and the min_tokens check, so that async computes what synchronous scheduling computes."""
-        temperature = b.temperature[rows]
-        greedy = temperature < 1e-5
-        top_k = b.top_k[rows]
-        top_p = b.top_p[rows]
-        min_p = b.min_p[rows]
-        penalized = (b.repetition_penalty[rows] != 1) | (b.frequency_penalty[rows] != 0) | (b.presence_penalty[rows] != 0)
-        use_penalties = bool(penalized.any())
-        slots = self.token_counts.slots(b, rows, positions, penalized, prev_sampled, prev_sampled_index) if use_penalties else None
+        params, param_arrays = self._row_params(b, rows)
+        slots = (self.token_counts.slots(b, rows, positions, params.penalized, prev_sampled, prev_sampled_index)
+                 if params.penalized is not None else None)
         adjust = self._logit_adjustments(b, rows, positions, prev_sampled, prev_sampled_index)
         seeds = row_seeds(b.seed[rows], b.seeded[rows], positions, self.seed_rng.integers(0, 2**63 - 1, size=len(rows), dtype=np.int64))
-        # Pinned and asynchronous, in one copy: a pageable copy would wait for the running step.
-        staged = self.staging.stage(
+        # Pinned and asynchronous, in one copy (with the rows' parameters where they changed): a pageable copy would
+        # wait for the running step.
+        staged = self.staging.stage(**param_arrays, penalty_slots=slots, seeds=seeds)
+        if param_arrays:  # staged now: the steps after this one read them where they are
+            params.fields = {name: staged[name] for name, array in param_arrays.items() if array is not None}
+        fields = params.fields
+        counts, in_prompt = self.token_counts.buffers() if params.penalized is not None else (None, None)
+        return SamplingMetadata(
+            temperature=fields["temperature"],
+            greedy=fields["greedy"],
+            all_greedy=params.all_greedy,
+            top_k=fields.get("top_k"),
+            top_p=fields.get("top_p"),
+            min_p=fields.get("min_p"),
+            repetition_penalty=fields.get("repetition_penalty"),
+            frequency_penalty=fields.get("frequency_penalty"),
+            presence_penalty=fields.get("presence_penalty"),
+            penalty_slots=staged.get("penalty_slots"),
+            slot_counts=counts,
+            slot_in_prompt=in_prompt,
+            **adjust,
+            seeds=staged["seeds"],
+            num_logprobs=params.num_logprobs,
+        )
+
+    def _row_params(self, b: InputBatch, rows: np.ndarray) -> tuple["_RowParams", dict[str, np.ndarray | None]]:
+        """The rows' parameters that stay while the batch does (temperature, truncation, penalties, logprobs), and the
+        arrays to stage for them: none while the batch and its sampled rows are those of the step before, whose
+        device fields still hold them (each field keeps its place, and nothing else writes it). A decode step of an
+        unchanged batch then stages only its seeds and penalty slots."""
+        key = (b.version, rows.tobytes())
+        last = self._last_params
+        if last is not None and last.key == key and last.batch() is b:
+            return last, {}
+        temperature = b.temperature[rows]
+        greedy = temperature < 1e-5
+        top_k, top_p, min_p = b.top_k[rows], b.top_p[rows], b.min_p[rows]
+        penalized = (b.repetition_penalty[rows] != 1) | (b.frequency_penalty[rows] != 0) | (b.presence_penalty[rows] != 0)
+        use_penalties = bool(penalized.any())
+        arrays = dict(
             temperature=temperature, greedy=greedy,
             top_k=np.where(top_k > 0, top_k, self.vocab_size) if (top_k > 0).any() else None,
             top_p=top_p if (top_p < 1).any() else None,
@@ -51,27 +88,11 @@ class SamplingInputs:
             repetition_penalty=b.repetition_penalty[rows] if use_penalties else None,
             frequency_penalty=b.frequency_penalty[rows] if use_penalties else None,
             presence_penalty=b.presence_penalty[rows] if use_penalties else None,
-            penalty_slots=slots,
-            seeds=seeds,
         )
-        counts, in_prompt = self.token_counts.buffers() if use_penalties else (None, None)
-        return SamplingMetadata(
-            temperature=staged["temperature"],
-            greedy=staged["greedy"],
-            all_greedy=bool(greedy.all()),
-            top_k=staged.get("top_k"),
-            top_p=staged.get("top_p"),
-            min_p=staged.get("min_p"),
-            repetition_penalty=staged.get("repetition_penalty"),
-            frequency_penalty=staged.get("frequency_penalty"),
-            presence_penalty=staged.get("presence_penalty"),
-            penalty_slots=staged.get("penalty_slots"),
-            slot_counts=counts,
-            slot_in_prompt=in_prompt,
-            **adjust,
-            seeds=staged["seeds"],
-            num_logprobs=[b.states[row].sampling_params.logprobs for row in rows],
-        )
+        params = _RowParams(key, weakref.ref(b), bool(greedy.all()), penalized if use_penalties else None,
+                            [b.states[row].sampling_params.logprobs for row in rows.tolist()], {})
+        self._last_params = params
+        return params, arrays
 
     def record(self, meta: SamplingMetadata, tokens: torch.Tensor) -> None:
         """Count a step's sampled tokens for the penalties (on the device, queued after the sampling)."""
@@ -106,3 +127,16 @@ class SamplingInputs:
                             torch.zeros(len(mask_tokens), device=dev))
             fields.update(allowed_rows=to_device([i for i, _ in adjust.allowed], np.int64, dev), allowed_mask=mask)
         return fields
+
+
+@dataclass
+class _RowParams:
+    """What ``SamplingInputs.build`` took from a step's sampled rows' parameters, for the steps after it while the batch
+    and the rows stay (``key``: the batch's version and the rows)."""
+
+    key: tuple[int, bytes]
+    batch: weakref.ref
+    all_greedy: bool
+    penalized: np.ndarray | None  # per row; None where no row has a penalty
+    num_logprobs: list[int | None]
+    fields: dict[str, torch.Tensor]  # their fields' device views, once staged
