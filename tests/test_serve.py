@@ -5,6 +5,7 @@ app keeps answering; the metrics reach Ray's metrics endpoint under the names th
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import glob
@@ -25,9 +26,12 @@ from ray import serve
 from ray.util.placement_group import placement_group_table
 
 from raygrid import LLM, SamplingParams
+from raygrid.engine.outputs import EngineCoreOutput, decode_outputs
+from raygrid.engine.request import Request
 from raygrid.entrypoints.cli import build_parser, engine_kwargs
 from raygrid.observability.dashboard import PREFIXES, metric_names
 from raygrid.serve import ServeArgs, build_app
+from raygrid.serve.engine_server import EngineServer
 from raygrid.serve.run import serve_args_from_cli
 from tests.conftest import RAY_METRICS_PORT, free_port, random_prompts
 
@@ -127,6 +131,38 @@ def busy_engine_fault(before: dict[int, list[int]], signum: int) -> tuple[Callab
         os.kill(pid, signum)
 
     return fault, hit
+
+
+def test_an_engine_replica_refuses_a_request_id_already_in_flight_and_the_first_runs_on(ray_cluster, qwen3_dir):
+    """EngineServer.generate (the deployment's own call, which an application of the user's may make) keeps one stream
+    a request id. A second call with an id in flight is refused; before, it took the id's stream over, the engine
+    refused its request, and the first call waited for ever."""
+    server = EngineServer({"model_loading_config": {"model_id": "tiny", "model_source": qwen3_dir},
+                           "engine_kwargs": {"device": "cpu", "dtype": "float32", "max_model_len": 256}})
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+
+    async def run() -> list[EngineCoreOutput]:
+        first = server.generate(Request("same", [5, 6, 7], params, 24))
+        outputs = decode_outputs((await anext(first)).outputs)
+        with pytest.raises(ValueError, match="'same' is already in flight on this replica"):
+            await anext(server.generate(Request("same", [8, 9], params, 24)))
+        async for batch in first:
+            outputs += decode_outputs(batch.outputs)
+        return outputs
+
+    try:
+        outputs = asyncio.run(asyncio.wait_for(run(), timeout=120))
+        assert sum(len(out.new_token_ids) for out in outputs) == 24 and outputs[-1].finish_reason == "length"
+        assert not outputs[-1].error
+        # The id is free again once its call has ended.
+        again = asyncio.run(asyncio.wait_for(_collect(server.generate(Request("same", [8, 9], params, 24))), timeout=120))
+        assert sum(len(out.new_token_ids) for out in again) == 24
+    finally:
+        server.shutdown()
+
+
+async def _collect(stream) -> list[EngineCoreOutput]:
+    return [out async for batch in stream for out in decode_outputs(batch.outputs)]
 
 
 def test_openai_routes_through_serve(app, qwen3_dir, tokenizer):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import ray
 from ray import serve
+from ray.serve.exceptions import RayServeException
 from ray.util import get_current_placement_group
 
 from raygrid.engine.engine_client import EngineClient
@@ -81,7 +82,7 @@ class EngineServer:
         self.llm_config = LLMConfig.model_validate(llm_config)
         try:
             self.replica = serve.get_replica_context().replica_id.unique_id
-        except RuntimeError:  # outside Serve (a plain actor)
+        except (RuntimeError, RayServeException):  # outside Serve (a plain actor, or the caller's process)
             self.replica = ray.get_runtime_context().get_actor_id() or "local"
         self.engine = _build_engine(self.llm_config)
         self.metrics = EngineMetrics(self.llm_config.model_id, exporter=RayExporter())  # its scheduler's, this replica's
@@ -100,10 +101,13 @@ class EngineServer:
     # ------------------------------------------------------------------ calls from the ingress
 
     async def generate(self, request: Request) -> AsyncIterator[StreamBatch]:
-        """Run one request; yields its outputs as they come (several steps' at once when the caller lags)."""
+        """Run one request; yields its outputs as they come (several steps' at once when the caller lags). A request
+        id already in flight on this replica is refused: its outputs would go to one of the two calls only."""
         self._raise_if_unavailable()
         loop, outputs = asyncio.get_running_loop(), asyncio.Queue()
         with self._streams_lock:
+            if request.request_id in self._streams:
+                raise ValueError(f"request_id {request.request_id!r} is already in flight on this replica")
             self._streams[request.request_id] = (loop, outputs)
         self._commands.put(("add", request))
         finished = False
