@@ -146,6 +146,50 @@ def test_sampling_inputs_and_logprobs_do_not_wait_for_the_gpu():
     assert counts_of(following) == {0: expected, 1: {}, 2: {}}  # counted once, not again from the host's copy
 
 
+def test_sampling_inputs_keep_a_steady_batchs_parameters_and_stage_them_again_when_it_changes():
+    """A decode step of an unchanged batch takes the rows' parameters staged by the step before (only its seeds are
+    staged again); a request that joins, a change of the sampled rows, or a new batch (the runner makes one after a
+    failed step, counting its versions from 0 again) stages them again."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    inputs = SamplingInputs(StagingBuffers(device, step_fields(8, 4, 2)), device, 16, seed=0, max_reqs=4)
+    rows, positions = np.arange(1), np.array([6])
+
+    def batch_of(*params: SamplingParams) -> InputBatch:
+        batch = InputBatch(4, 32, 2, frozenset({2}))
+        for i, p in enumerate(params):
+            batch.add(CachedRequestState(f"r{i}", [1, 2, 3, 4, 5, 6], 4, p, [1], 6))
+        return batch
+
+    greedy = batch_of(SamplingParams(temperature=0, logprobs=1))
+    first = inputs.build(greedy, rows, positions, None, {})
+    first_seeds = first.seeds.tolist()  # a view of the staged field, which the next step writes again
+    again = inputs.build(greedy, rows, positions + 1, None, {})
+    assert first.all_greedy and again.all_greedy and again.num_logprobs == [1] and again.top_k is None
+    assert again.temperature.data_ptr() == first.temperature.data_ptr() and again.temperature.tolist() == [0.0]
+    assert again.seeds.tolist() != first_seeds  # the noise is drawn again every step
+
+    # The same version count and rows in a new batch, whose request samples with top_k and a penalty.
+    other = batch_of(SamplingParams(temperature=0.5, top_k=3, presence_penalty=0.5))
+    assert other.version == greedy.version
+    meta = inputs.build(other, rows, positions, None, {})
+    assert not meta.all_greedy and meta.temperature.tolist() == [0.5] and meta.top_k.tolist() == [3]
+    assert meta.presence_penalty.tolist() == [0.5] and meta.num_logprobs == [None]
+
+    # Its request leaves and another takes its row.
+    other.remove("r0")
+    other.add(CachedRequestState("r5", [1, 2, 3], 3, SamplingParams(temperature=0.9), [1], 3))
+    replaced = inputs.build(other, rows, np.array([3]), None, {})
+    assert not replaced.all_greedy and replaced.temperature.tolist() == pytest.approx([0.9])
+    assert replaced.top_k is None and replaced.presence_penalty is None
+
+    # A request joins: both rows sample, then only the second (the first mid-prompt, say).
+    other.add(CachedRequestState("r9", [1, 2, 3], 3, SamplingParams(temperature=0, top_k=7), [1], 3))
+    both = inputs.build(other, np.arange(2), np.array([3, 3]), None, {})
+    assert both.temperature.tolist() == pytest.approx([0.9, 0.0]) and both.top_k.tolist() == [16, 7]
+    second = inputs.build(other, np.arange(1, 2), np.array([3]), None, {})
+    assert second.all_greedy and second.top_k.tolist() == [7] and second.presence_penalty is None
+
+
 def test_row_seeds_depend_on_request_seed_and_position_only():
     fresh = np.array([11, 22, 33, 44], dtype=np.int64)
     seeds = row_seeds(np.array([5, 0, 5, 6]), np.array([True, False, True, True]), np.array([100, 100, 101, 100]), fresh)
