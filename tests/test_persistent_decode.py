@@ -21,8 +21,8 @@ PAGE = 16
 @pytest.mark.parametrize("name", ["qwen3", "llama"])
 def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_heads_dir):
     """Contexts of 1, 37 and 150 tokens in shuffled pages (keys a step: 16, so 150 takes 10 steps), with the
-    context in 1 and in 3 slices (any number, not only powers of 2), and products in units of 16 rows over slices of
-    K (one head of o_proj's, 32 of down_proj's): the hidden state and the stored key and value agree with the model's
+    context in 1 and in 3 slices (any number, not only powers of 2), and products in units of 16 rows (qkv_proj,
+    o_proj) and of 8 (gate_up_proj, down_proj) over slices of K (one head of o_proj's, 32 of down_proj's): the hidden state and the stored key and value agree with the model's
     pass to float32's rounding; the barrier counters are back at 0 and no barrier timed out. Each product's first
     weight tile read ahead between a barrier's arrival and its wait (all four; qkv's and o_proj's, the default; none):
     one program does every unit here, so its later units read their tiles in the stage."""
@@ -47,8 +47,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
                 ours = [c.clone() for c in caches]
                 # Small units, so that every product has several column blocks and slices of K (down_proj's last
                 # one part empty on the Llama, whose intermediate size is 160).
-                runner = PersistentDecode(model, ours, splits=splits, block_n=16, rows_per_unit=16, heads_per_slice=1,
-                                          down_slice=32, preload=preload)
+                runner = PersistentDecode(model, ours, splits=splits, block_n=16, rows_per_unit=16, mlp_rows_per_unit=8,
+                                          heads_per_slice=1, down_slice=32, preload=preload)
                 hidden = runner(ids[context:], positions, meta.slot_mapping, table, meta.seq_lens_tensor)
                 torch.testing.assert_close(hidden, expected, atol=2e-5, rtol=1e-4)
                 for mine, theirs in zip(ours, expected_caches):

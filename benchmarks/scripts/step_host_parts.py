@@ -55,7 +55,7 @@ def main() -> None:
             samples.clear()
         llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
         # The first steps carry the prompt; the medians are over the decode steps.
-        result["us"][f"temperature {temperature}"] = {k: round(statistics.median(v[10:]), 1) for k, v in times.items()}
+        result["us"][f"temperature {temperature}"] = {k: round(statistics.median(v[10:]), 1) for k, v in times.items() if v[10:]}
     Path(args.output).write_text(json.dumps(result, indent=1))
     print(json.dumps(result["us"]))
     llm.shutdown()

@@ -10,8 +10,8 @@ memory, about 1 us) instead of kernel boundaries:
 2. attention: Qwen3's q/k norms and the rotary embedding of this token's query and key, its key and value stored into
    the cache, and the cached context in ``SPLITS`` slices a kv head (each writes its partial output and log-sum-exp);
 3. the slices combined, and o_proj (units of ``BN`` rows over a slice of the heads);
-4. the residual add and RMSNorm, then gate_up_proj with SiLU-and-mul (units of ``BN`` rows of each);
-5. down_proj (units of ``BN`` rows over a slice of K).
+4. the residual add and RMSNorm, then gate_up_proj with SiLU-and-mul (units of ``BN_MLP`` rows of each);
+5. down_proj (units of ``BN_MLP`` rows over a slice of K).
 
 Weights are the one input a stage does not wait for: a program reads its first qkv_proj and o_proj tile into
 registers between the barrier's arrival and its wait (``PRELOAD_*``), so the tile is on its way while the last
@@ -276,7 +276,7 @@ def _persistent_decode_kernel(
     qkv_ptr, q_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr, times_ptr,
     LAYERS, v_offset, scale, eps,
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
-    HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
+    BN_MLP: tl.constexpr, HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr,
     DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr, PRELOAD: tl.constexpr,
     TIMED: tl.constexpr, dtype: tl.constexpr,
@@ -292,8 +292,9 @@ def _persistent_decode_kernel(
     U_QKV: tl.constexpr = (QKV + BN - 1) // BN
     U_ATTN: tl.constexpr = NKV * SPLITS
     U_O: tl.constexpr = COL_BLOCKS * SPLIT_O
-    U_GATE_UP: tl.constexpr = (I + BN - 1) // BN
-    U_DOWN: tl.constexpr = COL_BLOCKS * SPLIT_D
+    U_GATE_UP: tl.constexpr = (I + BN_MLP - 1) // BN_MLP
+    MLP_COL_BLOCKS: tl.constexpr = H // BN_MLP
+    U_DOWN: tl.constexpr = MLP_COL_BLOCKS * SPLIT_D
     position = tl.load(pos_ptr)
     slot = tl.load(slot_ptr)
     seq_len = tl.load(seq_len_ptr)
@@ -337,32 +338,33 @@ def _persistent_decode_kernel(
             tl.store(po_ptr + s * H + rows, y)
         _arrive(counter_ptr)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-        gate_pre = _read_ahead(w_gu, pid * BN, I, H, 0, H, BN, H, PRELOAD & 4)
-        up_pre = _read_ahead(w_gu + I * H, pid * BN, I, H, 0, H, BN, H, PRELOAD & 16)
+        gate_pre = _read_ahead(w_gu, pid * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 4)
+        up_pre = _read_ahead(w_gu + I * H, pid * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 16)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         for u in range(pid, U_GATE_UP, G):
             # both tiles asked for before either is summed
-            wg = _unit_tile(gate_pre, u, pid, w_gu, u * BN, I, H, 0, H, BN, H, PRELOAD & 4)
-            wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * BN, I, H, 0, H, BN, H, PRELOAD & 16)
-            gate, rows = _tile_times(wg, u * BN, x, BN)
-            up, _ = _tile_times(wu, u * BN, x, BN)
+            wg = _unit_tile(gate_pre, u, pid, w_gu, u * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 4)
+            wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 16)
+            gate, rows = _tile_times(wg, u * BN_MLP, x, BN_MLP)
+            up, _ = _tile_times(wu, u * BN_MLP, x, BN_MLP)
             gate = gate.to(dtype).to(tl.float32)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
             tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
-        down_pre = _read_ahead(w_down, (pid % COL_BLOCKS) * BN, H, I, (pid // COL_BLOCKS) * KS_D, I, BN, KS_D, PRELOAD & 8)
+        down_pre = _read_ahead(w_down, (pid % MLP_COL_BLOCKS) * BN_MLP, H, I, (pid // MLP_COL_BLOCKS) * KS_D, I, BN_MLP, KS_D,
+                               PRELOAD & 8)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
-            s = u // COL_BLOCKS
+            s = u // MLP_COL_BLOCKS
             a = tl.load(act_ptr + s * KS_D + tl.arange(0, KS_D), mask=s * KS_D + tl.arange(0, KS_D) < I, other=0.0,
                         cache_modifier=".cg").to(tl.float32)
-            w = _unit_tile(down_pre, u, pid, w_down, (u % COL_BLOCKS) * BN, H, I, s * KS_D, I, BN, KS_D, PRELOAD & 8)
-            y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, a, BN)
+            w = _unit_tile(down_pre, u, pid, w_down, (u % MLP_COL_BLOCKS) * BN_MLP, H, I, s * KS_D, I, BN_MLP, KS_D, PRELOAD & 8)
+            y, rows = _tile_times(w, (u % MLP_COL_BLOCKS) * BN_MLP, a, BN_MLP)
             tl.store(pd_ptr + s * H + rows, y)
         _arrive(counter_ptr)
         # the next layer's qkv tile (none after the last layer: every row masked)
@@ -388,22 +390,24 @@ class PersistentDecode:
     state ``[1, hidden]`` (after the model's last norm), as the model's forward would.
 
     The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if
-    either is replaced. The launch's defaults are the fastest measured on an H200 (benchmarks/README.md, "A lone
-    request's decode pass as one persistent kernel"): two programs an SM of 4 warps where the GPU holds them at once
-    (else one an SM), 64 keys a step, products in units of 16 rows at Qwen3-0.6B's width. The arguments exist for
-    tests and benchmarks: ``preload`` (the products whose first weight tile each program reads between the barrier's
-    arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a kv head;
-    default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages`` (the
-    attention loop's own, else ``num_stages``), the units' sizes
-    (``rows_per_unit`` of every product, ``heads_per_slice`` of o_proj's K, ``down_slice`` of down_proj's K), and
-    ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``)."""
+    either is replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode
+    pass as one persistent kernel", on an H200, and the twenty-third session's units, on an H100): two programs an SM
+    of 4 warps where the GPU holds them at once (else one an SM), 64 keys a step, qkv_proj and o_proj in units of 16
+    rows and gate_up_proj and down_proj in units of 8 at Qwen3-0.6B's width. The arguments exist for tests and
+    benchmarks: ``preload`` (the products whose first weight tile each program reads between the barrier's arrival and
+    its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a
+    kv head; default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages``
+    (the attention loop's own, else ``num_stages``), the units' sizes (``rows_per_unit`` of qkv_proj and o_proj,
+    ``mlp_rows_per_unit`` of gate_up_proj and down_proj, ``heads_per_slice`` of o_proj's K, ``down_slice`` of
+    down_proj's K), and ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``)."""
 
     max_context = MAX_CONTEXT
     programs_per_sm = 2
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
                  block_n: int = 64, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None, timed: bool = False,
-                 rows_per_unit: int | None = None, heads_per_slice: int | None = None, down_slice: int | None = None,
+                 rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None, heads_per_slice: int | None = None,
+                 down_slice: int | None = None,
                  preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
@@ -421,9 +425,16 @@ class PersistentDecode:
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
         # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
         self.bn = rows_per_unit or max(16, min(64, 16384 // self.hidden))
+        # gate_up_proj and down_proj in smaller units than qkv_proj and o_proj: on an H100 at Qwen3-0.6B's shape, 8 rows
+        # took gate_up from 9.1 to 8.4 us a layer and down_proj from 6.2 to 5.0 (its K then in one slice), where 8 rows
+        # for every product lost more in o_proj, each of whose units combines its heads' attention slices again
+        # (3.1 to 5.4 us; benchmarks/README.md, twenty-third session).
+        self.bn_mlp = mlp_rows_per_unit or max(8, min(64, 8192 // self.hidden))
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn))
-        for name, value in (("rows_per_unit", self.bn), ("heads_per_slice", self.heads_per_slice), ("down_slice", self.ks_down)):
+        self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn_mlp))
+        self.bn, self.bn_mlp = min(self.bn, self.hidden), min(self.bn_mlp, self.hidden)  # column blocks of the hidden size
+        for name, value in (("rows_per_unit", self.bn), ("mlp_rows_per_unit", self.bn_mlp),
+                            ("heads_per_slice", self.heads_per_slice), ("down_slice", self.ks_down)):
             if not _power_of_2(value):
                 raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
         rows = []
@@ -452,7 +463,7 @@ class PersistentDecode:
         self.times = torch.zeros(5 * len(model.layers) + 1, dtype=torch.int64, device=device)
         self.constexprs = dict(
             H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
-            HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
+            BN_MLP=self.bn_mlp,             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
