@@ -6,7 +6,7 @@ context's cache at about 3.4 to 3.6 TB/s (134 MB a layer in 37 to 40 us), agains
 cache's layout (each kv head's keys are 256 bytes every 2 KB of a page, [blocks, page, kv_heads, head_dim]), the
 programs' bytes in flight, or the arithmetic between loads?
 
-    python benchmarks/scripts/kv_read_probe.py OUT.json [--tokens 32768] [--layers 28]
+    python benchmarks/scripts/kv_read_probe.py OUT.json [--tokens 32768] [--layers 28] [--cases head rows hnd] [--quick]
 
 Cases (the cache of ``--layers`` layers, each launch over one layer's K and V, the launches over every layer chained
 in a CUDA graph, so that L2 holds none of a layer when it is read; ``kernel_timing.chain_us``):
@@ -85,6 +85,8 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--page", type=int, default=64)
+    parser.add_argument("--cases", nargs="+", default=["head", "rows", "hnd"], choices=["head", "rows", "hnd"])
+    parser.add_argument("--quick", action="store_true", help="only two programs an SM, 64 keys a tile, 2 and 3 stages")
     args = parser.parse_args()
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -100,10 +102,10 @@ def main() -> None:
     copy_us = chain_us([lambda c=c: dst.copy_(c) for c in caches])
     results.append({"case": "copy (read + write)", "us_a_layer": copy_us, "tb_s": 2 * layer_bytes / copy_us / 1e6})
 
-    for case in ("head", "rows", "hnd"):
-        for programs_per_sm in (2, 3):
-            for block_n in (64, 128):
-                for stages in (2, 3, 5):
+    for case in args.cases:
+        for programs_per_sm in (2,) if args.quick else (2, 3):
+            for block_n in (64,) if args.quick else (64, 128):
+                for stages in (2, 3) if args.quick else (2, 3, 5):
                     results.append(run_case(case, programs_per_sm * sms, block_n, stages, caches, out, args))
                     print(results[-1], flush=True)
     meta = {"device": torch.cuda.get_device_name(dev), "triton": triton.__version__, "torch": torch.__version__,
