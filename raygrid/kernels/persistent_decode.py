@@ -391,9 +391,9 @@ class PersistentDecode:
 
     The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if
     either is replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode
-    pass as one persistent kernel", on an H200, and the twenty-third session's units, on an H100): two programs an SM
-    of 4 warps where the GPU holds them at once (else one an SM), 64 keys a step, qkv_proj and o_proj in units of 16
-    rows and gate_up_proj and down_proj in units of 8 at Qwen3-0.6B's width. The arguments exist for tests and
+    pass as one persistent kernel", on an H200, and down_proj's slices in the twenty-third session, on an H100): two
+    programs an SM of 4 warps where the GPU holds them at once (else one an SM), 64 keys a step, products in units of
+    16 rows at Qwen3-0.6B's width, down_proj's K in slices of 1,024. The arguments exist for tests and
     benchmarks: ``preload`` (the products whose first weight tile each program reads between the barrier's arrival and
     its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a
     kv head; default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages``
@@ -425,13 +425,17 @@ class PersistentDecode:
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
         # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
         self.bn = rows_per_unit or max(16, min(64, 16384 // self.hidden))
-        # gate_up_proj and down_proj in smaller units than qkv_proj and o_proj: on an H100 at Qwen3-0.6B's shape, 8 rows
-        # took gate_up from 9.1 to 8.4 us a layer and down_proj from 6.2 to 5.0 (its K then in one slice), where 8 rows
-        # for every product lost more in o_proj, each of whose units combines its heads' attention slices again
-        # (3.1 to 5.4 us; benchmarks/README.md, twenty-third session).
-        self.bn_mlp = mlp_rows_per_unit or max(8, min(64, 8192 // self.hidden))
+        # gate_up_proj and down_proj may take units of their own size (``mlp_rows_per_unit``): on an H100 at Qwen3-0.6B's
+        # shape, 8 rows took gate_up from 9.1 to 8.4 us a layer and down_proj from 6.2 to 5.0 where every product had
+        # 8-row units, but o_proj lost more (3.1 to 5.4 us: each unit combines its heads' attention slices again). The
+        # two sizes together have not run on a GPU, so the default stays one size (benchmarks/README.md, twenty-third
+        # session).
+        self.bn_mlp = mlp_rows_per_unit or self.bn
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn_mlp))
+        # down_proj's tile is 16K elements too: slices of 1,024 at 16 rows took it from 6.2 to 5.4 us a layer on an H100
+        # (a pass at 32k 2,017 to 2,001 us, at 512 772 to 762), where slices of 2,048 left Qwen3-0.6B's second slice
+        # half empty and slices of 512 made too many units.
+        self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 16384 // self.bn_mlp))
         self.bn, self.bn_mlp = min(self.bn, self.hidden), min(self.bn_mlp, self.hidden)  # column blocks of the hidden size
         for name, value in (("rows_per_unit", self.bn), ("mlp_rows_per_unit", self.bn_mlp),
                             ("heads_per_slice", self.heads_per_slice), ("down_slice", self.ks_down)):
