@@ -393,7 +393,7 @@ class PersistentDecode:
     either is replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode
     pass as one persistent kernel", on an H200, and down_proj's slices in the twenty-third session, on an H100): two
     programs an SM of 4 warps where the GPU holds them at once (else one an SM), 64 keys a step, products in units of
-    16 rows at Qwen3-0.6B's width, down_proj's K in slices of 1,024. The arguments exist for tests and
+    16 rows at Qwen3-0.6B's width, down_proj's K in slices of 1,024 there. The arguments exist for tests and
     benchmarks: ``preload`` (the products whose first weight tile each program reads between the barrier's arrival and
     its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a
     kv head; default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages``
@@ -432,10 +432,13 @@ class PersistentDecode:
         # session).
         self.bn_mlp = mlp_rows_per_unit or self.bn
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        # down_proj's tile is 16K elements too: slices of 1,024 at 16 rows took it from 6.2 to 5.4 us a layer on an H100
-        # (a pass at 32k 2,017 to 2,001 us, at 512 772 to 762), where slices of 2,048 left Qwen3-0.6B's second slice
-        # half empty and slices of 512 made too many units.
-        self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 16384 // self.bn_mlp))
+        # down_proj's K in slices of 32K elements' tiles, halved while the last slice would be half empty or less:
+        # Qwen3-0.6B's 3,072 in slices of 2,048 left the second half empty, and slices of 1,024 took down_proj from 6.2
+        # to 5.4 us a layer on an H100 (a pass at 32k 2,017 to 2,001 us, at 512 772 to 762; slices of 512, too many
+        # units, lost).
+        self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn_mlp))
+        while down_slice is None and self.ks_down > 16 and 0 < self.inter % self.ks_down <= self.ks_down // 2:
+            self.ks_down //= 2
         self.bn, self.bn_mlp = min(self.bn, self.hidden), min(self.bn_mlp, self.hidden)  # column blocks of the hidden size
         for name, value in (("rows_per_unit", self.bn), ("mlp_rows_per_unit", self.bn_mlp),
                             ("heads_per_slice", self.heads_per_slice), ("down_slice", self.ks_down)):
