@@ -276,10 +276,10 @@ def _persistent_decode_kernel(
     qkv_ptr, q_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr, times_ptr,
     LAYERS, v_offset, scale, eps,
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
-    BN_MLP: tl.constexpr, HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr, SPLITS: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, QK_NORM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr, PRELOAD: tl.constexpr,
-    TIMED: tl.constexpr, dtype: tl.constexpr,
+    BN_MLP: tl.constexpr, HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr,
+    SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
+    QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
+    PRELOAD: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -407,8 +407,7 @@ class PersistentDecode:
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
                  block_n: int = 64, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None, timed: bool = False,
                  rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None, heads_per_slice: int | None = None,
-                 down_slice: int | None = None,
-                 preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
+                 down_slice: int | None = None, preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -432,7 +431,7 @@ class PersistentDecode:
         # session).
         self.bn_mlp = mlp_rows_per_unit or self.bn
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        # down_proj's K in slices of 32K elements' tiles, halved while the last slice would be half empty or less:
+        # down_proj's K in slices whose tiles hold 32K elements, halved while the last would be half empty or less:
         # Qwen3-0.6B's 3,072 in slices of 2,048 left the second half empty, and slices of 1,024 took down_proj from 6.2
         # to 5.4 us a layer on an H100 (a pass at 32k 2,017 to 2,001 us, at 512 772 to 762; slices of 512, too many
         # units, lost).
@@ -470,7 +469,7 @@ class PersistentDecode:
         self.times = torch.zeros(5 * len(model.layers) + 1, dtype=torch.int64, device=device)
         self.constexprs = dict(
             H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
-            BN_MLP=self.bn_mlp,             HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
+            BN_MLP=self.bn_mlp, HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
