@@ -22,10 +22,11 @@ PAGE = 16
 def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_heads_dir):
     """Contexts of 1, 37 and 150 tokens in shuffled pages (keys a step: 16, so 150 takes 10 steps), with the
     context in 1 and in 3 slices (any number, not only powers of 2), and products in units of 16 rows (qkv_proj,
-    o_proj) and of 8 (gate_up_proj, down_proj) over slices of K (one head of o_proj's, 32 of down_proj's): the hidden state and the stored key and value agree with the model's
-    pass to float32's rounding; the barrier counters are back at 0 and no barrier timed out. Each product's first
-    weight tile read ahead between a barrier's arrival and its wait (all four; qkv's and o_proj's, the default; none):
-    one program does every unit here, so its later units read their tiles in the stage."""
+    o_proj) and of 8 (gate_up_proj, down_proj) over slices of K (one head of o_proj's, 32 of down_proj's): the hidden
+    state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
+    back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
+    its wait (all four; qkv's and o_proj's, the default; none): one program does every unit here, so its later units
+    read their tiles in the stage."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
     attn = model.layers[0].self_attn

@@ -63,7 +63,8 @@ def run_case(case: str, units: int, block_n: int, stages: int, caches, out, args
         strides = dict(TOKEN_STRIDE=nkv * d, HEAD_STRIDE=d) if case == "head" else dict(TOKEN_STRIDE=d, HEAD_STRIDE=page * d)
         kw = dict(strides, BLOCK_N=rows, WIDTH=width, HEAD_MAJOR=True)
     slices = max(1, units // heads)
-    per_prog = -(-(-(-tokens // slices)) // rows) * rows  # whole tiles a program
+    per_prog = -(-tokens // slices)
+    per_prog = -(-per_prog // rows) * rows  # whole tiles a program
     slices = tokens // per_prog  # whole slices inside the cache
     grid = slices * heads
     read = grid * per_prog * width * 2 * 2  # K and V, 2 bytes an element

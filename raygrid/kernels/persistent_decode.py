@@ -423,13 +423,13 @@ class PersistentDecode:
         self.v_offset = kv_caches[0][1].data_ptr() // self.dtype.itemsize - kv_caches[0][0].data_ptr() // self.dtype.itemsize
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
         # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
-        self.bn = rows_per_unit or max(16, min(64, 16384 // self.hidden))
+        self.bn = min(rows_per_unit or max(16, min(64, 16384 // self.hidden)), self.hidden)  # column blocks of H
         # gate_up_proj and down_proj may take units of their own size (``mlp_rows_per_unit``): on an H100 at Qwen3-0.6B's
         # shape, 8 rows took gate_up from 9.1 to 8.4 us a layer and down_proj from 6.2 to 5.0 where every product had
         # 8-row units, but o_proj lost more (3.1 to 5.4 us: each unit combines its heads' attention slices again). The
         # two sizes together have not run on a GPU, so the default stays one size (benchmarks/README.md, twenty-third
         # session).
-        self.bn_mlp = mlp_rows_per_unit or self.bn
+        self.bn_mlp = min(mlp_rows_per_unit or self.bn, self.hidden)
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
         # down_proj's K in slices whose tiles hold 32K elements, halved while the last would be half empty or less:
         # Qwen3-0.6B's 3,072 in slices of 2,048 left the second half empty, and slices of 1,024 took down_proj from 6.2
@@ -438,7 +438,6 @@ class PersistentDecode:
         self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn_mlp))
         while down_slice is None and self.ks_down > 16 and 0 < self.inter % self.ks_down <= self.ks_down // 2:
             self.ks_down //= 2
-        self.bn, self.bn_mlp = min(self.bn, self.hidden), min(self.bn_mlp, self.hidden)  # column blocks of the hidden size
         for name, value in (("rows_per_unit", self.bn), ("mlp_rows_per_unit", self.bn_mlp),
                             ("heads_per_slice", self.heads_per_slice), ("down_slice", self.ks_down)):
             if not _power_of_2(value):
