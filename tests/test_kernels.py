@@ -379,17 +379,17 @@ def test_prefill_attention_on_a_padded_batch_as_a_cuda_graph_runs_it():
 def test_kernel_launch_overrides_from_the_environment_name_only_known_settings(monkeypatch):
     """RAYGRID_DECODE_CONFIG and its twins lay a JSON object over the launch's defaults; a key the defaults lack is
     refused by name, not kept beside them unread."""
-    from raygrid.kernels.triton_attention import _overridden
+    from raygrid.kernels.triton_attention import overridden
 
     defaults = dict(block_n=64, num_warps=4)
     monkeypatch.setenv("RAYGRID_TEST_CONFIG", '{"num_warps": 2}')
-    assert _overridden(defaults, "RAYGRID_TEST_CONFIG") == dict(block_n=64, num_warps=2)
+    assert overridden(defaults, "RAYGRID_TEST_CONFIG") == dict(block_n=64, num_warps=2)
     assert defaults == dict(block_n=64, num_warps=4)
     monkeypatch.setenv("RAYGRID_TEST_CONFIG", '{"num_warps": 2, "fp8_num_warps": 1}')
     with pytest.raises(ValueError, match=r"RAYGRID_TEST_CONFIG: unknown keys \['fp8_num_warps'\]"):
-        _overridden(defaults, "RAYGRID_TEST_CONFIG")
+        overridden(defaults, "RAYGRID_TEST_CONFIG")
     monkeypatch.delenv("RAYGRID_TEST_CONFIG")
-    assert _overridden(defaults, "RAYGRID_TEST_CONFIG") == defaults
+    assert overridden(defaults, "RAYGRID_TEST_CONFIG") == defaults
 
 
 def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():

@@ -7,6 +7,8 @@ forward pass alone (no LM head, no sampling). For each context it also records:
 - ``same_argmax``: whether the two give the same greedy token through the LM head;
 - ``kv_match``: whether both wrote the same key and value into the token's cache slot (max abs difference);
 - ``same_bits_twice``: two persistent passes over the same inputs agree to the bit;
+- ``same_bits_as_default``: the variant's hidden state is the default launch's to the bit (a variant that changes
+  only what is asked into L2 must give it);
 - ``floor_us``: the pass's bytes (weights outside the embedding, plus the K/V read) at the bandwidth of a
   device-to-device copy on this GPU (``copy_bandwidth_bytes_per_s``, as ``raygrid bench latency`` puts its floor);
 - ``stage_us_one_pass``: from one pass of a timed launch, each stage's mean time a layer, up to its barrier's end.
@@ -50,8 +52,9 @@ def decode_inputs(context: int, num_blocks: int, device) -> tuple[dict, Attentio
 
 
 def run_variant(model, caches, inputs: dict, variant: dict, ref: torch.Tensor, ref_kv: list, engine_us: float,
-                replays: int) -> dict:
-    """One launch of ``PersistentDecode(**variant)``: its time, and its result against the engine's pass."""
+                replays: int, default: torch.Tensor | None) -> tuple[dict, torch.Tensor]:
+    """One launch of ``PersistentDecode(**variant)``: its time, its result against the engine's pass and against the
+    default launch's (``default``), and the result."""
     slot = int(inputs["slot_mapping"][0])
     runner = PersistentDecode(model, caches, **variant)
     run = lambda: runner(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"],  # noqa: E731
@@ -68,8 +71,10 @@ def run_variant(model, caches, inputs: dict, variant: dict, ref: torch.Tensor, r
     return dict(variant=variant, us=us, speedup=engine_us / us,
                 max_abs_diff=(first.float() - ref.float()).abs().max().item(), ref_max=ref.float().abs().max().item(),
                 same_argmax=bool(logits[0].argmax() == logits[1].argmax()), kv_max_diff=kv_diff,
-                same_bits_twice=bool(torch.equal(first, second)), splits=runner.splits, programs=runner.num_programs,
-                stage_us_one_pass=dict(zip(("qkv", "attention", "o_proj", "gate_up", "down"), timed.stage_us())))
+                same_bits_twice=bool(torch.equal(first, second)),
+                same_bits_as_default=None if default is None else bool(torch.equal(first, default)),
+                splits=runner.splits, programs=runner.num_programs,
+                stage_us_one_pass=dict(zip(("qkv", "attention", "o_proj", "gate_up", "down"), timed.stage_us()))), first
 
 
 def main() -> None:
@@ -107,9 +112,13 @@ def main() -> None:
             slot = int(inputs["slot_mapping"][0])
             ref_kv = [c[:, slot // PAGE, slot % PAGE].clone() for c in caches]
             row["engine_us"] = chain_us([plain], args.replays)
+            default = None
             for variant in variants:
                 try:
-                    row["variants"].append(run_variant(model, caches, inputs, variant, ref, ref_kv, row["engine_us"], args.replays))
+                    result, out = run_variant(model, caches, inputs, variant, ref, ref_kv, row["engine_us"], args.replays,
+                                              default)
+                    row["variants"].append(result)
+                    default = out if default is None else default
                 except Exception as error:  # a launch that does not compile or fit: recorded, the others still run
                     row["variants"].append(dict(variant=variant, error=f"{type(error).__name__}: {error}"[:500]))
                 print(context, f"engine {row['engine_us']:.1f} us, floor {row['floor_us']:.1f} us:", row["variants"][-1], flush=True)

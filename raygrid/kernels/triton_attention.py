@@ -434,7 +434,7 @@ def _dot_precision(query: torch.Tensor) -> str:
     return "ieee" if query.dtype == torch.float32 else "tf32"
 
 
-def _overridden(defaults: dict, variable: str) -> dict:
+def overridden(defaults: dict, variable: str) -> dict:
     """``defaults`` with the environment variable's JSON object over them; a key they lack is refused, by name (an
     override that names no setting would otherwise leave a benchmark running the defaults unawares)."""
     overrides = json.loads(os.environ.get(variable, "{}"))
@@ -449,7 +449,7 @@ def _overridden(defaults: dict, variable: str) -> dict:
 # flight to approach the memory bandwidth. Measured on an H200 (benchmarks/README.md): splitting larger
 # batches gains nothing, since their programs already fill it. RAYGRID_DECODE_SPLIT_POLICY (JSON) overrides
 # it, for benchmarks; '{"max_splits": 1}' turns splitting off.
-DECODE_SPLIT_POLICY = _overridden(dict(programs_per_sm=3, max_splits=64, min_split_tokens=256), "RAYGRID_DECODE_SPLIT_POLICY")
+DECODE_SPLIT_POLICY = overridden(dict(programs_per_sm=3, max_splits=64, min_split_tokens=256), "RAYGRID_DECODE_SPLIT_POLICY")
 
 
 @functools.cache
@@ -490,7 +490,7 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
 # fp8_medium_from: from this many programs an SM up to fp8_narrow_from, 64 keys with two warps (0: never). In the same
 # sweep, at 128 sequences (7.75 programs an SM) that launch took 106.8 us against 117.1 with 128 keys and 4 warps; at
 # 64 (3.9 an SM) it lost, 84.9 against 62.9.
-DECODE_CONFIG = _overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", fp8_narrow_from=10,
+DECODE_CONFIG = overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_stages=2, tma="split", fp8_narrow_from=10,
                                  fp8_medium_from=6), "RAYGRID_DECODE_CONFIG")
 
 
@@ -512,7 +512,7 @@ def _fp8_launch(num_seqs: int, num_kv_heads: int, splits: int, device: torch.dev
 # long prompts (gluon_attention.fits) to the Gluon kernel with the same tiles, whose copies are asked for a step
 # earlier and whose halves' softmax overlaps the other half's products: 553 against 520 at 32k tokens, 584 against
 # 524 at 8k (one sweep, 0745c36).
-PREFILL_CONFIG = _overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=2,
+PREFILL_CONFIG = overridden(dict(block_m=128, block_n=64, num_warps=4, num_stages=3, pack=2, tma=True, subtiles=2,
                                   gluon=True),
                              "RAYGRID_PREFILL_CONFIG")
 # A batch whose sequences bring few queries each (a mixed step: many decode rows beside a prompt or two) would
