@@ -26,7 +26,7 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
     its wait (all four; qkv's and o_proj's, the default; none): one program does every unit here, so its later units
-    read their tiles in the stage. On a GPU, also with every product's weights and the first pages of each slice of
+    read their tiles in the stage. On a GPU, also with every product's weights and the first key tiles of each unit of
     the context asked into L2 one and two barriers ahead (which must change nothing)."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
@@ -37,8 +37,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
               for _ in model.layers]
     variants = [(1, 31, {}), (3, 3, {}), (3, 0, {})]
     if DEVICE.type == "cuda":  # lines asked into L2 (PTX, which the interpreter does not run)
-        variants += [(3, 3, dict(l2_weights=15, l2_distance=2, l2_kv_pages=2, l2_kv_gap=4)),
-                     (1, 3, dict(l2_weights=15, l2_distance=1, l2_kv_pages=1, l2_kv_gap=1))]
+        variants += [(3, 3, dict(l2_weights=15, l2_distance=2, l2_kv_tiles=2, l2_kv_gap=4)),
+                     (1, 3, dict(l2_weights=15, l2_distance=1, l2_kv_tiles=1, l2_kv_gap=1))]
     checked = 0
     for context in (1, 37, 150):
         ids = torch.randint(3, model.config.vocab_size, (context + 1,), generator=generator).to(DEVICE)

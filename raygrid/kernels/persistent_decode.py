@@ -58,12 +58,13 @@ W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH 
 PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # Inputs of later stages asked into L2 while a barrier completes (``prefetch.global.L2``, a request a 128-byte line; GPU
 # only): at batch 1 the products' stages are bound by latency and barriers, so the memory system is idle for most of
-# them. ``L2_*`` flags name the products whose weights are asked for ``l2_distance`` barriers before their stage; KV
-# pages are the first ``l2_kv_pages`` pages of each slice of the next attention stage's context, asked for at the
-# barrier after stage ``l2_kv_gap`` (1: the same layer's, right before it; 2 to 5: the next layer's).
+# them. ``L2_*`` flags name the products whose weights are asked for ``l2_distance`` barriers before their stage (in
+# spans of ``L2_CHUNK`` bytes, the programs in turn); ``l2_kv_tiles``: the first tiles of each (kv head, slice) unit
+# of the next attention stage, asked for by the program that reads them, at the barrier after stage ``l2_kv_gap`` (1:
+# the same layer's, right before it; 2 to 5: the next layer's).
 L2_O, L2_GATE_UP, L2_DOWN, L2_QKV = 1, 2, 4, 8
 L2_CHUNK = tl.constexpr(16384)  # bytes a program asks for at once (128 lines: one a thread at 4 warps)
-L2_AHEAD = overridden(dict(l2_weights=0, l2_distance=1, l2_kv_pages=0, l2_kv_gap=5), "RAYGRID_PERSISTENT_L2")
+L2_AHEAD = overridden(dict(l2_weights=0, l2_distance=1, l2_kv_tiles=0, l2_kv_gap=5), "RAYGRID_PERSISTENT_L2")
 
 
 @triton.jit
@@ -125,37 +126,39 @@ def _l2_span(ptr, NBYTES: tl.constexpr, pid, G):
 
 
 @triton.jit
-def _l2_pages(cache_ptr, v_offset, table_row_ptr, seq_len, pid, G, PAGES: tl.constexpr, SPLITS: tl.constexpr,
-              BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGE_ELEMS: tl.constexpr, PAGE_BYTES: tl.constexpr,
-              WIDE: tl.constexpr):
-    """The keys and values of the first ``PAGES`` pages of each of the context's ``SPLITS`` slices (as
-    ``_attend_slice`` cuts them) asked into L2, the programs taking ``L2_CHUNK`` bytes of a page each in turn."""
-    CHUNKS: tl.constexpr = (PAGE_BYTES + L2_CHUNK - 1) // L2_CHUNK
+def _l2_kv(cache_ptr, v_offset, table_row_ptr, seq_len, pid, G, TILES: tl.constexpr, NKV: tl.constexpr,
+           SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, ROW_LINES: tl.constexpr,
+           WIDE: tl.constexpr):
+    """The keys and values of the first ``TILES`` tiles of each (kv head, slice) unit of an attention stage asked into
+    L2, by the program that will read them there (the units' order and slices as ``_attend_slice`` takes them):
+    ``ROW_LINES`` lines a head's row."""
     per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
-    lines = tl.arange(0, L2_CHUNK // 128) * 128
-    for c in range(pid, SPLITS * PAGES * 2 * CHUNKS, G):
-        piece = c % CHUNKS
-        values = (c // CHUNKS) % 2
-        page = (c // (2 * CHUNKS)) % PAGES
-        split = c // (2 * CHUNKS * PAGES)
-        token = split * per_split + page * PAGE
-        if token < tl.minimum(seq_len, (split + 1) * per_split):
-            block = tl.load(table_row_ptr + token // PAGE)
+    LINE: tl.constexpr = D // ROW_LINES  # elements a line (a whole row where the row is shorter)
+    lines = tl.arange(0, ROW_LINES) * LINE
+    for u in range(pid, NKV * SPLITS, G):
+        kvh = u % NKV
+        lo = (u // NKV) * per_split
+        hi = tl.minimum(seq_len, lo + per_split)
+        if lo < hi:
+            pos = tl.minimum(lo + tl.arange(0, TILES * BLOCK_N), hi - 1)
+            block = tl.load(table_row_ptr + pos // PAGE)
             if WIDE:
                 block = block.to(tl.int64)
-            base = (cache_ptr + block * PAGE_ELEMS + values * v_offset).to(tl.pointer_type(tl.int8))
-            _l2_prefetch(base + tl.minimum(piece * L2_CHUNK + lines, PAGE_BYTES - 1))
+            rows = cache_ptr + block * (PAGE * NKV * D) + (pos % PAGE) * (NKV * D) + kvh * D
+            _l2_prefetch(rows[:, None] + lines[None, :])
+            _l2_prefetch(rows[:, None] + v_offset + lines[None, :])
 
 
 @triton.jit
 def _l2_gap(GAP: tl.constexpr, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W: tl.constexpr,
-            L2_DIST: tl.constexpr, L2_KV_PAGES: tl.constexpr, L2_KV_GAP: tl.constexpr, QKV_BYTES: tl.constexpr,
-            O_BYTES: tl.constexpr, GATE_UP_BYTES: tl.constexpr, DOWN_BYTES: tl.constexpr, SPLITS: tl.constexpr,
-            BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGE_ELEMS: tl.constexpr, PAGE_BYTES: tl.constexpr,
+            L2_DIST: tl.constexpr, L2_KV_TILES: tl.constexpr, L2_KV_GAP: tl.constexpr, QKV_BYTES: tl.constexpr,
+            O_BYTES: tl.constexpr, GATE_UP_BYTES: tl.constexpr, DOWN_BYTES: tl.constexpr, NKV: tl.constexpr,
+            SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, ROW_LINES: tl.constexpr,
             WIDE: tl.constexpr, dtype: tl.constexpr):
     """What the launch asks into L2 at the barrier after stage ``GAP`` of ``layer`` (between a program's arrival and
     its wait): each product's weights ``L2_DIST`` barriers before its stage (o_proj is stage 3, gate_up 4, down_proj
-    5, the next layer's qkv_proj 6), and the KV pages of the next attention stage at barrier ``L2_KV_GAP``."""
+    5, the next layer's qkv_proj 6), and the first KV tiles of the next attention stage's units at barrier
+    ``L2_KV_GAP``."""
     if L2_W & 1:
         if GAP == 3 - L2_DIST:
             _l2_span(_layer_tensor(table_ptr, layer, W_O, dtype), O_BYTES, pid, G)
@@ -169,12 +172,12 @@ def _l2_gap(GAP: tl.constexpr, table_ptr, layer, LAYERS, block_row_ptr, seq_len,
         if GAP == 6 - L2_DIST:
             if layer + 1 < LAYERS:
                 _l2_span(_layer_tensor(table_ptr, layer + 1, W_QKV, dtype), QKV_BYTES, pid, G)
-    if L2_KV_PAGES > 0:
+    if L2_KV_TILES > 0:
         if GAP == L2_KV_GAP:
             target = layer if GAP == 1 else layer + 1
             if target < LAYERS:
-                _l2_pages(_layer_tensor(table_ptr, target, KV_CACHE, dtype), v_offset, block_row_ptr, seq_len, pid, G,
-                          L2_KV_PAGES, SPLITS, BLOCK_N, PAGE, PAGE_ELEMS, PAGE_BYTES, WIDE)
+                _l2_kv(_layer_tensor(table_ptr, target, KV_CACHE, dtype), v_offset, block_row_ptr, seq_len, pid, G,
+                       L2_KV_TILES, NKV, SPLITS, BLOCK_N, PAGE, D, ROW_LINES, WIDE)
 
 
 @triton.jit
@@ -346,9 +349,9 @@ def _persistent_decode_kernel(
     BN_MLP: tl.constexpr, HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
-    PRELOAD: tl.constexpr, L2_W: tl.constexpr, L2_DIST: tl.constexpr, L2_KV_PAGES: tl.constexpr, L2_KV_GAP: tl.constexpr,
+    PRELOAD: tl.constexpr, L2_W: tl.constexpr, L2_DIST: tl.constexpr, L2_KV_TILES: tl.constexpr, L2_KV_GAP: tl.constexpr,
     QKV_BYTES: tl.constexpr, O_BYTES: tl.constexpr, GATE_UP_BYTES: tl.constexpr, DOWN_BYTES: tl.constexpr,
-    PAGE_ELEMS: tl.constexpr, PAGE_BYTES: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
+    ROW_LINES: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -385,8 +388,8 @@ def _persistent_decode_kernel(
             y, rows = _tile_times(w, u * BN, x, BN)
             tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
         _arrive(counter_ptr)
-        _l2_gap(1, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_PAGES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, SPLITS, BLOCK_N, PAGE, PAGE_ELEMS, PAGE_BYTES, WIDE, dtype)
+        _l2_gap(1, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
+                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, ROW_LINES, WIDE, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 2. attention, each (kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
@@ -399,8 +402,8 @@ def _persistent_decode_kernel(
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_pre = _read_ahead(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D,
                             PRELOAD & 2)
-        _l2_gap(2, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_PAGES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, SPLITS, BLOCK_N, PAGE, PAGE_ELEMS, PAGE_BYTES, WIDE, dtype)
+        _l2_gap(2, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
+                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, ROW_LINES, WIDE, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
@@ -414,8 +417,8 @@ def _persistent_decode_kernel(
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         gate_pre = _read_ahead(w_gu, pid * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 4)
         up_pre = _read_ahead(w_gu + I * H, pid * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 16)
-        _l2_gap(3, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_PAGES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, SPLITS, BLOCK_N, PAGE, PAGE_ELEMS, PAGE_BYTES, WIDE, dtype)
+        _l2_gap(3, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
+                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, ROW_LINES, WIDE, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
@@ -433,8 +436,8 @@ def _persistent_decode_kernel(
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         down_pre = _read_ahead(w_down, (pid % MLP_COL_BLOCKS) * BN_MLP, H, I, (pid // MLP_COL_BLOCKS) * KS_D, I, BN_MLP, KS_D,
                                PRELOAD & 8)
-        _l2_gap(4, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_PAGES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, SPLITS, BLOCK_N, PAGE, PAGE_ELEMS, PAGE_BYTES, WIDE, dtype)
+        _l2_gap(4, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
+                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, ROW_LINES, WIDE, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
@@ -448,8 +451,8 @@ def _persistent_decode_kernel(
         # the next layer's qkv tile (none after the last layer: every row masked)
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         w_next = _read_ahead(following, pid * BN, tl.where(layer + 1 < LAYERS, QKV, 0), H, 0, H, BN, H, PRELOAD & 1)
-        _l2_gap(5, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_PAGES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, SPLITS, BLOCK_N, PAGE, PAGE_ELEMS, PAGE_BYTES, WIDE, dtype)
+        _l2_gap(5, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
+                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, ROW_LINES, WIDE, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
@@ -488,7 +491,7 @@ class PersistentDecode:
                  block_n: int = 64, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None, timed: bool = False,
                  rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None, heads_per_slice: int | None = None,
                  down_slice: int | None = None, preload: int = PRELOAD_QKV | PRELOAD_O, l2_weights: int | None = None,
-                 l2_distance: int | None = None, l2_kv_pages: int | None = None, l2_kv_gap: int | None = None) -> None:
+                 l2_distance: int | None = None, l2_kv_tiles: int | None = None, l2_kv_gap: int | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -553,7 +556,7 @@ class PersistentDecode:
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
-            **self._l2_constexprs(device, dict(l2_weights=l2_weights, l2_distance=l2_distance, l2_kv_pages=l2_kv_pages,
+            **self._l2_constexprs(device, dict(l2_weights=l2_weights, l2_distance=l2_distance, l2_kv_tiles=l2_kv_tiles,
                                                l2_kv_gap=l2_kv_gap)),
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
@@ -574,17 +577,17 @@ class PersistentDecode:
         the arguments given, else ``L2_AHEAD`` (``RAYGRID_PERSISTENT_L2`` over the defaults)."""
         l2 = {k: L2_AHEAD[k] if v is None else v for k, v in asked.items()}
         if device.type != "cuda":
-            l2.update(l2_weights=0, l2_kv_pages=0)
-        if l2["l2_distance"] not in (1, 2) or l2["l2_kv_gap"] not in range(1, 6) or l2["l2_kv_pages"] < 0:
-            raise ValueError(f"persistent decode: l2_distance must be 1 or 2, l2_kv_gap 1 to 5 and l2_kv_pages at least 0, "
-                             f"got {l2}")
+            l2.update(l2_weights=0, l2_kv_tiles=0)
+        if l2["l2_distance"] not in (1, 2) or l2["l2_kv_gap"] not in range(1, 6) or not (
+                l2["l2_kv_tiles"] == 0 or _power_of_2(l2["l2_kv_tiles"])):
+            raise ValueError(f"persistent decode: l2_distance must be 1 or 2, l2_kv_gap 1 to 5 and l2_kv_tiles 0 or a power "
+                             f"of 2, got {l2}")
         size = self.dtype.itemsize
         qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
-        page_elems = self.page * self.kv_heads * self.head_dim
-        return dict(L2_W=l2["l2_weights"], L2_DIST=l2["l2_distance"], L2_KV_PAGES=l2["l2_kv_pages"], L2_KV_GAP=l2["l2_kv_gap"],
+        return dict(L2_W=l2["l2_weights"], L2_DIST=l2["l2_distance"], L2_KV_TILES=l2["l2_kv_tiles"], L2_KV_GAP=l2["l2_kv_gap"],
                     QKV_BYTES=qkv * self.hidden * size, O_BYTES=self.hidden * self.heads * self.head_dim * size,
                     GATE_UP_BYTES=2 * self.inter * self.hidden * size, DOWN_BYTES=self.hidden * self.inter * size,
-                    PAGE_ELEMS=page_elems, PAGE_BYTES=page_elems * size)
+                    ROW_LINES=max(1, self.head_dim * size // 128))
 
     def _configure(self, num_programs: int, splits: int | None) -> None:
         """The grid, and the context's slices a kv head (as many as fill it), with their scratch."""
