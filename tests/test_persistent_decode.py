@@ -38,7 +38,7 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     variants = [(1, 31, {}), (3, 3, {}), (3, 0, {})]
     if DEVICE.type == "cuda":  # lines asked into L2 (PTX, which the interpreter does not run)
         variants += [(3, 3, dict(l2_weights=15, l2_distance=2, l2_kv_tiles=2, l2_kv_gap=4)),
-                     (1, 3, dict(l2_weights=15, l2_distance=1, l2_kv_tiles=1, l2_kv_gap=1))]
+                     (1, 3, dict(l2_weights=15, l2_distance=1, l2_kv_tiles=1, l2_kv_gap=1, l2_owned=True))]
     checked = 0
     for context in (1, 37, 150):
         ids = torch.randint(3, model.config.vocab_size, (context + 1,), generator=generator).to(DEVICE)
