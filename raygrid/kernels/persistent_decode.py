@@ -64,7 +64,10 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # the same layer's, right before it; 2 to 5: the next layer's).
 L2_O, L2_GATE_UP, L2_DOWN, L2_QKV = 1, 2, 4, 8
 L2_CHUNK = tl.constexpr(16384)  # bytes a program asks for at once (128 lines: one a thread at 4 warps)
-L2_AHEAD = overridden(dict(l2_weights=0, l2_distance=1, l2_kv_tiles=0, l2_kv_gap=5, l2_owned=False), "RAYGRID_PERSISTENT_L2")
+# The launch's settings the engine takes from the environment (RAYGRID_PERSISTENT_CONFIG, JSON), for benchmarks:
+# ``splits`` (0: as many as fill the programs) and what is asked into L2.
+PERSISTENT_CONFIG = overridden(dict(splits=0, l2_weights=0, l2_distance=1, l2_kv_tiles=0, l2_kv_gap=5, l2_owned=False),
+                               "RAYGRID_PERSISTENT_CONFIG")
 
 
 @triton.jit
@@ -601,9 +604,10 @@ class PersistentDecode:
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
-            self._configure(num_programs or 1, splits)
+            self._configure(num_programs or 1, splits or PERSISTENT_CONFIG["splits"])
             return
         sms = torch.cuda.get_device_properties(device).multi_processor_count
+        splits = splits or PERSISTENT_CONFIG["splits"]
         self._configure(num_programs or self.programs_per_sm * sms, splits)
         held = self._programs_held(device, sms)
         if self.num_programs > held:
@@ -614,8 +618,8 @@ class PersistentDecode:
 
     def _l2_constexprs(self, device: torch.device, asked: dict) -> dict:
         """What the launch asks into L2 ahead of its stages (``L2_*``; none under the interpreter, which runs no PTX):
-        the arguments given, else ``L2_AHEAD`` (``RAYGRID_PERSISTENT_L2`` over the defaults)."""
-        l2 = {k: L2_AHEAD[k] if v is None else v for k, v in asked.items()}
+        the arguments given, else ``PERSISTENT_CONFIG``'s."""
+        l2 = {k: PERSISTENT_CONFIG[k] if v is None else v for k, v in asked.items()}
         if device.type != "cuda":
             l2.update(l2_weights=0, l2_kv_tiles=0)
         if l2["l2_distance"] not in (1, 2) or l2["l2_kv_gap"] not in range(1, 6) or not (
