@@ -56,18 +56,10 @@ W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH 
 # from 827 to 785; every tile (down_proj's 128 registers) 3,575 and 2,142; adding gate's, or gate's and down_proj's
 # over slices of 1,024, gained nothing at 32k (benchmarks/README.md, nineteenth session).
 PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
-# Inputs of later stages asked into L2 while a barrier completes (``prefetch.global.L2``, a request a 128-byte line; GPU
-# only): at batch 1 the products' stages are bound by latency and barriers, so the memory system is idle for most of
-# them. ``L2_*`` flags name the products whose weights are asked for ``l2_distance`` barriers before their stage (with
-# ``l2_owned``, each program its own units' tiles; else spans of ``L2_CHUNK`` bytes, the programs in turn); ``l2_kv_tiles``: the first tiles of each (kv head, slice) unit
-# of the next attention stage, asked for by the program that reads them, at the barrier after stage ``l2_kv_gap`` (1:
-# the same layer's, right before it; 2 to 5: the next layer's).
-L2_O, L2_GATE_UP, L2_DOWN, L2_QKV = 1, 2, 4, 8
-L2_CHUNK = tl.constexpr(16384)  # bytes a program asks for at once (128 lines: one a thread at 4 warps)
-# The launch's settings the engine takes from the environment (RAYGRID_PERSISTENT_CONFIG, JSON), for benchmarks:
-# ``splits`` (0: as many as fill the programs) and what is asked into L2.
-PERSISTENT_CONFIG = overridden(dict(splits=0, l2_weights=0, l2_distance=1, l2_kv_tiles=0, l2_kv_gap=5, l2_owned=False),
-                               "RAYGRID_PERSISTENT_CONFIG")
+# The engine's launch (every argument left to its default) over the environment's RAYGRID_PERSISTENT_CONFIG (JSON),
+# for end-to-end benchmarks of other launches: keys a step, the attention loop's stages (0: the launch's), slices of
+# the context a kv head (0: as many as fill the programs).
+PERSISTENT_CONFIG = overridden(dict(block_n=64, attention_stages=0, splits=0), "RAYGRID_PERSISTENT_CONFIG")
 
 
 @triton.jit
@@ -103,118 +95,23 @@ def _record_time(times_ptr, index, pid, TIMED: tl.constexpr):
 
 
 @triton.jit
-def _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
-    """A stage's barrier (the launch's ``sync + 1``-th) after the program's arrival (``_arrive``) and what it asked
-    for since (the next stage's weight tile, lines into L2): its wait, timed with ``TIMED``; returns its number."""
+def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+    """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
     sync += 1
+    _arrive(counter_ptr)
     _wait(counter_ptr, err_ptr, sync * G)
     _record_time(times_ptr, sync, pid, TIMED)
     return sync
 
 
 @triton.jit
-def _l2_prefetch(ptrs):
-    """Ask for the 128-byte lines at ``ptrs`` to come into L2, without waiting for them (inline PTX: GPU only)."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
-def _l2_span(ptr, NBYTES: tl.constexpr, pid, G):
-    """Bytes ``ptr .. ptr + NBYTES`` asked into L2, the programs taking ``L2_CHUNK`` bytes each in turn."""
-    base = ptr.to(tl.pointer_type(tl.int8))
-    lines = tl.arange(0, L2_CHUNK // 128) * 128
-    for start in range(pid * L2_CHUNK, NBYTES, G * L2_CHUNK):
-        _l2_prefetch(base + tl.minimum(start + lines, NBYTES - 1))
-
-
-@triton.jit
-def _l2_units(w_ptr, pid, G, UNITS: tl.constexpr, COL_BLOCKS: tl.constexpr, BN: tl.constexpr, K: tl.constexpr,
-              rows_total, stride, LINE: tl.constexpr):
-    """The weight tiles of a product's units that this program will take (``range(pid, UNITS, G)``; unit ``u`` is
-    rows ``(u % COL_BLOCKS) * BN`` and columns ``(u // COL_BLOCKS) * K``, ``BN x K``) asked into L2, a line each
-    ``LINE`` elements of a row."""
-    NL: tl.constexpr = (K + LINE - 1) // LINE
-    lines = tl.minimum(tl.arange(0, NL) * LINE, K - 1)
-    for u in range(pid, UNITS, G):
-        rows = tl.minimum((u % COL_BLOCKS) * BN + tl.arange(0, BN), rows_total - 1)
-        _l2_prefetch(w_ptr + rows[:, None] * stride + (u // COL_BLOCKS) * K + lines[None, :])
-
-
-@triton.jit
-def _l2_kv(cache_ptr, v_offset, table_row_ptr, seq_len, pid, G, TILES: tl.constexpr, NKV: tl.constexpr,
-           SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, L2_LINE: tl.constexpr,
-           WIDE: tl.constexpr):
-    """The keys and values of the first ``TILES`` tiles of each (kv head, slice) unit of an attention stage asked into
-    L2, by the program that will read them there (the units' order and slices as ``_attend_slice`` takes them),
-    a line each ``L2_LINE`` elements of a head's row."""
-    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
-    ROW_LINES: tl.constexpr = (D + L2_LINE - 1) // L2_LINE
-    lines = tl.minimum(tl.arange(0, ROW_LINES) * L2_LINE, D - 1)
-    for u in range(pid, NKV * SPLITS, G):
-        kvh = u % NKV
-        lo = (u // NKV) * per_split
-        hi = tl.minimum(seq_len, lo + per_split)
-        if lo < hi:
-            pos = tl.minimum(lo + tl.arange(0, TILES * BLOCK_N), hi - 1)
-            block = tl.load(table_row_ptr + pos // PAGE)
-            if WIDE:
-                block = block.to(tl.int64)
-            rows = cache_ptr + block * (PAGE * NKV * D) + (pos % PAGE) * (NKV * D) + kvh * D
-            _l2_prefetch(rows[:, None] + lines[None, :])
-            _l2_prefetch(rows[:, None] + v_offset + lines[None, :])
-
-
-@triton.jit
-def _l2_gap(GAP: tl.constexpr, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W: tl.constexpr,
-            L2_DIST: tl.constexpr, L2_KV_TILES: tl.constexpr, L2_KV_GAP: tl.constexpr, QKV_BYTES: tl.constexpr,
-            O_BYTES: tl.constexpr, GATE_UP_BYTES: tl.constexpr, DOWN_BYTES: tl.constexpr, NKV: tl.constexpr,
-            SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, L2_LINE: tl.constexpr,
-            WIDE: tl.constexpr, L2_OWNED: tl.constexpr, H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr,
-            BN: tl.constexpr, BN_MLP: tl.constexpr, HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr,
-            SPLIT_D: tl.constexpr, dtype: tl.constexpr):
-    """What the launch asks into L2 at the barrier after stage ``GAP`` of ``layer`` (between a program's arrival and
-    its wait): each product's weights ``L2_DIST`` barriers before its stage (o_proj is stage 3, gate_up 4, down_proj
-    5, the next layer's qkv_proj 6), and the first KV tiles of the next attention stage's units at barrier
-    ``L2_KV_GAP``."""
-    if L2_W & 1:
-        if GAP == 3 - L2_DIST:
-            if L2_OWNED:
-                _l2_units(_layer_tensor(table_ptr, layer, W_O, dtype), pid, G, (H // BN) * SPLIT_O, H // BN, BN, HPS * D, H,
-                          NH * D, L2_LINE)
-            else:
-                _l2_span(_layer_tensor(table_ptr, layer, W_O, dtype), O_BYTES, pid, G)
-    if L2_W & 2:
-        if GAP == 4 - L2_DIST:
-            w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-            if L2_OWNED:
-                U_GU: tl.constexpr = (I + BN_MLP - 1) // BN_MLP
-                _l2_units(w_gu, pid, G, U_GU, U_GU, BN_MLP, H, I, H, L2_LINE)
-                _l2_units(w_gu + I * H, pid, G, U_GU, U_GU, BN_MLP, H, I, H, L2_LINE)
-            else:
-                _l2_span(w_gu, GATE_UP_BYTES, pid, G)
-    if L2_W & 4:
-        if GAP == 5 - L2_DIST:
-            if L2_OWNED:
-                _l2_units(_layer_tensor(table_ptr, layer, W_DOWN, dtype), pid, G, (H // BN_MLP) * SPLIT_D, H // BN_MLP,
-                          BN_MLP, KS_D, H, I, L2_LINE)
-            else:
-                _l2_span(_layer_tensor(table_ptr, layer, W_DOWN, dtype), DOWN_BYTES, pid, G)
-    if L2_W & 8:
-        if GAP == 6 - L2_DIST:
-            if layer + 1 < LAYERS:
-                w_qkv = _layer_tensor(table_ptr, layer + 1, W_QKV, dtype)
-                if L2_OWNED:
-                    U_QKV: tl.constexpr = ((NH + 2 * NKV) * D + BN - 1) // BN
-                    _l2_units(w_qkv, pid, G, U_QKV, U_QKV, BN, H, (NH + 2 * NKV) * D, H, L2_LINE)
-                else:
-                    _l2_span(w_qkv, QKV_BYTES, pid, G)
-    if L2_KV_TILES > 0:
-        if GAP == L2_KV_GAP:
-            target = layer if GAP == 1 else layer + 1
-            if target < LAYERS:
-                _l2_kv(_layer_tensor(table_ptr, target, KV_CACHE, dtype), v_offset, block_row_ptr, seq_len, pid, G,
-                       L2_KV_TILES, NKV, SPLITS, BLOCK_N, PAGE, D, L2_LINE, WIDE)
+def _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+    """The rest of ``_stage_end``, for a program that made its arrival (``_arrive``) and asked for the next stage's
+    weight tile since."""
+    sync += 1
+    _wait(counter_ptr, err_ptr, sync * G)
+    _record_time(times_ptr, sync, pid, TIMED)
+    return sync
 
 
 @triton.jit
@@ -386,9 +283,7 @@ def _persistent_decode_kernel(
     BN_MLP: tl.constexpr, HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
-    PRELOAD: tl.constexpr, L2_W: tl.constexpr, L2_DIST: tl.constexpr, L2_KV_TILES: tl.constexpr, L2_KV_GAP: tl.constexpr,
-    QKV_BYTES: tl.constexpr, O_BYTES: tl.constexpr, GATE_UP_BYTES: tl.constexpr, DOWN_BYTES: tl.constexpr,
-    L2_LINE: tl.constexpr, L2_OWNED: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
+    PRELOAD: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -424,11 +319,7 @@ def _persistent_decode_kernel(
             w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, PRELOAD & 1)
             y, rows = _tile_times(w, u * BN, x, BN)
             tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
-        _arrive(counter_ptr)
-        _l2_gap(1, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, L2_LINE, WIDE,
-                L2_OWNED, H, I, NH, BN, BN_MLP, HPS, SPLIT_O, KS_D, SPLIT_D, dtype)
-        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 2. attention, each (kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
         for u in range(pid, U_ATTN, G):
@@ -440,9 +331,6 @@ def _persistent_decode_kernel(
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_pre = _read_ahead(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D,
                             PRELOAD & 2)
-        _l2_gap(2, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, L2_LINE, WIDE,
-                L2_OWNED, H, I, NH, BN, BN_MLP, HPS, SPLIT_O, KS_D, SPLIT_D, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
@@ -456,9 +344,6 @@ def _persistent_decode_kernel(
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         gate_pre = _read_ahead(w_gu, pid * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 4)
         up_pre = _read_ahead(w_gu + I * H, pid * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 16)
-        _l2_gap(3, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, L2_LINE, WIDE,
-                L2_OWNED, H, I, NH, BN, BN_MLP, HPS, SPLIT_O, KS_D, SPLIT_D, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
@@ -476,9 +361,6 @@ def _persistent_decode_kernel(
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         down_pre = _read_ahead(w_down, (pid % MLP_COL_BLOCKS) * BN_MLP, H, I, (pid // MLP_COL_BLOCKS) * KS_D, I, BN_MLP, KS_D,
                                PRELOAD & 8)
-        _l2_gap(4, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, L2_LINE, WIDE,
-                L2_OWNED, H, I, NH, BN, BN_MLP, HPS, SPLIT_O, KS_D, SPLIT_D, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
@@ -492,9 +374,6 @@ def _persistent_decode_kernel(
         # the next layer's qkv tile (none after the last layer: every row masked)
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         w_next = _read_ahead(following, pid * BN, tl.where(layer + 1 < LAYERS, QKV, 0), H, 0, H, BN, H, PRELOAD & 1)
-        _l2_gap(5, table_ptr, layer, LAYERS, block_row_ptr, seq_len, v_offset, pid, G, L2_W, L2_DIST, L2_KV_TILES, L2_KV_GAP,
-                QKV_BYTES, O_BYTES, GATE_UP_BYTES, DOWN_BYTES, NKV, SPLITS, BLOCK_N, PAGE, D, L2_LINE, WIDE,
-                L2_OWNED, H, I, NH, BN, BN_MLP, HPS, SPLIT_O, KS_D, SPLIT_D, dtype)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
@@ -524,20 +403,23 @@ class PersistentDecode:
     kv head; default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages``
     (the attention loop's own, else ``num_stages``), the units' sizes (``rows_per_unit`` of qkv_proj and o_proj,
     ``mlp_rows_per_unit`` of gate_up_proj and down_proj, ``heads_per_slice`` of o_proj's K, ``down_slice`` of
-    down_proj's K), and ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``)."""
+    down_proj's K), and ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``). ``block_n``,
+    ``attention_stages`` and ``splits`` left unset take ``PERSISTENT_CONFIG``'s."""
 
     max_context = MAX_CONTEXT
     programs_per_sm = 2
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
-                 block_n: int = 64, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None, timed: bool = False,
+                 block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
+                 timed: bool = False,
                  rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None, heads_per_slice: int | None = None,
-                 down_slice: int | None = None, preload: int = PRELOAD_QKV | PRELOAD_O, l2_weights: int | None = None,
-                 l2_distance: int | None = None, l2_kv_tiles: int | None = None, l2_kv_gap: int | None = None,
-                 l2_owned: bool | None = None) -> None:
+                 down_slice: int | None = None, preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
+        block_n = block_n or PERSISTENT_CONFIG["block_n"]
+        attention_stages = attention_stages or PERSISTENT_CONFIG["attention_stages"] or None
+        splits = splits or PERSISTENT_CONFIG["splits"] or None
         config = model.config
         attn = model.layers[0].self_attn
         device = kv_caches[0].device
@@ -599,15 +481,12 @@ class PersistentDecode:
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
-            **self._l2_constexprs(device, dict(l2_weights=l2_weights, l2_distance=l2_distance, l2_kv_tiles=l2_kv_tiles,
-                                               l2_kv_gap=l2_kv_gap, l2_owned=l2_owned)),
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
-            self._configure(num_programs or 1, splits or PERSISTENT_CONFIG["splits"])
+            self._configure(num_programs or 1, splits)
             return
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        splits = splits or PERSISTENT_CONFIG["splits"]
         self._configure(num_programs or self.programs_per_sm * sms, splits)
         held = self._programs_held(device, sms)
         if self.num_programs > held:
@@ -615,23 +494,6 @@ class PersistentDecode:
                 raise ValueError(f"persistent decode: num_programs ({num_programs}) exceeds the {held} the GPU holds at "
                                  "once: its barriers would wait for programs that never start")
             self._configure(sms, splits)  # one an SM always fits: a compiled program fits an SM
-
-    def _l2_constexprs(self, device: torch.device, asked: dict) -> dict:
-        """What the launch asks into L2 ahead of its stages (``L2_*``; none under the interpreter, which runs no PTX):
-        the arguments given, else ``PERSISTENT_CONFIG``'s."""
-        l2 = {k: PERSISTENT_CONFIG[k] if v is None else v for k, v in asked.items()}
-        if device.type != "cuda":
-            l2.update(l2_weights=0, l2_kv_tiles=0)
-        if l2["l2_distance"] not in (1, 2) or l2["l2_kv_gap"] not in range(1, 6) or not (
-                l2["l2_kv_tiles"] == 0 or _power_of_2(l2["l2_kv_tiles"])):
-            raise ValueError(f"persistent decode: l2_distance must be 1 or 2, l2_kv_gap 1 to 5 and l2_kv_tiles 0 or a power "
-                             f"of 2, got {l2}")
-        size = self.dtype.itemsize
-        qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
-        return dict(L2_W=l2["l2_weights"], L2_DIST=l2["l2_distance"], L2_KV_TILES=l2["l2_kv_tiles"], L2_KV_GAP=l2["l2_kv_gap"],
-                    QKV_BYTES=qkv * self.hidden * size, O_BYTES=self.hidden * self.heads * self.head_dim * size,
-                    GATE_UP_BYTES=2 * self.inter * self.hidden * size, DOWN_BYTES=self.hidden * self.inter * size,
-                    L2_LINE=128 // size, L2_OWNED=l2["l2_owned"])
 
     def _configure(self, num_programs: int, splits: int | None) -> None:
         """The grid, and the context's slices a kv head (as many as fill it), with their scratch."""
