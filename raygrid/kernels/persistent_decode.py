@@ -56,10 +56,14 @@ W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH 
 # from 827 to 785; every tile (down_proj's 128 registers) 3,575 and 2,142; adding gate's, or gate's and down_proj's
 # over slices of 1,024, gained nothing at 32k (benchmarks/README.md, nineteenth session).
 PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
-# The engine's launch (every argument left to its default) over the environment's RAYGRID_PERSISTENT_CONFIG (JSON),
-# for end-to-end benchmarks of other launches: keys a step, the attention loop's stages (0: the launch's), slices of
-# the context a kv head (0: as many as fill the programs).
-PERSISTENT_CONFIG = overridden(dict(block_n=64, attention_stages=0, splits=0), "RAYGRID_PERSISTENT_CONFIG")
+# The launch's defaults, which the engine takes, with the environment's RAYGRID_PERSISTENT_CONFIG (JSON) over them for
+# end-to-end benchmarks of other launches: keys a step, the attention loop's stages (0: the launch's), gate_up_proj's
+# and down_proj's rows a unit (0: qkv_proj's), slices of the context a kv head (0: as many as fill the programs).
+# 32-key tiles at 5 stages keep two tiles in flight in the shared memory of one 64-key tile at 2 (38,912 bytes), and
+# 8-row units split gate_up_proj finer; together, on an H100, a pass at 512 tokens took 739.8 against 764.5 us, at
+# 8,192 1,065.9 against 1,091.3 and at 32,832 1,976.0 against 1,984.7 (benchmarks/README.md, twenty-fourth session).
+PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=8, splits=0),
+                               "RAYGRID_PERSISTENT_CONFIG")
 
 
 @triton.jit
@@ -395,16 +399,17 @@ class PersistentDecode:
 
     The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if
     either is replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode
-    pass as one persistent kernel", on an H200, and down_proj's slices in the twenty-third session, on an H100): two
-    programs an SM of 4 warps where the GPU holds them at once (else one an SM), 64 keys a step, products in units of
-    16 rows at Qwen3-0.6B's width, down_proj's K in slices of 1,024 there. The arguments exist for tests and
+    pass as one persistent kernel", on an H200, and the twenty-third and twenty-fourth sessions, on an H100): two
+    programs an SM of 4 warps where the GPU holds them at once (else one an SM), 32 keys a step in an attention loop of
+    5 stages, qkv_proj's and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and
+    down_proj's in units of 8 (``PERSISTENT_CONFIG``). The arguments exist for tests and
     benchmarks: ``preload`` (the products whose first weight tile each program reads between the barrier's arrival and
     its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a
     kv head; default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages``
     (the attention loop's own, else ``num_stages``), the units' sizes (``rows_per_unit`` of qkv_proj and o_proj,
     ``mlp_rows_per_unit`` of gate_up_proj and down_proj, ``heads_per_slice`` of o_proj's K, ``down_slice`` of
     down_proj's K), and ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``). ``block_n``,
-    ``attention_stages`` and ``splits`` left unset take ``PERSISTENT_CONFIG``'s."""
+    ``attention_stages``, ``mlp_rows_per_unit`` and ``splits`` left unset take ``PERSISTENT_CONFIG``'s."""
 
     max_context = MAX_CONTEXT
     programs_per_sm = 2
@@ -419,6 +424,7 @@ class PersistentDecode:
             raise ValueError(f"persistent decode: {reason}")
         block_n = block_n or PERSISTENT_CONFIG["block_n"]
         attention_stages = attention_stages or PERSISTENT_CONFIG["attention_stages"] or None
+        mlp_rows_per_unit = mlp_rows_per_unit or PERSISTENT_CONFIG["mlp_rows_per_unit"] or None
         splits = splits or PERSISTENT_CONFIG["splits"] or None
         config = model.config
         attn = model.layers[0].self_attn
@@ -433,11 +439,9 @@ class PersistentDecode:
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
         # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
         self.bn = min(rows_per_unit or max(16, min(64, 16384 // self.hidden)), self.hidden)  # column blocks of H
-        # gate_up_proj and down_proj may take units of their own size (``mlp_rows_per_unit``): on an H100 at Qwen3-0.6B's
-        # shape, 8 rows took gate_up from 9.1 to 8.4 us a layer and down_proj from 6.2 to 5.0 where every product had
-        # 8-row units, but o_proj lost more (3.1 to 5.4 us: each unit combines its heads' attention slices again). The
-        # two sizes together have not run on a GPU, so the default stays one size (benchmarks/README.md, twenty-third
-        # session).
+        # gate_up_proj and down_proj take units of their own size (``mlp_rows_per_unit``, 8 by default): where every
+        # product had 8-row units, o_proj lost more than the others gained (3.1 to 5.4 us a layer on an H100: each
+        # unit combines its heads' attention slices again; benchmarks/README.md, twenty-third session).
         self.bn_mlp = min(mlp_rows_per_unit or self.bn, self.hidden)
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
         # down_proj's K in slices whose tiles hold 32K elements, halved while the last would be half empty or less:
