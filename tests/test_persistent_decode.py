@@ -26,7 +26,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
     its wait (all four; qkv's and o_proj's, the default; none): one program does every unit here, so its later units
-    read their tiles in the stage."""
+    read their tiles in the stage. And the launch the engine makes, every argument left to ``PERSISTENT_CONFIG``
+    (32 keys a step, 5 attention stages, 8-row gate_up/down units over down_proj's K whole, wider than the model's)."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
     attn = model.layers[0].self_attn
@@ -44,12 +45,13 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             expected_caches = [c.clone() for c in caches]
             positions, meta = sequence_metadata(table, context, 1, PAGE)
             expected = model(ids[context:], positions, expected_caches, meta)
-            for splits, preload in ((1, 31), (3, 3), (3, 0)):
+            # Small units, so that every product has several column blocks and slices of K (down_proj's last one part
+            # empty on the Llama, whose intermediate size is 160); then the engine's launch.
+            units = dict(block_n=16, rows_per_unit=16, mlp_rows_per_unit=8, heads_per_slice=1, down_slice=32)
+            for launch in (dict(splits=1, preload=31, **units), dict(splits=3, preload=3, **units),
+                           dict(splits=3, preload=0, **units), {}):
                 ours = [c.clone() for c in caches]
-                # Small units, so that every product has several column blocks and slices of K (down_proj's last
-                # one part empty on the Llama, whose intermediate size is 160).
-                runner = PersistentDecode(model, ours, splits=splits, block_n=16, rows_per_unit=16, mlp_rows_per_unit=8,
-                                          heads_per_slice=1, down_slice=32, preload=preload)
+                runner = PersistentDecode(model, ours, **launch)
                 hidden = runner(ids[context:], positions, meta.slot_mapping, table, meta.seq_lens_tensor)
                 torch.testing.assert_close(hidden, expected, atol=2e-5, rtol=1e-4)
                 for mine, theirs in zip(ours, expected_caches):
@@ -57,7 +59,7 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
                 runner.check()
                 assert runner.counters.tolist() == [0, 0]
                 checked += 1
-    assert checked == 9
+    assert checked == 12
 
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):
