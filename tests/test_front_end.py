@@ -140,7 +140,7 @@ def test_cli_bench_throughput_runs_both_backends_on_one_workload(tmp_path, qwen3
 @pytest.mark.parametrize("backend", ["raygrid", "hf"])
 def test_cli_bench_latency_times_each_prompt_length(tmp_path, qwen3_dir, backend):
     """`raygrid bench latency` on CPU: a row per prompt length, whose first-token, per-token and end-to-end
-    times agree with one another."""
+    times agree with one another, and (raygrid) the gaps between a request's tokens after its first."""
     out = tmp_path / "latency.json"
     command = [sys.executable, "-m", "raygrid.entrypoints.cli", "bench", "latency", "--backend", backend, "--model", qwen3_dir,
                "--device", "cpu", "--dtype", "float32", "--input-len", "16", "48", "--num-iters", "2"]
@@ -156,10 +156,18 @@ def test_cli_bench_latency_times_each_prompt_length(tmp_path, qwen3_dir, backend
         assert ttft + 5 * tpot == pytest.approx(e2e, rel=0.3)  # medians of the same runs
         assert len(row["ttft_ms"]["each"]) == 2 and min(row["ttft_ms"]["each"]) <= ttft <= max(row["ttft_ms"]["each"])
         assert row["prefill_tflop_per_s"] > 0
+        gaps = row["token_gap_ms"]  # each token's arrival after the first, seen by raygrid's loop (not by generate())
+        if backend == "hf":
+            assert gaps is None
+        else:
+            assert gaps["count"] == 2 * 5 and 0 < gaps["median"] <= gaps["max"]
+            assert gaps["first"] <= gaps["max"] and gaps["last"] <= gaps["max"]
+            assert 5 * gaps["median"] == pytest.approx(e2e - ttft, rel=0.5)
         # The floor is a GPU's memory bandwidth, measured where the benchmark runs: a CPU run has none.
         assert row["decode_floor_ms"] is None and row["tpot_over_floor"] is None
     assert summary["copy_bandwidth_bytes_per_s"] is None
     assert "TTFT" in result.stdout and "TPOT" in result.stdout and "floor" not in result.stdout
+    assert ("between tokens" in result.stdout) is (backend == "raygrid")
 
 
 

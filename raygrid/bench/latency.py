@@ -44,15 +44,17 @@ class _Prompts:
         return [self.rng.integers(0, self.high, size=length).tolist() for _ in range(size)]
 
 
-def time_raygrid(engine, prompts: list[list[int]], output_len: int, sampling: dict | None = None) -> list[tuple[float, float]]:
-    """(time to first token, end-to-end time) of each request, run together on an ``LLMEngine``; ``sampling``: more
-    SamplingParams fields (temperature 1 unless it says otherwise)."""
+def time_raygrid(engine, prompts: list[list[int]], output_len: int, sampling: dict | None = None) -> list[tuple]:
+    """(time to first token, end-to-end time, the gaps between its tokens' arrivals after the first) of each
+    request, run together on an ``LLMEngine``; ``sampling``: more SamplingParams fields (temperature 1 unless it says
+    otherwise)."""
     from raygrid import SamplingParams
 
     params = SamplingParams(**{"temperature": 1.0, **(sampling or {})}, max_tokens=output_len, ignore_eos=True, detokenize=False)
     ids = [engine.next_request_id() for _ in prompts]
     first: dict[str, float] = {}
     done: dict[str, float] = {}
+    arrivals: dict[str, list[float]] = {rid: [] for rid in ids}  # each step that brought a request tokens
     start = time.perf_counter()
     for rid, prompt in zip(ids, prompts):
         engine.add_request(rid, {"prompt_token_ids": prompt}, params)
@@ -61,15 +63,16 @@ def time_raygrid(engine, prompts: list[list[int]], output_len: int, sampling: di
             now = time.perf_counter()
             if out.outputs and out.outputs[0].token_ids:
                 first.setdefault(out.request_id, now)
+                arrivals[out.request_id].append(now)
             if out.finished:
                 done[out.request_id] = now
     for rid in ids:
         if rid not in done:
             raise RuntimeError(f"request {rid} did not finish")
-    return [(first[rid] - start, done[rid] - start) for rid in ids]
+    return [(first[rid] - start, done[rid] - start, np.diff(arrivals[rid]).tolist()) for rid in ids]
 
 
-def time_hf(model, prompts: list[list[int]], output_len: int) -> list[tuple[float, float]]:
+def time_hf(model, prompts: list[list[int]], output_len: int) -> list[tuple]:
     """transformers: one generate() of the whole output, timed at its first new token and at its end, as raygrid's
     requests are (a streamer sees each step's tokens on the host; its first call carries the prompt)."""
     import torch
@@ -98,12 +101,12 @@ def time_hf(model, prompts: list[list[int]], output_len: int) -> list[tuple[floa
     if ids.is_cuda:
         torch.cuda.synchronize()
     end = time.perf_counter()
-    return [(first.at - start, end - start)] * len(prompts)
+    return [(first.at - start, end - start, None)] * len(prompts)
 
 
-def summarize(runs: list[tuple[float, float]], output_len: int) -> dict:
-    ttft = np.array([t for t, _ in runs])
-    e2e = np.array([e for _, e in runs])
+def summarize(runs: list[tuple], output_len: int) -> dict:
+    ttft = np.array([run[0] for run in runs])
+    e2e = np.array([run[1] for run in runs])
     tpot = (e2e - ttft) / (output_len - 1)
     # Each run to a microsecond (TTFT) or 0.1 us (TPOT), and the statistics of those same values, so a median
     # always lies between the runs it is reported with.
@@ -114,7 +117,21 @@ def summarize(runs: list[tuple[float, float]], output_len: int) -> dict:
         "tpot_ms": {"median": round(float(np.median(tpot_ms)), 5), "p90": round(float(np.percentile(tpot_ms, 90)), 5),
                     "each": tpot_ms.tolist()},
         "e2e_s": {"median": float(np.median(e2e)), "p90": float(np.percentile(e2e, 90))},
+        "token_gap_ms": _token_gaps([run[2] for run in runs]),
     }
+
+
+def _token_gaps(gaps: list[list[float] | None]) -> dict | None:
+    """Where a request's time after its first token goes, from each run's gaps between token arrivals (None where
+    the backend does not see them): their median and slowest over all runs, and the median first and last gap of a
+    run (a cost at either end of a request shows there, and not in the median)."""
+    gaps = [g for g in gaps if g]
+    if not gaps:
+        return None
+    every = np.concatenate(gaps) * 1e3
+    return {"median": round(float(np.median(every)), 4), "max": round(float(every.max()), 4),
+            "first": round(float(np.median([g[0] for g in gaps])) * 1e3, 4),
+            "last": round(float(np.median([g[-1] for g in gaps])) * 1e3, 4), "count": int(every.size)}
 
 
 def prefill_flops(hf_config, num_tokens: int) -> float:
@@ -165,8 +182,11 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
             if profile is not None:
                 row["decode_profile"] = profile(input_len)
             rows.append(row)
+            gaps = row["token_gap_ms"]
+            gaps = (f"; between tokens {gaps['median']:.3f} ms, first {gaps['first']:.3f}, last {gaps['last']:.3f}, "
+                    f"slowest {gaps['max']:.3f}") if gaps else ""
             print(f"input {input_len:6d}: TTFT {row['ttft_ms']['median']:9.2f} ms ({row['prefill_tflop_per_s']:.1f} TFLOP/s), "
-                  f"TPOT {row['tpot_ms']['median']:7.3f} ms{floor}, E2E {row['e2e_s']['median']:.3f} s", flush=True)
+                  f"TPOT {row['tpot_ms']['median']:7.3f} ms{floor}, E2E {row['e2e_s']['median']:.3f} s{gaps}", flush=True)
     finally:
         close()
     summary = {
