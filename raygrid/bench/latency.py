@@ -52,9 +52,8 @@ def time_raygrid(engine, prompts: list[list[int]], output_len: int, sampling: di
 
     params = SamplingParams(**{"temperature": 1.0, **(sampling or {})}, max_tokens=output_len, ignore_eos=True, detokenize=False)
     ids = [engine.next_request_id() for _ in prompts]
-    first: dict[str, float] = {}
-    done: dict[str, float] = {}
     arrivals: dict[str, list[float]] = {rid: [] for rid in ids}  # each step that brought a request tokens
+    done: dict[str, float] = {}
     start = time.perf_counter()
     for rid, prompt in zip(ids, prompts):
         engine.add_request(rid, {"prompt_token_ids": prompt}, params)
@@ -62,14 +61,13 @@ def time_raygrid(engine, prompts: list[list[int]], output_len: int, sampling: di
         for out in engine.step():
             now = time.perf_counter()
             if out.outputs and out.outputs[0].token_ids:
-                first.setdefault(out.request_id, now)
                 arrivals[out.request_id].append(now)
             if out.finished:
                 done[out.request_id] = now
     for rid in ids:
         if rid not in done:
             raise RuntimeError(f"request {rid} did not finish")
-    return [(first[rid] - start, done[rid] - start, np.diff(arrivals[rid]).tolist()) for rid in ids]
+    return [(arrivals[rid][0] - start, done[rid] - start, np.diff(arrivals[rid]).tolist()) for rid in ids]
 
 
 def time_hf(model, prompts: list[list[int]], output_len: int) -> list[tuple]:
@@ -183,10 +181,10 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
                 row["decode_profile"] = profile(input_len)
             rows.append(row)
             gaps = row["token_gap_ms"]
-            gaps = (f"; between tokens {gaps['median']:.3f} ms, first {gaps['first']:.3f}, last {gaps['last']:.3f}, "
-                    f"slowest {gaps['max']:.3f}") if gaps else ""
+            between = (f"; between tokens {gaps['median']:.3f} ms, first {gaps['first']:.3f}, last {gaps['last']:.3f}, "
+                       f"slowest {gaps['max']:.3f}") if gaps else ""
             print(f"input {input_len:6d}: TTFT {row['ttft_ms']['median']:9.2f} ms ({row['prefill_tflop_per_s']:.1f} TFLOP/s), "
-                  f"TPOT {row['tpot_ms']['median']:7.3f} ms{floor}, E2E {row['e2e_s']['median']:.3f} s{gaps}", flush=True)
+                  f"TPOT {row['tpot_ms']['median']:7.3f} ms{floor}, E2E {row['e2e_s']['median']:.3f} s{between}", flush=True)
     finally:
         close()
     summary = {

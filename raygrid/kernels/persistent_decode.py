@@ -59,7 +59,8 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # The launch's defaults, which the engine takes, with the environment's RAYGRID_PERSISTENT_CONFIG (JSON) over them for
 # end-to-end benchmarks of other launches: keys a step, the attention loop's stages (0: the launch's), gate_up_proj's
 # and down_proj's rows a unit (0: qkv_proj's), slices of the context a kv head (0: as many as fill the programs).
-# 32-key tiles at 5 stages keep two tiles in flight in the shared memory of one 64-key tile at 2 (38,912 bytes), and
+# 32-key tiles at 5 stages keep two tiles in flight in the shared memory one 64-key tile took at 2 (38,144 bytes
+# against 38,912, built for sm_90), and
 # 8-row units split gate_up_proj finer; together, on an H100, a pass at 512 tokens took 739.8 against 764.5 us, at
 # 8,192 1,065.9 against 1,091.3 and at 32,832 1,976.0 against 1,984.7 (benchmarks/README.md, twenty-fourth session).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=8, splits=0),
@@ -416,9 +417,9 @@ class PersistentDecode:
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
                  block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
-                 timed: bool = False,
-                 rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None, heads_per_slice: int | None = None,
-                 down_slice: int | None = None, preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
+                 timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
+                 heads_per_slice: int | None = None, down_slice: int | None = None,
+                 preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -444,10 +445,11 @@ class PersistentDecode:
         # unit combines its heads' attention slices again; benchmarks/README.md, twenty-third session).
         self.bn_mlp = min(mlp_rows_per_unit or self.bn, self.hidden)
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        # down_proj's K in slices whose tiles hold 32K elements, halved while the last would be half empty or less:
-        # Qwen3-0.6B's 3,072 in slices of 2,048 left the second half empty, and slices of 1,024 took down_proj from 6.2
-        # to 5.4 us a layer on an H100 (a pass at 32k 2,017 to 2,001 us, at 512 772 to 762; slices of 512, too many
-        # units, lost).
+        # down_proj's K in slices whose tiles hold 32K elements, halved while the last would be half empty or less.
+        # With 16-row units Qwen3-0.6B's 3,072 went in slices of 2,048, the second half empty, and slices of 1,024 took
+        # down_proj from 6.2 to 5.4 us a layer on an H100 (a pass at 32k 2,017 to 2,001 us, at 512 772 to 762; slices
+        # of 512, too many units, lost). With the default 8-row units it is one slice of 4,096, three quarters used
+        # (measured that way in the twenty-fourth session).
         self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn_mlp))
         while down_slice is None and self.ks_down > 16 and 0 < self.inter % self.ks_down <= self.ks_down // 2:
             self.ks_down //= 2
