@@ -26,8 +26,9 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
     its wait (all four; qkv's and o_proj's, the default; none): one program does every unit here, so its later units
-    read their tiles in the stage. And the launch the engine makes, every argument left to ``PERSISTENT_CONFIG``
-    (32 keys a step, 5 attention stages, 8-row gate_up/down units over down_proj's K whole, wider than the model's)."""
+    read their tiles in the stage. Units of rows and slices of K that are not powers of 2. And the launch the engine
+    makes, every argument left to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 8-row gate_up/down units
+    over down_proj's K whole, wider than the model's)."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
     attn = model.layers[0].self_attn
@@ -48,8 +49,12 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             # Small units, so that every product has several column blocks and slices of K (down_proj's last one part
             # empty on the Llama, whose intermediate size is 160); then the engine's launch.
             units = dict(block_n=16, rows_per_unit=16, mlp_rows_per_unit=8, heads_per_slice=1, down_slice=32)
+            # Units that are not powers of 2, each in a tile of the next one: 12 of gate_up's rows (tiles of 16), 24
+            # of down_proj's (tiles of 32; the last of the hidden size's 64 rows holds 16) over K in slices of 48
+            # (tiles of 64; the last slice narrower).
+            odd = dict(units, mlp_rows_per_unit=12, down_rows_per_unit=24, down_slice=48)
             for launch in (dict(splits=1, preload=31, **units), dict(splits=3, preload=3, **units),
-                           dict(splits=3, preload=0, **units), {}):
+                           dict(splits=3, preload=0, **units), dict(splits=2, preload=31, **odd), {}):
                 ours = [c.clone() for c in caches]
                 runner = PersistentDecode(model, ours, **launch)
                 hidden = runner(ids[context:], positions, meta.slot_mapping, table, meta.seq_lens_tensor)
@@ -59,7 +64,7 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
                 runner.check()
                 assert runner.counters.tolist() == [0, 0]
                 checked += 1
-    assert checked == 12
+    assert checked == 15
 
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):

@@ -10,8 +10,8 @@ memory, about 1 us) instead of kernel boundaries:
 2. attention: Qwen3's q/k norms and the rotary embedding of this token's query and key, its key and value stored into
    the cache, and the cached context in ``SPLITS`` slices a kv head (each writes its partial output and log-sum-exp);
 3. the slices combined, and o_proj (units of ``BN`` rows over a slice of the heads);
-4. the residual add and RMSNorm, then gate_up_proj with SiLU-and-mul (units of ``BN_MLP`` rows of each);
-5. down_proj (units of ``BN_MLP`` rows over a slice of K).
+4. the residual add and RMSNorm, then gate_up_proj with SiLU-and-mul (units of ``GU_ROWS`` rows of each);
+5. down_proj (units of ``D_ROWS`` rows over a slice of ``KS_D`` of K).
 
 Weights are the one input a stage does not wait for: a program reads its first qkv_proj and o_proj tile into
 registers between the barrier's arrival and its wait (``PRELOAD_*``), so the tile is on its way while the last
@@ -63,8 +63,8 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # against 38,912, built for sm_90), and
 # 8-row units split gate_up_proj finer; together, on an H100, a pass at 512 tokens took 739.8 against 764.5 us, at
 # 8,192 1,065.9 against 1,091.3 and at 32,832 1,976.0 against 1,984.7 (benchmarks/README.md, twenty-fourth session).
-PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=8, splits=0),
-                               "RAYGRID_PERSISTENT_CONFIG")
+PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=8, down_rows_per_unit=0,
+                                    down_slice=0, splits=0), "RAYGRID_PERSISTENT_CONFIG")
 
 
 @triton.jit
@@ -145,21 +145,30 @@ def _ordered_sum(h, p_ptr, SPLITS: tl.constexpr, H: tl.constexpr, dtype: tl.cons
 
 
 @triton.jit
-def _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr):
-    """``w[row0:row0+BN, col0:col0+K]`` (rows and columns past the totals read as zeros)."""
-    rows = row0 + tl.arange(0, BN)
-    cols = col0 + tl.arange(0, K)
+def _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr, ROWS: tl.constexpr,
+          COLS: tl.constexpr):
+    """``w[row0:row0+ROWS, col0:col0+COLS]`` in a ``[BN, K]`` tile (``ROWS <= BN``, ``COLS <= K``, powers of 2 the
+    tile's sides only); the tile's rows and columns past those, or past the totals, read as zeros. Bounds within the
+    tile are compile-time, so a unit of any width keeps the column loads vectorized."""
+    r = tl.arange(0, BN)
+    c = tl.arange(0, K)
+    rows = row0 + r
+    cols = col0 + c
     mask = (rows[:, None] < rows_total) & (cols[None, :] < cols_total)
+    if ROWS < BN:
+        mask = mask & (r < ROWS)[:, None]
+    if COLS < K:
+        mask = mask & (c < COLS)[None, :]
     return tl.load(w_ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
 def _read_ahead(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
-                READ_AHEAD: tl.constexpr):
+                ROWS: tl.constexpr, COLS: tl.constexpr, READ_AHEAD: tl.constexpr):
     """The tile (``_tile``) a program reads ahead for its first unit of the next stage, where ``READ_AHEAD``
     (a ``PRELOAD_*`` flag of the launch); otherwise nothing is read (0 stands in)."""
     if READ_AHEAD:
-        w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K)
+        w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K, ROWS, COLS)
     else:
         w = 0
     return w
@@ -167,15 +176,15 @@ def _read_ahead(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.conste
 
 @triton.jit
 def _unit_tile(ahead, u, pid, w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
-               READ_AHEAD: tl.constexpr):
+               ROWS: tl.constexpr, COLS: tl.constexpr, READ_AHEAD: tl.constexpr):
     """Unit ``u``'s weight tile (``_tile``): with ``READ_AHEAD``, ``ahead`` for the program's first unit (``pid``),
     read before the barrier's wait; otherwise, and for later units, read now."""
     if READ_AHEAD:
         w = ahead
         if u != pid:
-            w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K)
+            w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K, ROWS, COLS)
     else:
-        w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K)
+        w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K, ROWS, COLS)
     return w
 
 
@@ -285,7 +294,8 @@ def _persistent_decode_kernel(
     qkv_ptr, q_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr, times_ptr,
     LAYERS, v_offset, scale, eps,
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
-    BN_MLP: tl.constexpr, HPS: tl.constexpr, SPLIT_O: tl.constexpr, KS_D: tl.constexpr, SPLIT_D: tl.constexpr,
+    GU_ROWS: tl.constexpr, GU_TILE: tl.constexpr, D_ROWS: tl.constexpr, D_TILE: tl.constexpr, HPS: tl.constexpr,
+    SPLIT_O: tl.constexpr, KS_D: tl.constexpr, KS_TILE: tl.constexpr, SPLIT_D: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
     PRELOAD: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
@@ -301,9 +311,9 @@ def _persistent_decode_kernel(
     U_QKV: tl.constexpr = (QKV + BN - 1) // BN
     U_ATTN: tl.constexpr = NKV * SPLITS
     U_O: tl.constexpr = COL_BLOCKS * SPLIT_O
-    U_GATE_UP: tl.constexpr = (I + BN_MLP - 1) // BN_MLP
-    MLP_COL_BLOCKS: tl.constexpr = H // BN_MLP
-    U_DOWN: tl.constexpr = MLP_COL_BLOCKS * SPLIT_D
+    U_GATE_UP: tl.constexpr = (I + GU_ROWS - 1) // GU_ROWS
+    D_BLOCKS: tl.constexpr = (H + D_ROWS - 1) // D_ROWS
+    U_DOWN: tl.constexpr = D_BLOCKS * SPLIT_D
     position = tl.load(pos_ptr)
     slot = tl.load(slot_ptr)
     seq_len = tl.load(seq_len_ptr)
@@ -313,7 +323,7 @@ def _persistent_decode_kernel(
     # With PRELOAD each program reads its first unit's weight tile of a stage between the barrier's arrival and its
     # wait, so that the tile is on its way while the barrier completes (the first layer's qkv tile, here). Its bits
     # are the PRELOAD_* flags: 1 qkv_proj, 2 o_proj, 4 gate, 16 up, 8 down_proj.
-    w_next = _read_ahead(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, PRELOAD & 1)
+    w_next = _read_ahead(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
         if layer > 0:
@@ -321,7 +331,7 @@ def _persistent_decode_kernel(
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_INPUT, dtype), eps, H, dtype)
         w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
         for u in range(pid, U_QKV, G):
-            w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, PRELOAD & 1)
+            w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
             y, rows = _tile_times(w, u * BN, x, BN)
             tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
@@ -335,50 +345,54 @@ def _persistent_decode_kernel(
         _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_pre = _read_ahead(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D,
-                            PRELOAD & 2)
+                            BN, HPS * D, PRELOAD & 2)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
             attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
             w = _unit_tile(o_pre, u, pid, w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D,
-                           PRELOAD & 2)
+                           BN, HPS * D, PRELOAD & 2)
             y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
             tl.store(po_ptr + s * H + rows, y)
         _arrive(counter_ptr)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-        gate_pre = _read_ahead(w_gu, pid * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 4)
-        up_pre = _read_ahead(w_gu + I * H, pid * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 16)
+        gate_pre = _read_ahead(w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
+        up_pre = _read_ahead(w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         for u in range(pid, U_GATE_UP, G):
             # both tiles asked for before either is summed
-            wg = _unit_tile(gate_pre, u, pid, w_gu, u * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 4)
-            wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * BN_MLP, I, H, 0, H, BN_MLP, H, PRELOAD & 16)
-            gate, rows = _tile_times(wg, u * BN_MLP, x, BN_MLP)
-            up, _ = _tile_times(wu, u * BN_MLP, x, BN_MLP)
+            wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
+            wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
+            gate, rows = _tile_times(wg, u * GU_ROWS, x, GU_TILE)
+            up, _ = _tile_times(wu, u * GU_ROWS, x, GU_TILE)
             gate = gate.to(dtype).to(tl.float32)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
-            tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype), mask=rows < I)
+            tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype),
+                     mask=(rows < I) & (tl.arange(0, GU_TILE) < GU_ROWS))
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
-        down_pre = _read_ahead(w_down, (pid % MLP_COL_BLOCKS) * BN_MLP, H, I, (pid // MLP_COL_BLOCKS) * KS_D, I, BN_MLP, KS_D,
-                               PRELOAD & 8)
+        down_pre = _read_ahead(w_down, (pid % D_BLOCKS) * D_ROWS, H, I, (pid // D_BLOCKS) * KS_D, I, D_TILE, KS_TILE,
+                               D_ROWS, KS_D, PRELOAD & 8)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
-            s = u // MLP_COL_BLOCKS
-            a = tl.load(act_ptr + s * KS_D + tl.arange(0, KS_D), mask=s * KS_D + tl.arange(0, KS_D) < I, other=0.0,
+            s = u // D_BLOCKS
+            k = tl.arange(0, KS_TILE)
+            a = tl.load(act_ptr + s * KS_D + k, mask=(s * KS_D + k < I) & (k < KS_D), other=0.0,
                         cache_modifier=".cg").to(tl.float32)
-            w = _unit_tile(down_pre, u, pid, w_down, (u % MLP_COL_BLOCKS) * BN_MLP, H, I, s * KS_D, I, BN_MLP, KS_D, PRELOAD & 8)
-            y, rows = _tile_times(w, (u % MLP_COL_BLOCKS) * BN_MLP, a, BN_MLP)
-            tl.store(pd_ptr + s * H + rows, y)
+            w = _unit_tile(down_pre, u, pid, w_down, (u % D_BLOCKS) * D_ROWS, H, I, s * KS_D, I, D_TILE, KS_TILE, D_ROWS,
+                           KS_D, PRELOAD & 8)
+            y, rows = _tile_times(w, (u % D_BLOCKS) * D_ROWS, a, D_TILE)
+            tl.store(pd_ptr + s * H + rows, y, mask=(rows < H) & (tl.arange(0, D_TILE) < D_ROWS))
         _arrive(counter_ptr)
         # the next layer's qkv tile (none after the last layer: every row masked)
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
-        w_next = _read_ahead(following, pid * BN, tl.where(layer + 1 < LAYERS, QKV, 0), H, 0, H, BN, H, PRELOAD & 1)
+        w_next = _read_ahead(following, pid * BN, tl.where(layer + 1 < LAYERS, QKV, 0), H, 0, H, BN, H, BN, H,
+                             PRELOAD & 1)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
@@ -418,14 +432,16 @@ class PersistentDecode:
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
                  block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
-                 heads_per_slice: int | None = None, down_slice: int | None = None,
-                 preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
+                 heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
+                 down_slice: int | None = None, preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
         block_n = block_n or PERSISTENT_CONFIG["block_n"]
         attention_stages = attention_stages or PERSISTENT_CONFIG["attention_stages"] or None
         mlp_rows_per_unit = mlp_rows_per_unit or PERSISTENT_CONFIG["mlp_rows_per_unit"] or None
+        down_rows_per_unit = down_rows_per_unit or PERSISTENT_CONFIG["down_rows_per_unit"] or None
+        down_slice = down_slice or PERSISTENT_CONFIG["down_slice"] or None
         splits = splits or PERSISTENT_CONFIG["splits"] or None
         config = model.config
         attn = model.layers[0].self_attn
@@ -440,23 +456,26 @@ class PersistentDecode:
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
         # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
         self.bn = min(rows_per_unit or max(16, min(64, 16384 // self.hidden)), self.hidden)  # column blocks of H
-        # gate_up_proj and down_proj take units of their own size (``mlp_rows_per_unit``, 8 by default): where every
+        if not _power_of_2(self.bn):
+            raise ValueError(f"persistent decode: rows_per_unit must be a power of 2, got {self.bn}")
+        # gate_up_proj and down_proj take units of their own size (``mlp_rows_per_unit``, 8 by default), of any number
+        # of rows and down_proj's K in slices of any width, each read in a tile of the next power of 2: where every
         # product had 8-row units, o_proj lost more than the others gained (3.1 to 5.4 us a layer on an H100: each
         # unit combines its heads' attention slices again; benchmarks/README.md, twenty-third session).
-        self.bn_mlp = min(mlp_rows_per_unit or self.bn, self.hidden)
+        self.gate_up_rows = mlp_rows_per_unit or self.bn
+        self.down_rows = down_rows_per_unit or self.gate_up_rows
+        # down_proj's K in as few even slices as keep a unit's tile within 32K elements, each a multiple of 16 wide:
+        # with 8-row units Qwen3-0.6B's 3,072 is one slice (a tile of 4,096 columns, three quarters used).
+        widest = max(16, 32768 // triton.next_power_of_2(self.down_rows))
+        self.ks_down = down_slice or 16 * -(-self.inter // (16 * -(-self.inter // widest)))
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        # down_proj's K in slices whose tiles hold 32K elements, halved while the last would be half empty or less.
-        # With 16-row units Qwen3-0.6B's 3,072 went in slices of 2,048, the second half empty, and slices of 1,024 took
-        # down_proj from 6.2 to 5.4 us a layer on an H100 (a pass at 32k 2,017 to 2,001 us, at 512 772 to 762; slices
-        # of 512, too many units, lost). With the default 8-row units it is one slice of 4,096, three quarters used
-        # (measured that way in the twenty-fourth session).
-        self.ks_down = down_slice or min(triton.next_power_of_2(self.inter), max(16, 32768 // self.bn_mlp))
-        while down_slice is None and self.ks_down > 16 and 0 < self.inter % self.ks_down <= self.ks_down // 2:
-            self.ks_down //= 2
-        for name, value in (("rows_per_unit", self.bn), ("mlp_rows_per_unit", self.bn_mlp),
-                            ("heads_per_slice", self.heads_per_slice), ("down_slice", self.ks_down)):
-            if not _power_of_2(value):
-                raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
+        if not _power_of_2(self.heads_per_slice):
+            raise ValueError(f"persistent decode: heads_per_slice must be a power of 2, got {self.heads_per_slice}")
+        for name, value, limit in (("mlp_rows_per_unit", self.gate_up_rows, self.inter),
+                                   ("down_rows_per_unit", self.down_rows, self.hidden),
+                                   ("down_slice", self.ks_down, self.inter)):
+            if not 1 <= value <= limit:
+                raise ValueError(f"persistent decode: {name} must be from 1 to {limit}, got {value}")
         rows = []
         for layer, cache in zip(model.layers, kv_caches):
             a, m = layer.self_attn, layer.mlp
@@ -483,7 +502,9 @@ class PersistentDecode:
         self.times = torch.zeros(5 * len(model.layers) + 1, dtype=torch.int64, device=device)
         self.constexprs = dict(
             H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
-            BN_MLP=self.bn_mlp, HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down, SPLIT_D=slices_down,
+            GU_ROWS=self.gate_up_rows, GU_TILE=triton.next_power_of_2(self.gate_up_rows), D_ROWS=self.down_rows,
+            D_TILE=triton.next_power_of_2(self.down_rows), HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down,
+            KS_TILE=triton.next_power_of_2(self.ks_down), SPLIT_D=slices_down,
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
