@@ -58,12 +58,17 @@ W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH 
 PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # The launch's defaults, which the engine takes, with the environment's RAYGRID_PERSISTENT_CONFIG (JSON) over them for
 # end-to-end benchmarks of other launches: keys a step, the attention loop's stages (0: the launch's), gate_up_proj's
-# and down_proj's rows a unit (0: qkv_proj's), slices of the context a kv head (0: as many as fill the programs).
+# rows a unit (0: qkv_proj's), down_proj's rows a unit (0: gate_up_proj's) and width of its slices of K (0: as few
+# even slices as fit a tile), slices of the context a kv head (0: as many as fill the programs).
 # 32-key tiles at 5 stages keep two tiles in flight in the shared memory one 64-key tile took at 2 (38,144 bytes
-# against 38,912, built for sm_90), and
-# 8-row units split gate_up_proj finer; together, on an H100, a pass at 512 tokens took 739.8 against 764.5 us, at
-# 8,192 1,065.9 against 1,091.3 and at 32,832 1,976.0 against 1,984.7 (benchmarks/README.md, twenty-fourth session).
-PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=8, down_rows_per_unit=0,
+# against 38,912, built for sm_90); with 8-row gate_up/down units, on an H100, a pass at 512 tokens took 739.8
+# against 764.5 us, at 8,192 1,065.9 against 1,091.3 and at 32,832 1,976.0 against 1,984.7 (twenty-fourth session).
+# 4-row units then took it to 726.6 and 730.3 against 741.8 and 744.0 us at 512, 1,031.3 and 1,032.6 against 1,056.7
+# and 1,059.5 at 8,192, 1,950.8 and 1,951.8 against 1,967.7 and 1,969.6 at 32,832 (down_proj's 256 units of 4 rows
+# over K whole, one a program: 5.8 against 6.2 us a layer). Units that fill the programs evenly with wider tiles
+# lost: 12-row gate_up units, 256 in tiles of 16 rows, 8.9 against 8.5 us a layer (benchmarks/README.md, twenty-fifth
+# session).
+PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0), "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -414,17 +419,18 @@ class PersistentDecode:
 
     The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if
     either is replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode
-    pass as one persistent kernel", on an H200, and the twenty-third and twenty-fourth sessions, on an H100): two
+    pass as one persistent kernel", on an H200, and the twenty-third to twenty-fifth sessions, on an H100): two
     programs an SM of 4 warps where the GPU holds them at once (else one an SM), 32 keys a step in an attention loop of
     5 stages, qkv_proj's and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and
-    down_proj's in units of 8 (``PERSISTENT_CONFIG``). The arguments exist for tests and
+    down_proj's in units of 4 (``PERSISTENT_CONFIG``). The arguments exist for tests and
     benchmarks: ``preload`` (the products whose first weight tile each program reads between the barrier's arrival and
     its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter), ``splits`` (slices of the context a
     kv head; default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``, ``attention_stages``
     (the attention loop's own, else ``num_stages``), the units' sizes (``rows_per_unit`` of qkv_proj and o_proj,
-    ``mlp_rows_per_unit`` of gate_up_proj and down_proj, ``heads_per_slice`` of o_proj's K, ``down_slice`` of
-    down_proj's K), and ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``). ``block_n``,
-    ``attention_stages``, ``mlp_rows_per_unit`` and ``splits`` left unset take ``PERSISTENT_CONFIG``'s."""
+    ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K, ``down_rows_per_unit`` and the width
+    ``down_slice`` of down_proj's slices of K), and ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``). ``block_n``,
+    ``attention_stages``, ``mlp_rows_per_unit``, ``down_rows_per_unit``, ``down_slice`` and ``splits`` left unset take
+    ``PERSISTENT_CONFIG``'s."""
 
     max_context = MAX_CONTEXT
     programs_per_sm = 2
@@ -458,14 +464,14 @@ class PersistentDecode:
         self.bn = min(rows_per_unit or max(16, min(64, 16384 // self.hidden)), self.hidden)  # column blocks of H
         if not _power_of_2(self.bn):
             raise ValueError(f"persistent decode: rows_per_unit must be a power of 2, got {self.bn}")
-        # gate_up_proj and down_proj take units of their own size (``mlp_rows_per_unit``, 8 by default), of any number
+        # gate_up_proj and down_proj take units of their own size (``mlp_rows_per_unit``, 4 by default), of any number
         # of rows and down_proj's K in slices of any width, each read in a tile of the next power of 2: where every
         # product had 8-row units, o_proj lost more than the others gained (3.1 to 5.4 us a layer on an H100: each
         # unit combines its heads' attention slices again; benchmarks/README.md, twenty-third session).
         self.gate_up_rows = mlp_rows_per_unit or self.bn
         self.down_rows = down_rows_per_unit or self.gate_up_rows
         # down_proj's K in as few even slices as keep a unit's tile within 32K elements, each a multiple of 16 wide:
-        # with 8-row units Qwen3-0.6B's 3,072 is one slice (a tile of 4,096 columns, three quarters used).
+        # with 4-row units Qwen3-0.6B's 3,072 is one slice (a tile of 4,096 columns, three quarters used).
         widest = max(16, 32768 // triton.next_power_of_2(self.down_rows))
         self.ks_down = down_slice or 16 * -(-self.inter // (16 * -(-self.inter // widest)))
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
