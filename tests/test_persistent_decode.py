@@ -25,10 +25,10 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     o_proj) and of 8 (gate_up_proj, down_proj) over slices of K (one head of o_proj's, 32 of down_proj's): the hidden
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
-    its wait (all four; qkv's and o_proj's, the default; none): one program does every unit here, so its later units
+    its wait (all four; qkv's and o_proj's; none): one program does every unit here, so its later units
     read their tiles in the stage. Units of rows and slices of K that are not powers of 2. And the launch the engine
     makes, every argument left to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units
-    over down_proj's K whole, wider than the model's)."""
+    over down_proj's K whole, wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead)."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
     attn = model.layers[0].self_attn

@@ -68,8 +68,12 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # over K whole, one a program: 5.8 against 6.2 us a layer). Units that fill the programs evenly with wider tiles
 # lost: 12-row gate_up units, 256 in tiles of 16 rows, 8.9 against 8.5 us a layer (benchmarks/README.md, twenty-fifth
 # session).
+# With 4-row units down_proj's tile is 64 registers, so it is read ahead too (``preload``: qkv_proj, o_proj and
+# down_proj, 11): a pass 709.7 against 730.0 us at 512, 1,008.7 against 1,028.2 at 8,192, 1,941.8 against 1,962.0 at
+# 32,832 (down_proj 4.5 against 5.8 us a layer); gate's and up's too (31) moved o_proj's stage as much as gate_up's.
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
-                                    down_slice=0, splits=0), "RAYGRID_PERSISTENT_CONFIG")
+                                    down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN),
+                               "RAYGRID_PERSISTENT_CONFIG")
 
 
 @triton.jit
@@ -429,8 +433,8 @@ class PersistentDecode:
     (the attention loop's own, else ``num_stages``), the units' sizes (``rows_per_unit`` of qkv_proj and o_proj,
     ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K, ``down_rows_per_unit`` and the width
     ``down_slice`` of down_proj's slices of K), and ``timed`` (GPU only: each pass records when each stage ended, ``stage_us``). ``block_n``,
-    ``attention_stages``, ``mlp_rows_per_unit``, ``down_rows_per_unit``, ``down_slice`` and ``splits`` left unset take
-    ``PERSISTENT_CONFIG``'s."""
+    ``attention_stages``, ``mlp_rows_per_unit``, ``down_rows_per_unit``, ``down_slice``, ``splits`` and ``preload`` left
+    unset take ``PERSISTENT_CONFIG``'s."""
 
     max_context = MAX_CONTEXT
     programs_per_sm = 2
@@ -439,7 +443,7 @@ class PersistentDecode:
                  block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
-                 down_slice: int | None = None, preload: int = PRELOAD_QKV | PRELOAD_O) -> None:
+                 down_slice: int | None = None, preload: int | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -448,6 +452,7 @@ class PersistentDecode:
         mlp_rows_per_unit = mlp_rows_per_unit or PERSISTENT_CONFIG["mlp_rows_per_unit"] or None
         down_rows_per_unit = down_rows_per_unit or PERSISTENT_CONFIG["down_rows_per_unit"] or None
         down_slice = down_slice or PERSISTENT_CONFIG["down_slice"] or None
+        preload = PERSISTENT_CONFIG["preload"] if preload is None else preload
         splits = splits or PERSISTENT_CONFIG["splits"] or None
         config = model.config
         attn = model.layers[0].self_attn
