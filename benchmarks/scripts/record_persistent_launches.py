@@ -1,0 +1,56 @@
+"""The one-launch decode pass's launches at Qwen3-0.6B's real shape (two layers, a 32-slice context), recorded under
+Triton's interpreter without running them, as the launches JSON that ``tests/kernel_builds.py`` builds for sm_90 with
+no GPU (registers, spills and shared memory of each variant):
+
+    python benchmarks/scripts/record_persistent_launches.py '[{}, {"preload": 3}]' > launches.json
+    PYTHONPATH=/tmp/triton36:$PWD python -m tests.kernel_builds ptxas < launches.json > built.json
+
+Each list item is a JSON object of ``PersistentDecode`` keyword arguments (the compile test's own launches are at tiny
+sizes, where a unit's tiles are not the engine's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import torch  # noqa: E402
+from transformers import Qwen3Config  # noqa: E402
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+from raygrid.kernels.persistent_decode import PersistentDecode  # noqa: E402
+from raygrid.models.qwen3 import Qwen3ForCausalLM  # noqa: E402
+from tests.test_kernels_compile import describe  # noqa: E402
+
+
+def main() -> None:
+    variants = json.loads(sys.argv[1])
+    launches = []
+
+    def record(self, *args, grid, warmup, **kwargs):
+        options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages") if key in kwargs}
+        named = dict(zip(self.arg_names, args)) | kwargs
+        launches.append({"module": self.fn.__module__, "kernel": self.fn.__name__, "options": options,
+                         "args": {name: describe(value) for name, value in named.items()}})
+
+    InterpretedFunction.run = record
+    config = Qwen3Config(vocab_size=256, hidden_size=1024, intermediate_size=3072, num_hidden_layers=2,
+                         num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096)
+    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    for module in model.modules():
+        if hasattr(module, "cos_cache"):
+            module.float()  # the rotary tables stay float32, as the loader leaves them
+    caches = [torch.zeros(2, 8, 64, 8, 128, dtype=torch.bfloat16) for _ in range(2)]
+    step = torch.tensor([3])
+    for variant in variants:
+        runner = PersistentDecode(model, caches, **{"splits": 32, **variant})
+        runner(step, step.clone(), torch.tensor([19]), torch.tensor([[0, 1]], dtype=torch.int32),
+               torch.tensor([4], dtype=torch.int32))
+    json.dump(launches, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
