@@ -25,8 +25,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     o_proj) and of 8 (gate_up_proj, down_proj) over slices of K (one head of o_proj's, 32 of down_proj's): the hidden
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
-    its wait (all four; qkv's and o_proj's; none): one program does every unit here, so its later units
-    read their tiles in the stage. Units of rows and slices of K that are not powers of 2. And the launch the engine
+    its wait, or once the barrier is passed (all four, some of them after the wait; none): one program does every unit
+    here, so its later units read their tiles in the stage. Units of rows and slices of K that are not powers of 2. And the launch the engine
     makes, every argument left to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units
     over down_proj's K whole, wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead)."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
@@ -53,8 +53,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             # of down_proj's (tiles of 32; the last of the hidden size's 64 rows holds 16) over K in slices of 48
             # (tiles of 64; the last slice narrower).
             odd = dict(units, mlp_rows_per_unit=12, down_rows_per_unit=24, down_slice=48)
-            for launch in (dict(splits=1, preload=31, **units), dict(splits=3, preload=3, **units),
-                           dict(splits=3, preload=0, **units), dict(splits=2, preload=31, **odd), {}):
+            for launch in (dict(splits=1, preload=31, **units), dict(splits=3, preload=31, read_after_wait=21, **units),
+                           dict(splits=3, preload=0, **units), dict(splits=2, preload=31, read_after_wait=10, **odd), {}):
                 ours = [c.clone() for c in caches]
                 runner = PersistentDecode(model, ours, **launch)
                 hidden = runner(ids[context:], positions, meta.slot_mapping, table, meta.seq_lens_tensor)
