@@ -28,7 +28,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     its wait, or once the barrier is passed (all four, some of them after the wait; none): one program does every unit
     here, so its later units read their tiles in the stage. Units of rows and slices of K that are not powers of 2. And the launch the engine
     makes, every argument left to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units
-    over down_proj's K whole, wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead)."""
+    over down_proj's K whole, wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead). On a GPU, also
+    the cache's first two tiles of each attention unit asked into L2 before its query is made ready (``kv_ahead``)."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
     attn = model.layers[0].self_attn
@@ -53,8 +54,11 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             # of down_proj's (tiles of 32; the last of the hidden size's 64 rows holds 16) over K in slices of 48
             # (tiles of 64; the last slice narrower).
             odd = dict(units, mlp_rows_per_unit=12, down_rows_per_unit=24, down_slice=48)
-            for launch in (dict(splits=1, preload=31, **units), dict(splits=3, preload=31, read_after_wait=21, **units),
-                           dict(splits=3, preload=0, **units), dict(splits=2, preload=31, read_after_wait=10, **odd), {}):
+            launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=31, read_after_wait=21, **units),
+                        dict(splits=3, preload=0, **units), dict(splits=2, preload=31, read_after_wait=10, **odd), {}]
+            if DEVICE.type == "cuda":  # asking L2 for the cache's lines is inline PTX
+                launches.append(dict(splits=3, kv_ahead=2, **units))
+            for launch in launches:
                 ours = [c.clone() for c in caches]
                 runner = PersistentDecode(model, ours, **launch)
                 hidden = runner(ids[context:], positions, meta.slot_mapping, table, meta.seq_lens_tensor)
@@ -64,12 +68,12 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
                 runner.check()
                 assert runner.counters.tolist() == [0, 0]
                 checked += 1
-    assert checked == 15
+    assert checked == (18 if DEVICE.type == "cuda" else 15)
 
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):
     """Heads narrower than a tensor-core product, experts, FP8 weights: each refused with its reason; a model it
-    takes is refused nothing."""
+    takes is refused nothing. Without a GPU, asking L2 for the cache's lines (``kv_ahead``) is refused by name."""
     def reason(path, **kwargs):
         model = load_model(path, load_hf_config(path), torch.float32, DEVICE, **kwargs)
         attn = model.layers[0].self_attn
@@ -80,6 +84,12 @@ def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir
     assert "head_dim must be a power of 2 from 16" in reason(llama_dir)
     assert "no mixture of experts" in reason(qwen3_moe_dir)
     assert "only unquantized linear layers" in reason(qwen3_dir, quantization="fp8")
+    if DEVICE.type == "cpu":
+        model = load_model(qwen3_dir, load_hf_config(qwen3_dir), torch.float32, DEVICE)
+        attn = model.layers[0].self_attn
+        caches = [torch.zeros(2, 4, PAGE, attn.num_kv_heads, attn.head_dim) for _ in model.layers]
+        with pytest.raises(ValueError, match=r"kv_ahead \(2\) asks a GPU's L2 .*: GPU only"):
+            PersistentDecode(model, caches, kv_ahead=2)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's residency limits")

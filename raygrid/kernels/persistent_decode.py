@@ -72,10 +72,11 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # down_proj, 11): a pass 709.7 against 730.0 us at 512, 1,008.7 against 1,028.2 at 8,192, 1,941.8 against 1,962.0 at
 # 32,832 (down_proj 4.5 against 5.8 us a layer). Gate's and up's too (31) took gate_up from 8.6 to 7.6 us a layer and
 # o_proj, at whose barrier they are asked for, from 3.1 to 3.7: inside the spread. ``read_after_wait`` names tiles to
-# ask for once the barrier is passed instead (none by default: not yet measured on a GPU).
+# ask for once the barrier is passed instead, ``kv_ahead`` the tiles of its slice of the cache an attention unit asks
+# into L2 before it makes its query ready (none by default: neither measured on a GPU yet).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN,
-                                    read_after_wait=0),
+                                    read_after_wait=0, kv_ahead=0),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -243,16 +244,42 @@ def _head_halves(qkv_ptr, first, count, norm_ptr, cos, sin, eps, BLOCK: tl.const
 
 
 @triton.jit
+def _kv_into_l2(cache_ptr, v_offset, table_row_ptr, kvh, lo, hi, KEYS: tl.constexpr, NKV: tl.constexpr,
+                D: tl.constexpr, PAGE: tl.constexpr, WIDE: tl.constexpr):
+    """Keys ``lo .. lo+KEYS`` (up to ``hi``) of kv head ``kvh``, and their values, asked into L2 without waiting for
+    them (``prefetch.global.L2``, a request each 64 elements of a row; inline PTX, so GPU only)."""
+    LINES: tl.constexpr = (D + 63) // 64
+    if lo < hi:
+        pos = tl.minimum(lo + tl.arange(0, KEYS), hi - 1)
+        block = tl.load(table_row_ptr + pos // PAGE)
+        if WIDE:
+            block = block.to(tl.int64)
+        rows = cache_ptr + block * (PAGE * NKV * D) + (pos % PAGE) * (NKV * D) + kvh * D
+        lines = tl.minimum(tl.arange(0, LINES) * 64, D - 1)
+        for where in tl.static_range(2):
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
+                                      [rows[:, None] + where * v_offset + lines[None, :]], dtype=tl.int32,
+                                      is_pure=False, pack=1)
+
+
+@triton.jit
 def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr,
-                  ATTENTION_STAGES: tl.constexpr, dtype: tl.constexpr):
+                  ATTENTION_STAGES: tl.constexpr, KV_AHEAD: tl.constexpr, dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
-    ``q_ptr`` (``[NH, D]``; the units of one kv head write the same values) to come back as one tile."""
+    ``q_ptr`` (``[NH, D]``; the units of one kv head write the same values) to come back as one tile. With
+    ``KV_AHEAD``, the slice's first tiles are asked into L2 before the query is made ready, so that their round trip
+    overlaps that work (the loop's own loads start only after it)."""
     D: tl.constexpr = 2 * HALF
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
+    lo = split * per_split
+    hi = tl.minimum(seq_len, lo + per_split)
+    if KV_AHEAD > 0:
+        _kv_into_l2(cache_ptr, v_offset, table_row_ptr, kvh, lo, hi, KV_AHEAD * BLOCK_N, NKV, D, PAGE, WIDE)
     dims = tl.arange(0, HALF)
     full = tl.arange(0, D)
     groups = tl.arange(0, BLOCK_G)
@@ -263,9 +290,6 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     gmask = (groups < GROUP)[:, None]
     tl.store(rows, q1.to(dtype), mask=gmask)
     tl.store(rows + HALF, q2.to(dtype), mask=gmask)
-    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
-    lo = split * per_split
-    hi = tl.minimum(seq_len, lo + per_split)
     if (lo <= position) & (position < hi):  # this token's key and value, into the cache before they are read
         k1, k2 = _head_halves(qkv_ptr, NH + kvh, 1, kn_ptr, cos, sin, eps, 1, HALF, QK_NORM, dtype)
         where = cache_ptr + (slot // PAGE) * (PAGE * NKV * D) + (slot % PAGE) * (NKV * D) + kvh * D
@@ -323,7 +347,8 @@ def _persistent_decode_kernel(
     SPLIT_O: tl.constexpr, KS_D: tl.constexpr, KS_TILE: tl.constexpr, SPLIT_D: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
-    PRELOAD: tl.constexpr, AFTER_WAIT: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
+    PRELOAD: tl.constexpr, AFTER_WAIT: tl.constexpr, KV_AHEAD: tl.constexpr, TIMED: tl.constexpr,
+    dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -370,7 +395,8 @@ def _persistent_decode_kernel(
             _attend_slice(qkv_ptr, q_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, seq_len, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
-                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, dtype)
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, KV_AHEAD,
+                          dtype)
         _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_pre = _read_ahead(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D,
@@ -461,7 +487,8 @@ class PersistentDecode:
     qkv_proj and o_proj, ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K,
     ``down_rows_per_unit`` and the width ``down_slice`` of down_proj's slices of K), and ``timed`` (GPU only: each pass
     records when each stage ended, ``stage_us``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
-    ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload`` and ``read_after_wait`` left unset take
+    ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``read_after_wait`` and ``kv_ahead`` (tiles of its
+    slice of the cache an attention unit asks into L2 before it makes its query ready; GPU only) left unset take
     ``PERSISTENT_CONFIG``'s."""
 
     max_context = MAX_CONTEXT
@@ -471,7 +498,8 @@ class PersistentDecode:
                  block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
-                 down_slice: int | None = None, preload: int | None = None, read_after_wait: int | None = None) -> None:
+                 down_slice: int | None = None, preload: int | None = None, read_after_wait: int | None = None,
+                 kv_ahead: int | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -482,6 +510,9 @@ class PersistentDecode:
         down_slice = down_slice or PERSISTENT_CONFIG["down_slice"] or None
         preload = PERSISTENT_CONFIG["preload"] if preload is None else preload
         read_after_wait = PERSISTENT_CONFIG["read_after_wait"] if read_after_wait is None else read_after_wait
+        kv_ahead = PERSISTENT_CONFIG["kv_ahead"] if kv_ahead is None else kv_ahead
+        if kv_ahead and kv_caches[0].device.type != "cuda":
+            raise ValueError(f"persistent decode: kv_ahead ({kv_ahead}) asks a GPU's L2 for the cache's lines: GPU only")
         if read_after_wait & ~preload:
             raise ValueError(f"persistent decode: read_after_wait ({read_after_wait}) may only name tiles that preload "
                              f"({preload}) reads ahead")
@@ -551,7 +582,7 @@ class PersistentDecode:
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
-            AFTER_WAIT=read_after_wait,
+            AFTER_WAIT=read_after_wait, KV_AHEAD=kv_ahead,
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
