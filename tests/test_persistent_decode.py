@@ -26,7 +26,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
     its wait, or once the barrier is passed (all four, some of them after the wait; none): one program does every unit
-    here, so its later units read their tiles in the stage. Units of rows and slices of K that are not powers of 2. And the launch the engine
+    here, so its later units read their tiles in the stage. Units of rows and slices of K that are not powers of 2,
+    with the query's rotated halves joined in registers. And the launch the engine
     makes, every argument left to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units
     over down_proj's K whole, wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead). On a GPU, also
     the cache's first two tiles of each attention unit asked into L2 before its query is made ready (``kv_ahead``)."""
@@ -55,7 +56,7 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             # (tiles of 64; the last slice narrower).
             odd = dict(units, mlp_rows_per_unit=12, down_rows_per_unit=24, down_slice=48)
             launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=31, read_after_wait=21, **units),
-                        dict(splits=3, preload=0, **units), dict(splits=2, preload=31, read_after_wait=10, **odd), {}]
+                        dict(splits=3, preload=0, **units), dict(splits=2, preload=31, read_after_wait=10, q_in_registers=True, **odd), {}]
             if DEVICE.type == "cuda":  # asking L2 for the cache's lines is inline PTX
                 launches.append(dict(splits=3, kv_ahead=2, **units))
             for launch in launches:

@@ -73,10 +73,11 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # 32,832 (down_proj 4.5 against 5.8 us a layer). Gate's and up's too (31) took gate_up from 8.6 to 7.6 us a layer and
 # o_proj, at whose barrier they are asked for, from 3.1 to 3.7: inside the spread. ``read_after_wait`` names tiles to
 # ask for once the barrier is passed instead, ``kv_ahead`` the tiles of its slice of the cache an attention unit asks
-# into L2 before it makes its query ready (none by default: neither measured on a GPU yet).
+# into L2 before it makes its query ready, ``q_in_registers`` an attention unit's query halves joined in registers
+# rather than through global memory (none by default: not measured on a GPU yet).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN,
-                                    read_after_wait=0, kv_ahead=0),
+                                    read_after_wait=0, kv_ahead=0, q_in_registers=False),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -267,11 +268,12 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr,
-                  ATTENTION_STAGES: tl.constexpr, KV_AHEAD: tl.constexpr, dtype: tl.constexpr):
+                  ATTENTION_STAGES: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
-    ``q_ptr`` (``[NH, D]``; the units of one kv head write the same values) to come back as one tile. With
+    ``q_ptr`` (``[NH, D]``; the units of one kv head write the same values) to come back as one tile, or with
+    ``Q_REGS`` are joined into one in registers. With
     ``KV_AHEAD``, the slice's first tiles are asked into L2 before the query is made ready, so that their round trip
     overlaps that work (the loop's own loads start only after it)."""
     D: tl.constexpr = 2 * HALF
@@ -286,10 +288,13 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     cos = tl.load(cos_ptr + position * D + dims)
     sin = tl.load(sin_ptr + position * D + dims)
     q1, q2 = _head_halves(qkv_ptr, kvh * GROUP, GROUP, qn_ptr, cos, sin, eps, BLOCK_G, HALF, QK_NORM, dtype)
-    rows = q_ptr + (kvh * GROUP + groups)[:, None] * D + dims[None, :]
     gmask = (groups < GROUP)[:, None]
-    tl.store(rows, q1.to(dtype), mask=gmask)
-    tl.store(rows + HALF, q2.to(dtype), mask=gmask)
+    if Q_REGS:
+        q = tl.reshape(tl.permute(tl.join(q1.to(dtype), q2.to(dtype)), (0, 2, 1)), (BLOCK_G, D))
+    else:
+        rows = q_ptr + (kvh * GROUP + groups)[:, None] * D + dims[None, :]
+        tl.store(rows, q1.to(dtype), mask=gmask)
+        tl.store(rows + HALF, q2.to(dtype), mask=gmask)
     if (lo <= position) & (position < hi):  # this token's key and value, into the cache before they are read
         k1, k2 = _head_halves(qkv_ptr, NH + kvh, 1, kn_ptr, cos, sin, eps, 1, HALF, QK_NORM, dtype)
         where = cache_ptr + (slot // PAGE) * (PAGE * NKV * D) + (slot % PAGE) * (NKV * D) + kvh * D
@@ -297,7 +302,8 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
         tl.store(where + HALF + dims, tl.reshape(k2, (HALF,)).to(dtype))
         tl.store(where + v_offset + full, tl.load(qkv_ptr + (NH + NKV + kvh) * D + full, cache_modifier=".cg"))
     tl.debug_barrier()
-    q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
+    if not Q_REGS:
+        q = tl.load(q_ptr + (kvh * GROUP + groups)[:, None] * D + full[None, :], mask=gmask, other=0.0)
     m_i, l_i, acc = attend_range(q, lo, hi, cache_ptr, cache_ptr + v_offset, table_row_ptr, kvh, scale, full,
                                  PAGE * NKV * D, NKV * D, D, BLOCK_G, D, BLOCK_N, D, PAGE, DOT_PRECISION, False, WIDE,
                                  ATTENTION_STAGES)
@@ -347,8 +353,8 @@ def _persistent_decode_kernel(
     SPLIT_O: tl.constexpr, KS_D: tl.constexpr, KS_TILE: tl.constexpr, SPLIT_D: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
-    PRELOAD: tl.constexpr, AFTER_WAIT: tl.constexpr, KV_AHEAD: tl.constexpr, TIMED: tl.constexpr,
-    dtype: tl.constexpr,
+    PRELOAD: tl.constexpr, AFTER_WAIT: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr,
+    TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
     (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
@@ -396,7 +402,7 @@ def _persistent_decode_kernel(
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, KV_AHEAD,
-                          dtype)
+                          Q_REGS, dtype)
         _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_pre = _read_ahead(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D,
@@ -487,8 +493,9 @@ class PersistentDecode:
     qkv_proj and o_proj, ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K,
     ``down_rows_per_unit`` and the width ``down_slice`` of down_proj's slices of K), and ``timed`` (GPU only: each pass
     records when each stage ended, ``stage_us``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
-    ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``read_after_wait`` and ``kv_ahead`` (tiles of its
-    slice of the cache an attention unit asks into L2 before it makes its query ready; GPU only) left unset take
+    ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``read_after_wait``, ``kv_ahead`` (tiles of its
+    slice of the cache an attention unit asks into L2 before it makes its query ready; GPU only) and
+    ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) left unset take
     ``PERSISTENT_CONFIG``'s."""
 
     max_context = MAX_CONTEXT
@@ -499,7 +506,7 @@ class PersistentDecode:
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None, read_after_wait: int | None = None,
-                 kv_ahead: int | None = None) -> None:
+                 kv_ahead: int | None = None, q_in_registers: bool | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -511,6 +518,7 @@ class PersistentDecode:
         preload = PERSISTENT_CONFIG["preload"] if preload is None else preload
         read_after_wait = PERSISTENT_CONFIG["read_after_wait"] if read_after_wait is None else read_after_wait
         kv_ahead = PERSISTENT_CONFIG["kv_ahead"] if kv_ahead is None else kv_ahead
+        q_in_registers = PERSISTENT_CONFIG["q_in_registers"] if q_in_registers is None else q_in_registers
         if kv_ahead and kv_caches[0].device.type != "cuda":
             raise ValueError(f"persistent decode: kv_ahead ({kv_ahead}) asks a GPU's L2 for the cache's lines: GPU only")
         if read_after_wait & ~preload:
@@ -582,7 +590,7 @@ class PersistentDecode:
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
-            AFTER_WAIT=read_after_wait, KV_AHEAD=kv_ahead,
+            AFTER_WAIT=read_after_wait, KV_AHEAD=kv_ahead, Q_REGS=bool(q_in_registers),
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
