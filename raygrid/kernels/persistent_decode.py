@@ -273,9 +273,8 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
     ``q_ptr`` (``[NH, D]``; the units of one kv head write the same values) to come back as one tile, or with
-    ``Q_REGS`` are joined into one in registers. With
-    ``KV_AHEAD``, the slice's first tiles are asked into L2 before the query is made ready, so that their round trip
-    overlaps that work (the loop's own loads start only after it)."""
+    ``Q_REGS`` are joined into one in registers. With ``KV_AHEAD``, the slice's first tiles are asked into L2 before
+    the query is made ready, so that their round trip overlaps that work (the loop's own loads start only after it)."""
     D: tl.constexpr = 2 * HALF
     per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
     lo = split * per_split
