@@ -177,24 +177,12 @@ def _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K
 
 
 @triton.jit
-def _read_ahead(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
+def _read_ahead(ahead, w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
                 ROWS: tl.constexpr, COLS: tl.constexpr, READ_AHEAD: tl.constexpr):
-    """The tile (``_tile``) a program reads ahead for its first unit of the next stage, where ``READ_AHEAD``
-    (a ``PRELOAD_*`` flag of the launch); otherwise nothing is read (0 stands in)."""
+    """The tile (``_tile``) a program reads ahead for its first unit of the next stage, where ``READ_AHEAD`` (a
+    ``PRELOAD_*`` flag: of the tiles read between a barrier's arrival and its wait, or of those read once it is
+    passed); otherwise ``ahead`` (0 where nothing was read, or the tile read before the wait)."""
     if READ_AHEAD:
-        w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K, ROWS, COLS)
-    else:
-        w = 0
-    return w
-
-
-@triton.jit
-def _read_after_wait(ahead, w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
-                     ROWS: tl.constexpr, COLS: tl.constexpr, READ: tl.constexpr):
-    """The tile read ahead, where ``READ`` (a ``PRELOAD_*`` flag of ``AFTER_WAIT``) asks for it once the barrier is
-    passed, before the stage's own inputs are read from L2; otherwise ``ahead`` (read before the wait, or not at
-    all)."""
-    if READ:
         w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K, ROWS, COLS)
     else:
         w = ahead
@@ -382,7 +370,8 @@ def _persistent_decode_kernel(
     # are the PRELOAD_* flags: 1 qkv_proj, 2 o_proj, 4 gate, 16 up, 8 down_proj. Those also in AFTER_WAIT are read
     # once the barrier is passed instead, before the stage's inputs from L2 (the residual's partial sums and the
     # norm, or attention's slices), whose round trip they then overlap without slowing the stage before.
-    w_next = _read_ahead(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
+    w_next = _read_ahead(0, _layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, BN, H,
+                         PRELOAD & 1)
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
         if layer > 0:
@@ -404,11 +393,10 @@ def _persistent_decode_kernel(
                           Q_REGS, dtype)
         _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
-        o_pre = _read_ahead(w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D, BN, HPS * D,
-                            BN, HPS * D, EARLY & 2)
+        o_row, o_col = (pid % COL_BLOCKS) * BN, (pid // COL_BLOCKS) * HPS * D  # the program's first unit
+        o_pre = _read_ahead(0, w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, EARLY & 2)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        o_pre = _read_after_wait(o_pre, w_o, (pid % COL_BLOCKS) * BN, H, NH * D, (pid // COL_BLOCKS) * HPS * D, NH * D,
-                                 BN, HPS * D, BN, HPS * D, LATE & 2)
+        o_pre = _read_ahead(o_pre, w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, LATE & 2)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
@@ -419,11 +407,11 @@ def _persistent_decode_kernel(
             tl.store(po_ptr + s * H + rows, y)
         _arrive(counter_ptr)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-        gate_pre = _read_ahead(w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, EARLY & 4)
-        up_pre = _read_ahead(w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, EARLY & 16)
+        gate_pre = _read_ahead(0, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, EARLY & 4)
+        up_pre = _read_ahead(0, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, EARLY & 16)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        gate_pre = _read_after_wait(gate_pre, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, LATE & 4)
-        up_pre = _read_after_wait(up_pre, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, LATE & 16)
+        gate_pre = _read_ahead(gate_pre, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, LATE & 4)
+        up_pre = _read_ahead(up_pre, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, LATE & 16)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
@@ -439,11 +427,10 @@ def _persistent_decode_kernel(
                      mask=(rows < I) & (tl.arange(0, GU_TILE) < GU_ROWS))
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
-        down_pre = _read_ahead(w_down, (pid % D_BLOCKS) * D_ROWS, H, I, (pid // D_BLOCKS) * KS_D, I, D_TILE, KS_TILE,
-                               D_ROWS, KS_D, EARLY & 8)
+        d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
+        down_pre = _read_ahead(0, w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, EARLY & 8)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        down_pre = _read_after_wait(down_pre, w_down, (pid % D_BLOCKS) * D_ROWS, H, I, (pid // D_BLOCKS) * KS_D, I, D_TILE,
-                                    KS_TILE, D_ROWS, KS_D, LATE & 8)
+        down_pre = _read_ahead(down_pre, w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, LATE & 8)
         # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
             s = u // D_BLOCKS
@@ -458,9 +445,9 @@ def _persistent_decode_kernel(
         # the next layer's qkv tile (none after the last layer: every row masked)
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         more = tl.where(layer + 1 < LAYERS, QKV, 0)
-        w_next = _read_ahead(following, pid * BN, more, H, 0, H, BN, H, BN, H, EARLY & 1)
+        w_next = _read_ahead(0, following, pid * BN, more, H, 0, H, BN, H, BN, H, EARLY & 1)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        w_next = _read_after_wait(w_next, following, pid * BN, more, H, 0, H, BN, H, BN, H, LATE & 1)
+        w_next = _read_ahead(w_next, following, pid * BN, more, H, 0, H, BN, H, BN, H, LATE & 1)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
         tl.store(out_ptr + tl.arange(0, H), _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype))
