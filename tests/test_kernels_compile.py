@@ -46,20 +46,22 @@ def describe(value):
     raise TypeError(f"a kernel argument of type {type(value).__name__}")
 
 
-def record_launches(monkeypatch, exercise=None) -> list[dict]:
+def record_launches(monkeypatch, exercise=None, run: bool = True) -> list[dict]:
     """Run each kernel's wrapper once on small CPU inputs under the interpreter (or what ``exercise`` runs),
-    recording every launch."""
+    recording every launch; with ``run`` false the kernels themselves are not run (launches at real sizes, which
+    the interpreter would take minutes over)."""
     from triton.runtime.interpreter import InterpretedFunction
 
     launches = []
-    run = InterpretedFunction.run
+    interpret = InterpretedFunction.run
 
     def recording_run(self, *args, grid, warmup, **kwargs):
         options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
         named = dict(zip(self.arg_names, args)) | kwargs
         launches.append({"module": self.fn.__module__, "kernel": self.fn.__name__, "options": options,
                          "args": {name: describe(value) for name, value in named.items()}})
-        return run(self, *args, grid=grid, warmup=warmup, **kwargs, **options)
+        if run:
+            return interpret(self, *args, grid=grid, warmup=warmup, **kwargs, **options)
 
     monkeypatch.setattr(InterpretedFunction, "run", recording_run)
     (exercise or exercise_every_kernel)()

@@ -17,26 +17,17 @@ import sys
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import Qwen3Config  # noqa: E402
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 from raygrid.kernels.persistent_decode import PersistentDecode  # noqa: E402
 from raygrid.models.qwen3 import Qwen3ForCausalLM  # noqa: E402
-from tests.test_kernels_compile import describe  # noqa: E402
+from tests.test_kernels_compile import record_launches  # noqa: E402
 
 
 def main() -> None:
     variants = json.loads(sys.argv[1])
-    launches = []
-
-    def record(self, *args, grid, warmup, **kwargs):
-        options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages") if key in kwargs}
-        named = dict(zip(self.arg_names, args)) | kwargs
-        launches.append({"module": self.fn.__module__, "kernel": self.fn.__name__, "options": options,
-                         "args": {name: describe(value) for name, value in named.items()}})
-
-    InterpretedFunction.run = record
     config = Qwen3Config(vocab_size=256, hidden_size=1024, intermediate_size=3072, num_hidden_layers=2,
                          num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096)
     model = Qwen3ForCausalLM(config).to(torch.bfloat16)
@@ -45,14 +36,18 @@ def main() -> None:
             module.float()  # the rotary tables stay float32, as the loader leaves them
     caches = [torch.zeros(2, 8, 64, 8, 128, dtype=torch.bfloat16) for _ in range(2)]
     step = torch.tensor([3])
-    for variant in variants:
-        variant = dict(variant)
-        kv_ahead = variant.pop("kv_ahead", 0)  # refused on CPU tensors (the launch asks a GPU's L2): set past the check
-        runner = PersistentDecode(model, caches, **{"splits": 32, **variant})
-        runner.constexprs["KV_AHEAD"] = kv_ahead
-        runner(step, step.clone(), torch.tensor([19]), torch.tensor([[0, 1]], dtype=torch.int32),
-               torch.tensor([4], dtype=torch.int32))
-    json.dump(launches, sys.stdout)
+
+    def launch_each() -> None:
+        for variant in variants:
+            variant = dict(variant)
+            kv_ahead = variant.pop("kv_ahead", 0)  # refused on CPU tensors (it asks a GPU's L2): set past the check
+            runner = PersistentDecode(model, caches, **{"splits": 32, **variant})
+            runner.constexprs["KV_AHEAD"] = kv_ahead
+            runner(step, step.clone(), torch.tensor([19]), torch.tensor([[0, 1]], dtype=torch.int32),
+                   torch.tensor([4], dtype=torch.int32))
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        json.dump(record_launches(monkeypatch, launch_each, run=False), sys.stdout)
 
 
 if __name__ == "__main__":
