@@ -55,8 +55,10 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             # of down_proj's (tiles of 32; the last of the hidden size's 64 rows holds 16) over K in slices of 48
             # (tiles of 64; the last slice narrower).
             odd = dict(units, mlp_rows_per_unit=12, down_rows_per_unit=24, down_slice=48)
-            launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=31, read_after_wait=21, **units),
-                        dict(splits=3, preload=0, **units), dict(splits=2, preload=31, read_after_wait=10, q_in_registers=True, **odd), {}]
+            # The query through global memory and no cache tile asked ahead (both on by default, kv_ahead GPU only).
+            plain = dict(kv_ahead=0, q_in_registers=False)
+            launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=0, **plain, **units),
+                        dict(splits=2, preload=31, **odd), dict(splits=3, **plain, **odd), {}]
             if DEVICE.type == "cuda":  # asking L2 for the cache's lines is inline PTX
                 launches.append(dict(splits=3, kv_ahead=2, **units))
             for launch in launches:

@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import Qwen3Config  # noqa: E402
 
-from raygrid.kernels.persistent_decode import PersistentDecode  # noqa: E402
+from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
 from raygrid.models.qwen3 import Qwen3ForCausalLM  # noqa: E402
 from tests.test_kernels_compile import record_launches  # noqa: E402
 
@@ -40,7 +40,8 @@ def main() -> None:
     def launch_each() -> None:
         for variant in variants:
             variant = dict(variant)
-            kv_ahead = variant.pop("kv_ahead", 0)  # refused on CPU tensors (it asks a GPU's L2): set past the check
+            # refused on CPU tensors (it asks a GPU's L2), and 0 there by default: set past the check, the GPU's default
+            kv_ahead = variant.pop("kv_ahead", PERSISTENT_CONFIG["kv_ahead"])
             runner = PersistentDecode(model, caches, **{"splits": 32, **variant})
             runner.constexprs["KV_AHEAD"] = kv_ahead
             runner(step, step.clone(), torch.tensor([19]), torch.tensor([[0, 1]], dtype=torch.int32),

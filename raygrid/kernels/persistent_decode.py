@@ -71,13 +71,16 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # With 4-row units down_proj's tile is 64 registers, so it is read ahead too (``preload``: qkv_proj, o_proj and
 # down_proj, 11): a pass 709.7 against 730.0 us at 512, 1,008.7 against 1,028.2 at 8,192, 1,941.8 against 1,962.0 at
 # 32,832 (down_proj 4.5 against 5.8 us a layer). Gate's and up's too (31) took gate_up from 8.6 to 7.6 us a layer and
-# o_proj, at whose barrier they are asked for, from 3.1 to 3.7: inside the spread. ``read_after_wait`` names tiles to
-# ask for once the barrier is passed instead, ``kv_ahead`` the tiles of its slice of the cache an attention unit asks
-# into L2 before it makes its query ready, ``q_in_registers`` an attention unit's query halves joined in registers
-# rather than through global memory (none by default: not measured on a GPU yet).
+# o_proj, at whose barrier they are asked for, from 3.1 to 3.7: inside the spread; asking for them once the barrier is
+# passed (read_after_wait, since removed) took qkv_proj from 3.7 to 6.8 us a layer where it named qkv_proj's tile, and
+# lost or tied where it named gate's and up's, or gate's alone (benchmarks/README.md, twenty-sixth session). Each
+# attention unit's query halves joined in registers rather than through global memory (``q_in_registers``) and the first
+# tile of its slice of the cache asked into L2 before it makes the query ready (``kv_ahead``, GPU only; 0 on CPU): a
+# pass 699.1 and 701.4 against 700.6, 704.4 and 706.1 us at 512, 989.9 and 990.1 against 1,008.4 to 1,013.0 at 8,192,
+# 1,910.0 and 1,910.2 against 1,923.1 to 1,924.3 at 32,832 (twenty-sixth session; either alone gained little).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN,
-                                    read_after_wait=0, kv_ahead=0, q_in_registers=False),
+                                    kv_ahead=1, q_in_registers=True),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -177,15 +180,14 @@ def _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K
 
 
 @triton.jit
-def _read_ahead(ahead, w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
+def _read_ahead(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
                 ROWS: tl.constexpr, COLS: tl.constexpr, READ_AHEAD: tl.constexpr):
-    """The tile (``_tile``) a program reads ahead for its first unit of the next stage, where ``READ_AHEAD`` (a
-    ``PRELOAD_*`` flag: of the tiles read between a barrier's arrival and its wait, or of those read once it is
-    passed); otherwise ``ahead`` (0 where nothing was read, or the tile read before the wait)."""
+    """The tile (``_tile``) a program reads ahead for its first unit of the next stage, between a barrier's arrival
+    and its wait, where ``READ_AHEAD`` (a ``PRELOAD_*`` flag); otherwise 0."""
     if READ_AHEAD:
         w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K, ROWS, COLS)
     else:
-        w = ahead
+        w = 0
     return w
 
 
@@ -340,7 +342,7 @@ def _persistent_decode_kernel(
     SPLIT_O: tl.constexpr, KS_D: tl.constexpr, KS_TILE: tl.constexpr, SPLIT_D: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
-    PRELOAD: tl.constexpr, AFTER_WAIT: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr,
+    PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr,
     TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
@@ -357,8 +359,6 @@ def _persistent_decode_kernel(
     U_GATE_UP: tl.constexpr = (I + GU_ROWS - 1) // GU_ROWS
     D_BLOCKS: tl.constexpr = (H + D_ROWS - 1) // D_ROWS
     U_DOWN: tl.constexpr = D_BLOCKS * SPLIT_D
-    EARLY: tl.constexpr = PRELOAD & ~AFTER_WAIT  # tiles read between a barrier's arrival and its wait
-    LATE: tl.constexpr = PRELOAD & AFTER_WAIT  # tiles read as soon as the barrier is passed
     position = tl.load(pos_ptr)
     slot = tl.load(slot_ptr)
     seq_len = tl.load(seq_len_ptr)
@@ -367,10 +367,8 @@ def _persistent_decode_kernel(
     sync = 0
     # With PRELOAD each program reads its first unit's weight tile of a stage between the barrier's arrival and its
     # wait, so that the tile is on its way while the barrier completes (the first layer's qkv tile, here). Its bits
-    # are the PRELOAD_* flags: 1 qkv_proj, 2 o_proj, 4 gate, 16 up, 8 down_proj. Those also in AFTER_WAIT are read
-    # once the barrier is passed instead, before the stage's inputs from L2 (the residual's partial sums and the
-    # norm, or attention's slices), whose round trip they then overlap without slowing the stage before.
-    w_next = _read_ahead(0, _layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, BN, H,
+    # are the PRELOAD_* flags: 1 qkv_proj, 2 o_proj, 4 gate, 16 up, 8 down_proj.
+    w_next = _read_ahead(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, BN, H,
                          PRELOAD & 1)
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
@@ -394,9 +392,8 @@ def _persistent_decode_kernel(
         _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_row, o_col = (pid % COL_BLOCKS) * BN, (pid // COL_BLOCKS) * HPS * D  # the program's first unit
-        o_pre = _read_ahead(0, w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, EARLY & 2)
+        o_pre = _read_ahead(w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, PRELOAD & 2)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        o_pre = _read_ahead(o_pre, w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, LATE & 2)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
@@ -407,11 +404,9 @@ def _persistent_decode_kernel(
             tl.store(po_ptr + s * H + rows, y)
         _arrive(counter_ptr)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-        gate_pre = _read_ahead(0, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, EARLY & 4)
-        up_pre = _read_ahead(0, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, EARLY & 16)
+        gate_pre = _read_ahead(w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
+        up_pre = _read_ahead(w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        gate_pre = _read_ahead(gate_pre, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, LATE & 4)
-        up_pre = _read_ahead(up_pre, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, LATE & 16)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
@@ -428,9 +423,8 @@ def _persistent_decode_kernel(
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
-        down_pre = _read_ahead(0, w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, EARLY & 8)
+        down_pre = _read_ahead(w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, PRELOAD & 8)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        down_pre = _read_ahead(down_pre, w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, LATE & 8)
         # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
             s = u // D_BLOCKS
@@ -445,9 +439,8 @@ def _persistent_decode_kernel(
         # the next layer's qkv tile (none after the last layer: every row masked)
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         more = tl.where(layer + 1 < LAYERS, QKV, 0)
-        w_next = _read_ahead(0, following, pid * BN, more, H, 0, H, BN, H, BN, H, EARLY & 1)
+        w_next = _read_ahead(following, pid * BN, more, H, 0, H, BN, H, BN, H, PRELOAD & 1)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        w_next = _read_ahead(w_next, following, pid * BN, more, H, 0, H, BN, H, BN, H, LATE & 1)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
         tl.store(out_ptr + tl.arange(0, H), _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype))
@@ -468,19 +461,19 @@ class PersistentDecode:
 
     The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if either is
     replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode pass as one
-    persistent kernel", on an H200, and the twenty-third to twenty-fifth sessions, on an H100): two programs an SM of 4
+    persistent kernel", on an H200, and the twenty-third to twenty-sixth sessions, on an H100): two programs an SM of 4
     warps where the GPU holds them at once (else one an SM), 32 keys a step in an attention loop of 5 stages, qkv_proj's
-    and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and down_proj's in units of 4
-    (``PERSISTENT_CONFIG``). The arguments exist for tests and benchmarks: ``preload`` (the products whose first weight
-    tile each program reads ahead, ``PRELOAD_*`` flags: between the barrier's arrival and its wait, or, for those also
-    in ``read_after_wait``, once it is passed), ``num_programs`` (one under the interpreter), ``splits`` (slices of the
-    context a kv head; default: as many as fill the programs), ``block_n``, ``num_warps``, ``num_stages``,
-    ``attention_stages`` (the attention loop's own, else ``num_stages``), the units' sizes (``rows_per_unit`` of
-    qkv_proj and o_proj, ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K,
+    and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and down_proj's in units of 4,
+    each attention unit's query in registers and its cache's first tile asked into L2 (``PERSISTENT_CONFIG``). The
+    arguments exist for tests and benchmarks: ``preload`` (the products whose first weight tile each program reads ahead
+    between the barrier's arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter),
+    ``splits`` (slices of the context a kv head; default: as many as fill the programs), ``block_n``, ``num_warps``,
+    ``num_stages``, ``attention_stages`` (the attention loop's own, else ``num_stages``), the units' sizes
+    (``rows_per_unit`` of qkv_proj and o_proj, ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K,
     ``down_rows_per_unit`` and the width ``down_slice`` of down_proj's slices of K), and ``timed`` (GPU only: each pass
     records when each stage ended, ``stage_us``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
-    ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``read_after_wait``, ``kv_ahead`` (tiles of its
-    slice of the cache an attention unit asks into L2 before it makes its query ready; GPU only) and
+    ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
+    attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
     ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) left unset take
     ``PERSISTENT_CONFIG``'s."""
 
@@ -491,7 +484,7 @@ class PersistentDecode:
                  block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
-                 down_slice: int | None = None, preload: int | None = None, read_after_wait: int | None = None,
+                 down_slice: int | None = None, preload: int | None = None,
                  kv_ahead: int | None = None, q_in_registers: bool | None = None) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
@@ -502,14 +495,11 @@ class PersistentDecode:
         down_rows_per_unit = down_rows_per_unit or PERSISTENT_CONFIG["down_rows_per_unit"] or None
         down_slice = down_slice or PERSISTENT_CONFIG["down_slice"] or None
         preload = PERSISTENT_CONFIG["preload"] if preload is None else preload
-        read_after_wait = PERSISTENT_CONFIG["read_after_wait"] if read_after_wait is None else read_after_wait
-        kv_ahead = PERSISTENT_CONFIG["kv_ahead"] if kv_ahead is None else kv_ahead
+        if kv_ahead is None:
+            kv_ahead = PERSISTENT_CONFIG["kv_ahead"] if kv_caches[0].device.type == "cuda" else 0
         q_in_registers = PERSISTENT_CONFIG["q_in_registers"] if q_in_registers is None else q_in_registers
         if kv_ahead and kv_caches[0].device.type != "cuda":
             raise ValueError(f"persistent decode: kv_ahead ({kv_ahead}) asks a GPU's L2 for the cache's lines: GPU only")
-        if read_after_wait & ~preload:
-            raise ValueError(f"persistent decode: read_after_wait ({read_after_wait}) may only name tiles that preload "
-                             f"({preload}) reads ahead")
         splits = splits or PERSISTENT_CONFIG["splits"] or None
         config = model.config
         attn = model.layers[0].self_attn
@@ -576,7 +566,7 @@ class PersistentDecode:
             BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
             QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
-            AFTER_WAIT=read_after_wait, KV_AHEAD=kv_ahead, Q_REGS=bool(q_in_registers),
+            KV_AHEAD=kv_ahead, Q_REGS=bool(q_in_registers),
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
