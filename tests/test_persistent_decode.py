@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
-from raygrid.kernels.persistent_decode import PersistentDecode  # noqa: E402
+from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
 from raygrid.engine.memory_profile import sequence_metadata  # noqa: E402
 from raygrid.models.loader import load_hf_config, load_model  # noqa: E402
 
@@ -93,6 +93,13 @@ def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir
         caches = [torch.zeros(2, 4, PAGE, attn.num_kv_heads, attn.head_dim) for _ in model.layers]
         with pytest.raises(ValueError, match=r"kv_ahead \(2\) asks a GPU's L2 .*: GPU only"):
             PersistentDecode(model, caches, kv_ahead=2)
+        with pytest.raises(ValueError, match=r"block_n must be a power of 2, got 24"):
+            PersistentDecode(model, caches, block_n=24)
+        # Unset settings take PERSISTENT_CONFIG's, 0 the launch's own: gate_up_proj's units then qkv_proj's size.
+        default, own = PersistentDecode(model, caches), PersistentDecode(model, caches, mlp_rows_per_unit=0)
+        assert default.gate_up_rows == PERSISTENT_CONFIG["mlp_rows_per_unit"] and own.gate_up_rows == own.bn
+        assert default.constexprs["Q_REGS"] is PERSISTENT_CONFIG["q_in_registers"]
+        assert default.constexprs["KV_AHEAD"] == 0  # on the CPU the default asks for no tile
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's residency limits")

@@ -475,7 +475,7 @@ class PersistentDecode:
     ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
     attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
     ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) left unset take
-    ``PERSISTENT_CONFIG``'s."""
+    ``PERSISTENT_CONFIG``'s; a size or a count of 0 is the launch's own choice, as there."""
 
     max_context = MAX_CONTEXT
     programs_per_sm = 2
@@ -489,18 +489,19 @@ class PersistentDecode:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
-        block_n = block_n or PERSISTENT_CONFIG["block_n"]
-        attention_stages = attention_stages or PERSISTENT_CONFIG["attention_stages"] or None
-        mlp_rows_per_unit = mlp_rows_per_unit or PERSISTENT_CONFIG["mlp_rows_per_unit"] or None
-        down_rows_per_unit = down_rows_per_unit or PERSISTENT_CONFIG["down_rows_per_unit"] or None
-        down_slice = down_slice or PERSISTENT_CONFIG["down_slice"] or None
-        preload = PERSISTENT_CONFIG["preload"] if preload is None else preload
-        if kv_ahead is None:
-            kv_ahead = PERSISTENT_CONFIG["kv_ahead"] if kv_caches[0].device.type == "cuda" else 0
-        q_in_registers = PERSISTENT_CONFIG["q_in_registers"] if q_in_registers is None else q_in_registers
-        if kv_ahead and kv_caches[0].device.type != "cuda":
-            raise ValueError(f"persistent decode: kv_ahead ({kv_ahead}) asks a GPU's L2 for the cache's lines: GPU only")
-        splits = splits or PERSISTENT_CONFIG["splits"] or None
+        given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
+                     down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
+                     kv_ahead=kv_ahead, q_in_registers=q_in_registers)
+        # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
+        settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
+        on_gpu = kv_caches[0].device.type == "cuda"
+        if kv_ahead is None and not on_gpu:
+            settings["kv_ahead"] = 0  # the default asks a GPU's L2: off on the CPU, where asking for it is refused
+        if settings["kv_ahead"] and not on_gpu:
+            raise ValueError(f"persistent decode: kv_ahead ({settings['kv_ahead']}) asks a GPU's L2 for the cache's "
+                             "lines: GPU only")
+        if not _power_of_2(settings["block_n"]):
+            raise ValueError(f"persistent decode: block_n must be a power of 2, got {settings['block_n']}")
         config = model.config
         attn = model.layers[0].self_attn
         device = kv_caches[0].device
@@ -520,12 +521,12 @@ class PersistentDecode:
         # of rows and down_proj's K in slices of any width, each read in a tile of the next power of 2: where every
         # product had 8-row units, o_proj lost more than the others gained (3.1 to 5.4 us a layer on an H100: each
         # unit combines its heads' attention slices again; benchmarks/README.md, twenty-third session).
-        self.gate_up_rows = mlp_rows_per_unit or self.bn
-        self.down_rows = down_rows_per_unit or self.gate_up_rows
+        self.gate_up_rows = settings["mlp_rows_per_unit"] or self.bn
+        self.down_rows = settings["down_rows_per_unit"] or self.gate_up_rows
         # down_proj's K in as few even slices as keep a unit's tile within 32K elements, each a multiple of 16 wide:
         # with 4-row units Qwen3-0.6B's 3,072 is one slice (a tile of 4,096 columns, three quarters used).
         widest = max(16, 32768 // triton.next_power_of_2(self.down_rows))
-        self.ks_down = down_slice or 16 * -(-self.inter // (16 * -(-self.inter // widest)))
+        self.ks_down = settings["down_slice"] or 16 * -(-self.inter // (16 * -(-self.inter // widest)))
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
         if not _power_of_2(self.heads_per_slice):
             raise ValueError(f"persistent decode: heads_per_slice must be a power of 2, got {self.heads_per_slice}")
@@ -563,23 +564,23 @@ class PersistentDecode:
             GU_ROWS=self.gate_up_rows, GU_TILE=triton.next_power_of_2(self.gate_up_rows), D_ROWS=self.down_rows,
             D_TILE=triton.next_power_of_2(self.down_rows), HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down,
             KS_TILE=triton.next_power_of_2(self.ks_down), SPLIT_D=slices_down,
-            BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=block_n, PAGE=self.page,
-            QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
-            WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=attention_stages, PRELOAD=preload,
-            KV_AHEAD=kv_ahead, Q_REGS=bool(q_in_registers),
+            BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=settings["block_n"],
+            PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
+            WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
+            PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
-            self._configure(num_programs or 1, splits)
+            self._configure(num_programs or 1, settings["splits"])
             return
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        self._configure(num_programs or self.programs_per_sm * sms, splits)
+        self._configure(num_programs or self.programs_per_sm * sms, settings["splits"])
         held = self._programs_held(device, sms)
         if self.num_programs > held:
             if num_programs is not None:
                 raise ValueError(f"persistent decode: num_programs ({num_programs}) exceeds the {held} the GPU holds at "
                                  "once: its barriers would wait for programs that never start")
-            self._configure(sms, splits)  # one an SM always fits: a compiled program fits an SM
+            self._configure(sms, settings["splits"])  # one an SM always fits: a compiled program fits an SM
 
     def _configure(self, num_programs: int, splits: int | None) -> None:
         """The grid, and the context's slices a kv head (as many as fill it), with their scratch."""
