@@ -102,7 +102,8 @@ class ParallelConfig(_Strict):
     step_timeout_s: float = Field(
         default=300.0, gt=0.0,
         description="a step that makes no progress for this long fails its requests: on Ray its replica, and an engine "
-                    "process (raygrid serve) that says nothing for this long with requests in flight (loading is exempt)",
+                    "process (raygrid serve) that says nothing for this long with requests in flight (loading is exempt); "
+                    "an engine in the server's process whose step has not returned after twice this is dead",
     )
     max_migrations: int = Field(
         default=3, ge=0,

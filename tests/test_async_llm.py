@@ -284,6 +284,39 @@ def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_
         engine.shutdown()
 
 
+def test_an_engine_in_this_process_whose_step_does_not_return_is_declared_dead(qwen3_dir):
+    """With the engine stepping on a thread of this process (``raygrid serve --engine-in-process``), a step that does
+    not return within twice step_timeout_s (a stopped GPU, a collective that never completes) fails the requests in
+    flight with the reason, turns /health false and refuses new requests: before, they waited forever and /health
+    stayed true. A real step stands for the hang: a 2,000-token prompt's prefill on the CPU (about 0.25 s on two
+    cores) against 2 x 0.02 s."""
+    from raygrid.engine.async_llm import EngineDeadError
+
+    engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=2048, engine_process=False,
+                      step_timeout_s=0.02)
+    try:
+        assert engine.is_healthy
+
+        async def run():
+            ids = random.Random(7).choices(range(10, 200), k=2000)  # no prefix the engine has seen
+            async for _ in engine.generate({"prompt_token_ids": ids}, SamplingParams(max_tokens=4)):
+                pass
+
+        with pytest.raises(EngineDeadError, match=r"the engine made no progress for \d+ s: a step has not returned in "
+                                                  r"2 x step_timeout_s \(0.04 s\)"):
+            asyncio.run(asyncio.wait_for(run(), 30))
+        assert not engine.is_healthy
+
+        async def late():
+            await engine.generate("after", SamplingParams(max_tokens=2)).__anext__()
+
+        with pytest.raises(EngineDeadError):
+            asyncio.run(late())
+    finally:
+        engine.shutdown()
+    assert not engine._watchdog.is_alive() and not engine._thread.is_alive()
+
+
 def test_a_step_for_hundreds_of_streams_reaches_the_event_loop_in_slices(qwen3_dir):
     """240 streams, whose consumers each spend 0.3 ms a chunk (as a server encoding and sending one), take each
     step's outputs as a wave of the event loop's work. A socket that becomes readable meanwhile (a /health

@@ -132,13 +132,24 @@ class AsyncLLM:
         self._deliveries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deliveries] = weakref.WeakKeyDictionary()
         self._ids = itertools.count()
         self._dead: BaseException | None = None
+        # When the engine thread's current step began (None between steps), for the watchdog (``_watch``).
+        self._step_since: float | None = None
         self._last_observed = self._last_timed = 0.0
         self._load_changed = False
         self._stopping = False
         # The thread holds only a weak reference, so that dropping the AsyncLLM ends the loop and garbage
         # collection releases the engine (and its Ray actors and placement groups).
         self._thread = threading.Thread(target=AsyncLLM._engine_loop, args=(weakref.ref(self),), name="raygrid-engine", daemon=True)
+        # So does the watchdog's (an engine stepping in this process only), woken at once when this goes (shutdown,
+        # or collected).
+        self._watchdog_stop = threading.Event()
+        weakref.finalize(self, self._watchdog_stop.set)
+        watch_args = (weakref.ref(self), self._watchdog_stop, self.config.parallel.step_timeout_s)
+        self._watchdog = threading.Thread(target=AsyncLLM._watch, args=watch_args, name="raygrid-engine-watchdog",
+                                          daemon=True)
         self._thread.start()
+        if engine is None and engine_connection is None and not engine_process:
+            self._watchdog.start()
 
     # ------------------------------------------------------------------ the asyncio side
 
@@ -191,6 +202,8 @@ class AsyncLLM:
         stream = _Stream(request_id, engine_id, self._deliveries_for(asyncio.get_running_loop()), asyncio.Queue(), time.monotonic(),
                          processed, delta)
         with self._streams_lock:
+            if self._dead is not None:  # set before _die takes the streams under this lock: none is left behind
+                raise EngineDeadError(f"engine loop failed: {self._dead!r}")
             if request_id in self._streams:
                 raise ValueError(f"request_id {request_id!r} is already in flight")
             self._streams[request_id] = self._engine_streams[engine_id] = stream
@@ -241,15 +254,18 @@ class AsyncLLM:
 
     def shutdown(self) -> None:
         self._stopping = True
+        self._watchdog_stop.set()
         self._commands.put(("stop",))
         self._thread.join(timeout=30)
+        if self._watchdog.ident is not None:
+            self._watchdog.join(timeout=5)
         self.engine.shutdown()
 
     # ------------------------------------------------------------------ the engine thread
 
     @staticmethod
     def _engine_loop(ref: weakref.ref) -> None:
-        while (self := ref()) is not None and not self._stopping:
+        while (self := ref()) is not None and not self._stopping and self._dead is None:
             try:
                 self._iteration()
             except Exception as error:  # noqa: BLE001 - fail what is in flight, keep serving
@@ -257,6 +273,28 @@ class AsyncLLM:
                 self._fail_in_flight(error)
             except BaseException as error:
                 self._die(error)
+                return
+            del self
+
+    @staticmethod
+    def _watch(ref: weakref.ref, stop: threading.Event, step_timeout_s: float) -> None:
+        """The watchdog's thread: an engine whose step has not returned after twice ``step_timeout_s`` is dead (a GPU
+        that stopped, a collective that never completes). Its requests fail with the reason and /health turns false,
+        so that an orchestrator restarts the server; the hung thread cannot be stopped, and once (if ever) its step
+        returns, the loop ends. It runs for an engine stepping in this process only: the client of an engine process
+        or of Ray replicas returns from its step every 0.1 s while it waits and fails a silent engine itself after
+        ``step_timeout_s``, and the executor of an engine in this process whose workers are Ray actors fails a worker
+        silent that long before this fires (twice ``step_timeout_s``, as the Ray front end's deadline for a replica's
+        driver)."""
+        timeout = 2 * step_timeout_s
+        while not stop.wait(min(1.0, timeout / 4)):
+            self = ref()
+            if self is None or self._dead is not None:
+                return
+            since = self._step_since
+            if since is not None and time.monotonic() - since > timeout:
+                self._die(EngineDeadError(f"the engine made no progress for {time.monotonic() - since:.0f} s: a step "
+                                          f"has not returned in 2 x step_timeout_s ({timeout:g} s)"))
                 return
             del self
 
@@ -336,7 +374,13 @@ class AsyncLLM:
         self._observe_scheduler(force=True)
 
     def _step(self) -> None:
-        core_outputs = self.engine.step()
+        self._step_since = time.monotonic()
+        try:
+            core_outputs = self.engine.step()
+        finally:
+            self._step_since = None
+        if self._dead is not None:  # the watchdog gave this step up: its streams were failed and forgotten
+            return
         now = time.monotonic()
         self._observe_tokens(core_outputs, now)  # before process(), which forgets finished requests
         outputs, to_abort = self.output_processor.process(core_outputs)
