@@ -238,6 +238,19 @@ def test_abort_ends_the_stream_with_a_last_output_that_finished_with_abort(engin
     assert wait_until(lambda: engine.engine.stats().num_free_blocks == engine.engine.stats().num_total_blocks)
 
 
+def assert_dead(engine: AsyncLLM) -> None:
+    """A dead engine: /health false, and a new request refused with EngineDeadError rather than left waiting."""
+    from raygrid.engine.async_llm import EngineDeadError
+
+    assert not engine.is_healthy
+
+    async def late():
+        await engine.generate("after", SamplingParams(max_tokens=2)).__anext__()
+
+    with pytest.raises(EngineDeadError):
+        asyncio.run(late())
+
+
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
 def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_dir, fault):
     """The step loop runs in a process of its own; kill -9 of it fails the requests in flight with an
@@ -246,8 +259,6 @@ def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_
     Before, its requests waited forever and /health stayed true."""
     import os
     import signal
-
-    from raygrid.engine.async_llm import EngineDeadError
 
     engine = AsyncLLM(qwen3_dir, dtype="float32", device="cpu", max_model_len=512, step_timeout_s=2)
     try:
@@ -271,15 +282,9 @@ def test_engine_core_runs_in_its_own_process_and_its_death_fails_requests(qwen3_
         assert elapsed < (5 if fault == "SIGKILL" else 2 + 5)
         words = "engine process died" if fault == "SIGKILL" else "the engine process made no progress for 2 s (step_timeout_s 2)"
         assert all(out.finished and words in out.error for out in lasts), [out.error for out in lasts]
-        assert not engine.is_healthy
         process.join(timeout=5)
         assert not process.is_alive()
-
-        async def late():
-            await engine.generate("after", SamplingParams(max_tokens=2)).__anext__()
-
-        with pytest.raises(EngineDeadError):
-            asyncio.run(late())
+        assert_dead(engine)
     finally:
         engine.shutdown()
 
@@ -305,13 +310,7 @@ def test_an_engine_in_this_process_whose_step_does_not_return_is_declared_dead(q
         with pytest.raises(EngineDeadError, match=r"the engine made no progress for \d+ s: a step has not returned in "
                                                   r"2 x step_timeout_s \(0.04 s\)"):
             asyncio.run(asyncio.wait_for(run(), 30))
-        assert not engine.is_healthy
-
-        async def late():
-            await engine.generate("after", SamplingParams(max_tokens=2)).__anext__()
-
-        with pytest.raises(EngineDeadError):
-            asyncio.run(late())
+        assert_dead(engine)
     finally:
         engine.shutdown()
     assert not engine._watchdog.is_alive() and not engine._thread.is_alive()
