@@ -11,6 +11,7 @@ import re
 import signal
 import time
 
+import httpx
 import openai
 
 from tests.test_openai_server import metric, start_server, stop_server
@@ -30,6 +31,12 @@ def test_two_api_servers_share_one_engine(qwen3_dir):
     try:
         servers, engine_pid = _pids(proc)
         assert len(servers) == 2 and engine_pid not in servers
+        # /health answers once either API server accepts; the engine's gauges come from the first one (index 0),
+        # which may still be starting (on a cold CI machine it was, and every request went to the other): they are
+        # in /metrics once it reports them, idle or not.
+        deadline = time.monotonic() + 60
+        while "raygrid_num_requests_running" not in httpx.get(f"{base}/metrics").text and time.monotonic() < deadline:
+            time.sleep(0.2)
         def connect():  # one client an event loop: its connections belong to the loop
             return openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
 
