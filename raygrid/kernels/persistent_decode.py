@@ -500,8 +500,6 @@ class PersistentDecode:
         if settings["kv_ahead"] and not on_gpu:
             raise ValueError(f"persistent decode: kv_ahead ({settings['kv_ahead']}) asks a GPU's L2 for the cache's "
                              "lines: GPU only")
-        if not _power_of_2(settings["block_n"]):
-            raise ValueError(f"persistent decode: block_n must be a power of 2, got {settings['block_n']}")
         config = model.config
         attn = model.layers[0].self_attn
         device = kv_caches[0].device
@@ -515,8 +513,6 @@ class PersistentDecode:
         self.launch = dict(num_warps=num_warps, num_stages=num_stages)
         # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
         self.bn = min(rows_per_unit or max(16, min(64, 16384 // self.hidden)), self.hidden)  # column blocks of H
-        if not _power_of_2(self.bn):
-            raise ValueError(f"persistent decode: rows_per_unit must be a power of 2, got {self.bn}")
         # gate_up_proj and down_proj take units of their own size (``mlp_rows_per_unit``, 4 by default), of any number
         # of rows and down_proj's K in slices of any width, each read in a tile of the next power of 2: where every
         # product had 8-row units, o_proj lost more than the others gained (3.1 to 5.4 us a layer on an H100: each
@@ -528,8 +524,10 @@ class PersistentDecode:
         widest = max(16, 32768 // triton.next_power_of_2(self.down_rows))
         self.ks_down = settings["down_slice"] or 16 * -(-self.inter // (16 * -(-self.inter // widest)))
         self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        if not _power_of_2(self.heads_per_slice):
-            raise ValueError(f"persistent decode: heads_per_slice must be a power of 2, got {self.heads_per_slice}")
+        for name, value in (("block_n", settings["block_n"]), ("rows_per_unit", self.bn),
+                            ("heads_per_slice", self.heads_per_slice)):
+            if not _power_of_2(value):
+                raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
         for name, value, limit in (("mlp_rows_per_unit", self.gate_up_rows, self.inter),
                                    ("down_rows_per_unit", self.down_rows, self.hidden),
                                    ("down_slice", self.ks_down, self.inter)):
