@@ -25,12 +25,13 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     o_proj) and of 8 (gate_up_proj, down_proj) over slices of K (one head of o_proj's, 32 of down_proj's): the hidden
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
-    its wait, or once the barrier is passed (all four, some of them after the wait; none): one program does every unit
-    here, so its later units read their tiles in the stage. Units of rows and slices of K that are not powers of 2,
-    with the query's rotated halves joined in registers. And the launch the engine
-    makes, every argument left to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units
-    over down_proj's K whole, wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead). On a GPU, also
-    the cache's first two tiles of each attention unit asked into L2 before its query is made ready (``kv_ahead``)."""
+    its wait (all five; none): one program does every unit here, so its later units read their tiles in the stage.
+    Units of rows and slices of K that are not powers of 2. The query's rotated halves joined in registers (the
+    default) and stored and read back (``q_in_registers=False``). And the launch the engine makes, every argument left
+    to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units over down_proj's K whole,
+    wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead, the query in registers, and on a GPU
+    each attention unit's first cache tile asked into L2 before its query is made ready). On a GPU, also two tiles
+    asked ahead (``kv_ahead=2``)."""
     path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
     attn = model.layers[0].self_attn
