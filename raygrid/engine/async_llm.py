@@ -140,15 +140,16 @@ class AsyncLLM:
         # The thread holds only a weak reference, so that dropping the AsyncLLM ends the loop and garbage
         # collection releases the engine (and its Ray actors and placement groups).
         self._thread = threading.Thread(target=AsyncLLM._engine_loop, args=(weakref.ref(self),), name="raygrid-engine", daemon=True)
+        self._thread.start()
         # So does the watchdog's (an engine stepping in this process only), woken at once when this goes (shutdown,
         # or collected).
         self._watchdog_stop = threading.Event()
         weakref.finalize(self, self._watchdog_stop.set)
-        watch_args = (weakref.ref(self), self._watchdog_stop, self.config.parallel.step_timeout_s)
-        self._watchdog = threading.Thread(target=AsyncLLM._watch, args=watch_args, name="raygrid-engine-watchdog",
-                                          daemon=True)
-        self._thread.start()
+        self._watchdog: threading.Thread | None = None
         if engine is None and engine_connection is None and not engine_process:
+            watch_args = (weakref.ref(self), self._watchdog_stop, self.config.parallel.step_timeout_s)
+            self._watchdog = threading.Thread(target=AsyncLLM._watch, args=watch_args, name="raygrid-engine-watchdog",
+                                              daemon=True)
             self._watchdog.start()
 
     # ------------------------------------------------------------------ the asyncio side
@@ -257,7 +258,7 @@ class AsyncLLM:
         self._watchdog_stop.set()
         self._commands.put(("stop",))
         self._thread.join(timeout=30)
-        if self._watchdog.ident is not None:
+        if self._watchdog is not None:
             self._watchdog.join(timeout=5)
         self.engine.shutdown()
 
