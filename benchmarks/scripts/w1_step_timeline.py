@@ -8,7 +8,10 @@ from ``--decode-at`` on:
 - ``gpu_ms``: from the GPU reaching the step's first event to its last;
 - ``gpu_idle_before_ms``: how long the GPU sat idle between the step before and this one (the host was late);
 - ``queue_lead_ms``: how long the step waited on the GPU after the host launched it;
-- ``phases_ms``: the host's time in the engine's parts between this step's launch and the next one's.
+- ``phases_ms``: the host's time in the engine's parts between this step's launch and the next one's;
+
+and, over every step of the run by kind (``buckets``: prompt steps, decode steps by running requests), the steps'
+GPU time and the GPU's idle time before them, in seconds.
 
     python benchmarks/scripts/w1_step_timeline.py OUT.json [--model random-qwen3-0.6b] [--decode-at 300]
 """
@@ -69,6 +72,26 @@ def per_step(events, host, t0: float, base, steps: range, tokens: list[tuple[int
     return rows
 
 
+BUCKETS = ((16, "decode, 1-15"), (64, "decode, 16-63"), (128, "decode, 64-127"), (256, "decode, 128-255"),
+           (None, "decode, 256+"))
+
+
+def buckets(events, base, tokens: list[tuple[int, int]]) -> dict:
+    """GPU seconds and the GPU's idle seconds before each step, summed by the step's kind."""
+    out: dict[str, dict] = {}
+    for i, (_, _, first, last) in enumerate(events):
+        if i >= len(tokens):
+            break
+        num_tokens, requests = tokens[i]
+        name = "with prompt tokens" if num_tokens > requests else next(n for lim, n in BUCKETS if lim is None or requests < lim)
+        gpu_start, gpu_end = base.elapsed_time(first), base.elapsed_time(last)
+        idle = max(0.0, gpu_start - base.elapsed_time(events[i - 1][3])) if i > 0 else 0.0
+        b = out.setdefault(name, dict(steps=0, gpu_s=0.0, idle_before_s=0.0))
+        b.update(steps=b["steps"] + 1, gpu_s=b["gpu_s"] + (gpu_end - gpu_start) / 1e3,
+                 idle_before_s=b["idle_before_s"] + idle / 1e3)
+    return {k: {n: round(x, 4) if isinstance(x, float) else x for n, x in v.items()} for k, v in out.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("output")
@@ -96,6 +119,7 @@ def main() -> None:
     report = {"model": args.model, "output_tok_s": round(sum(output_lens) / elapsed, 1), "steps": len(events),
               "prompt_steps": per_step(events, host, t0, base, range(prompt_steps + 3), tokens),
               "decode_steps": per_step(events, host, t0, base, range(args.decode_at, args.decode_at + 10), tokens),
+              "buckets": buckets(events, base, tokens),
               **provenance()}
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
@@ -103,6 +127,7 @@ def main() -> None:
     for name in ("prompt_steps", "decode_steps"):
         for row in report[name]:
             print(name, json.dumps(row))
+    print("buckets", json.dumps(report["buckets"]))
     llm.shutdown()
 
 
