@@ -12,13 +12,9 @@ import argparse
 import json
 
 from raygrid.bench.memory_floor import decode_floor
-from raygrid.bench.throughput import make_workload
+from raygrid.bench.throughput import make_workload, step_kind
 from raygrid.models.default_model import resolve_model_path
 from raygrid.models.loader import load_hf_config
-
-BUCKETS = ((16, "decode, 1-15"), (64, "decode, 16-63"), (128, "decode, 64-127"), (256, "decode, 128-255"),
-           (None, "decode, 256+"))
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -32,7 +28,7 @@ def main() -> None:
     buckets: dict[str, dict] = {}
     for step in range(max(output_lens)):
         running = [p + step for p, n in zip(lengths, output_lens) if n > step]
-        name = next(n for lim, n in BUCKETS if lim is None or len(running) < lim)
+        name = step_kind(len(running), len(running))
         floor = decode_floor(config, len(running), sum(running), bandwidth=args.bandwidth)["floor_ms"] / 1e3
         b = buckets.setdefault(name, dict(steps=0, floor_s=0.0))
         b.update(steps=b["steps"] + 1, floor_s=b["floor_s"] + floor)

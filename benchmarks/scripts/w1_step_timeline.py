@@ -10,7 +10,7 @@ from ``--decode-at`` on:
 - ``queue_lead_ms``: how long the step waited on the GPU after the host launched it;
 - ``phases_ms``: the host's time in the engine's parts between this step's launch and the next one's;
 
-and, over every step of the run by kind (``buckets``: prompt steps, decode steps by running requests), the steps'
+and, over every step of the run by kind (``buckets``: ``where_the_time_goes``'s, ``throughput.step_kind``), the steps'
 GPU time and the GPU's idle time before them, in seconds.
 
     python benchmarks/scripts/w1_step_timeline.py OUT.json [--model random-qwen3-0.6b] [--decode-at 300]
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from step_timeline import RECORD, install_hooks  # noqa: E402
 
 from raygrid import LLM, SamplingParams  # noqa: E402
-from raygrid.bench.throughput import make_workload, provenance  # noqa: E402
+from raygrid.bench.throughput import make_workload, provenance, step_kind  # noqa: E402
 from raygrid.models.default_model import resolve_model_path  # noqa: E402
 from raygrid.models.loader import load_hf_config  # noqa: E402
 
@@ -72,10 +72,6 @@ def per_step(events, host, t0: float, base, steps: range, tokens: list[tuple[int
     return rows
 
 
-BUCKETS = ((16, "decode, 1-15"), (64, "decode, 16-63"), (128, "decode, 64-127"), (256, "decode, 128-255"),
-           (None, "decode, 256+"))
-
-
 def buckets(events, base, tokens: list[tuple[int, int]]) -> dict:
     """GPU seconds and the GPU's idle seconds before each step, summed by the step's kind."""
     out: dict[str, dict] = {}
@@ -83,7 +79,7 @@ def buckets(events, base, tokens: list[tuple[int, int]]) -> dict:
         if i >= len(tokens):
             break
         num_tokens, requests = tokens[i]
-        name = "with prompt tokens" if num_tokens > requests else next(n for lim, n in BUCKETS if lim is None or requests < lim)
+        name = step_kind(num_tokens, requests)
         gpu_start, gpu_end = base.elapsed_time(first), base.elapsed_time(last)
         idle = max(0.0, gpu_start - base.elapsed_time(events[i - 1][3])) if i > 0 else 0.0
         b = out.setdefault(name, dict(steps=0, gpu_s=0.0, idle_before_s=0.0))

@@ -142,17 +142,13 @@ def summarize_steps(start: float, trace: list[tuple[float, int, int]]) -> list[d
     time is the interval since the previous step finished, and ``max_ms`` is a bucket's slowest (a stall shows there).
     The steps with prompt tokens are few and vary most from run to run, so their bucket also lists each one
     (``each``: ms, tokens scheduled, requests)."""
-    decode_sizes = [(1, 15), (16, 63), (64, 127), (128, 255), (256, None)]  # (fewest, most) requests running
-    buckets = {"with prompt tokens": [0, 0.0, 0.0]}
-    buckets.update({decode_bucket(lo, hi): [0, 0.0, 0.0] for lo, hi in decode_sizes})
+    buckets = {kind: [0, 0.0, 0.0] for kind in STEP_KINDS}
     prompt_steps = []
     previous = start
     for finished, num_tokens, num_reqs in trace:
-        if num_tokens > num_reqs:
-            key = "with prompt tokens"
+        key = step_kind(num_tokens, num_reqs)
+        if key == PROMPT_STEPS:
             prompt_steps.append({"ms": round(1e3 * (finished - previous), 2), "tokens": num_tokens, "requests": num_reqs})
-        else:
-            key = decode_bucket(*next((lo, hi) for lo, hi in decode_sizes if hi is None or num_reqs <= hi))
         buckets[key][0] += 1
         buckets[key][1] += finished - previous
         buckets[key][2] = max(buckets[key][2], finished - previous)
@@ -166,6 +162,19 @@ def summarize_steps(start: float, trace: list[tuple[float, int, int]]) -> list[d
 
 def decode_bucket(lo: int, hi: int | None) -> str:
     return f"decode, {lo}-{hi} requests" if hi is not None else f"decode, {lo}+ requests"
+
+
+DECODE_SIZES = ((1, 15), (16, 63), (64, 127), (128, 255), (256, None))  # (fewest, most) requests running
+PROMPT_STEPS = "with prompt tokens"
+STEP_KINDS = (PROMPT_STEPS, *(decode_bucket(lo, hi) for lo, hi in DECODE_SIZES))
+
+
+def step_kind(num_tokens: int, num_reqs: int) -> str:
+    """The bucket of ``where_the_time_goes`` a step of ``num_tokens`` scheduled tokens over ``num_reqs`` requests
+    falls in: one with prompt tokens, or decode-only by how many requests run."""
+    if num_tokens > num_reqs:
+        return PROMPT_STEPS
+    return decode_bucket(*next((lo, hi) for lo, hi in DECODE_SIZES if hi is None or num_reqs <= hi))
 
 
 def run_hf(args, model_path: str, dtype: str, prompts, output_lens) -> dict:
