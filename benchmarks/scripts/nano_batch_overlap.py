@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import torch
@@ -28,9 +27,8 @@ import torch
 from raygrid.bench.kernel_timing import chain_us
 from raygrid.bench.memory_floor import copy_bandwidth
 from raygrid.bench.throughput import provenance
-from raygrid.models.default_model import build_tokenizer, qwen3_0_6b_config, write_config_only
+from raygrid.models.default_model import load_dummy_qwen3_0_6b
 from raygrid.models.layers.attention import AttentionMetadata
-from raygrid.models.loader import load_model
 
 PAGE = 64
 POOL = 4096  # pages a layer: contexts share random pages of this pool; each row's own last page is its own
@@ -46,13 +44,26 @@ def decode_batch(contexts: list[int], device) -> tuple[torch.Tensor, torch.Tenso
     table[torch.arange(rows, device=device), last.long()] = torch.arange(rows, dtype=torch.int32, device=device)
     positions = (seq_lens - 1).long()
     slots = table[torch.arange(rows, device=device), last.long()].long() * PAGE + positions % PAGE
-    meta = AttentionMetadata(
-        slot_mapping=slots, block_tables=table, seq_lens=[c + 1 for c in contexts],
-        query_start_loc=list(range(rows + 1)), max_query_len=1, seq_lens_tensor=seq_lens,
-        query_start_loc_tensor=torch.arange(rows + 1, dtype=torch.int32, device=device),
-        decode_order=torch.argsort(-seq_lens, stable=True).to(torch.int32))
     ids = torch.randint(0, 150000, (rows,), device=device)
-    return ids, positions, meta
+    return ids, positions, decode_metadata(slots, table, seq_lens)
+
+
+def decode_metadata(slots: torch.Tensor, table: torch.Tensor, seq_lens: torch.Tensor) -> AttentionMetadata:
+    """One decode token a row: its cache slot, the row's pages, and its context with the token."""
+    rows = seq_lens.shape[0]
+    return AttentionMetadata(
+        slot_mapping=slots, block_tables=table, seq_lens=seq_lens.tolist(), query_start_loc=list(range(rows + 1)),
+        max_query_len=1, seq_lens_tensor=seq_lens,
+        query_start_loc_tensor=torch.arange(rows + 1, dtype=torch.int32, device=seq_lens.device),
+        decode_order=torch.argsort(-seq_lens, stable=True).to(torch.int32))
+
+
+def batch_rows(batch, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """Rows ``lo .. hi`` of a ``decode_batch`` as a batch of their own: the same tokens, pages and slots, so that a
+    pass over them compares with the whole batch's."""
+    ids, positions, meta = batch
+    return ids[lo:hi], positions[lo:hi], decode_metadata(meta.slot_mapping[lo:hi], meta.block_tables[lo:hi],
+                                                         meta.seq_lens_tensor[lo:hi])
 
 
 def main() -> None:
@@ -64,11 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device("cuda")
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = build_tokenizer(vocab_size=151936)
-        config = qwen3_0_6b_config(tokenizer)
-        write_config_only(Path(tmp), config, tokenizer)
-        model = load_model(tmp, config, torch.bfloat16, device, load_format="dummy")
+    model = load_dummy_qwen3_0_6b(device)
     attn = model.layers[0].self_attn
     caches = [(torch.randn(2, POOL, PAGE, attn.num_kv_heads, attn.head_dim, device=device) * 0.5).to(torch.bfloat16)
               for _ in model.layers]
@@ -80,13 +87,7 @@ def main() -> None:
         contexts = torch.randint(args.contexts[0], args.contexts[1] + 1, (batch,)).tolist()
         full = decode_batch(contexts, device)
         half = batch // 2
-        first, second = decode_batch(contexts[:half], device), decode_batch(contexts[half:], device)
-        # The halves see the full batch's pages and slots, so that their results compare with the full pass's.
-        for part, lo, hi in ((first, 0, half), (second, half, batch)):
-            ids, positions, meta = part
-            ids.copy_(full[0][lo:hi])
-            meta.block_tables = full[2].block_tables[lo:hi]
-            meta.slot_mapping = full[2].slot_mapping[lo:hi]
+        first, second = batch_rows(full, 0, half), batch_rows(full, half, batch)
         kv_bytes = 2 * len(model.layers) * sum(contexts) * attn.num_kv_heads * attn.head_dim * 2
         floor_us = (weight_bytes + kv_bytes) / bandwidth * 1e6
         with torch.inference_mode():

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import torch
@@ -33,9 +32,8 @@ from raygrid.bench.memory_floor import copy_bandwidth
 from raygrid.bench.throughput import provenance
 from raygrid.engine.memory_profile import sequence_metadata
 from raygrid.kernels.persistent_decode import PersistentDecode
-from raygrid.models.default_model import build_tokenizer, qwen3_0_6b_config, write_config_only
+from raygrid.models.default_model import load_dummy_qwen3_0_6b
 from raygrid.models.layers.attention import AttentionMetadata
-from raygrid.models.loader import load_model
 
 PAGE = 64
 
@@ -86,14 +84,10 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device("cuda")
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = build_tokenizer(vocab_size=151936)
-        config = qwen3_0_6b_config(tokenizer)
-        if max(args.contexts) >= config.max_position_embeddings:  # the token's position indexes the rotary tables
-            parser.error(f"--contexts: at most {config.max_position_embeddings - 1} (max_position_embeddings), "
-                         f"got {max(args.contexts)}")
-        write_config_only(Path(tmp), config, tokenizer)
-        model = load_model(tmp, config, torch.bfloat16, device, load_format="dummy")
+    model = load_dummy_qwen3_0_6b(device)
+    limit = model.config.max_position_embeddings
+    if max(args.contexts) >= limit:  # the token's position indexes the rotary tables
+        parser.error(f"--contexts: at most {limit - 1} (max_position_embeddings), got {max(args.contexts)}")
     attn = model.layers[0].self_attn
     num_blocks = -(-(max(args.contexts) + 1) // PAGE) + 8
     caches = [(torch.randn(2, num_blocks, PAGE, attn.num_kv_heads, attn.head_dim, device=device) * 0.5).to(torch.bfloat16)

@@ -244,6 +244,21 @@ def llama3_8b_config(tokenizer):
     )
 
 
+def load_dummy_qwen3_0_6b(device, dtype=None):
+    """Qwen3-0.6B's shape (``qwen3_0_6b_config``) with random weights made on ``device`` (``load_format="dummy"``), in
+    bf16 unless ``dtype`` says otherwise: no weights are written, only the config and tokenizer, to a directory that is
+    gone when it returns. For benchmark scripts that time the model's own pass."""
+    import torch
+
+    from raygrid.models.loader import load_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = build_tokenizer(vocab_size=151936)
+        config = qwen3_0_6b_config(tokenizer)
+        write_config_only(Path(tmp), config, tokenizer)
+        return load_model(tmp, config, dtype or torch.bfloat16, device, load_format="dummy")
+
+
 def build_llama_bench_model(path: Path) -> None:
     tokenizer = build_tokenizer(vocab_size=128256)
     write_config_only(path, llama3_8b_config(tokenizer), tokenizer)
