@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Twenty-seventh session, command 8: the three benchmark scripts changed after their runs (one helper for the dummy
+# For the next session (never run: no device time was left): the three benchmark scripts changed after their runs (one helper for the dummy
 # model, the probe's halves sliced from the whole batch, step kinds from throughput.step_kind), run again briefly.
 # Carry [".devlite"]; results under $OUT/r, returned as one tarball. $1: the commit.
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc
