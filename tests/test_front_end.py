@@ -156,18 +156,62 @@ def test_cli_bench_latency_times_each_prompt_length(tmp_path, qwen3_dir, backend
         assert ttft + 5 * tpot == pytest.approx(e2e, rel=0.3)  # medians of the same runs
         assert len(row["ttft_ms"]["each"]) == 2 and min(row["ttft_ms"]["each"]) <= ttft <= max(row["ttft_ms"]["each"])
         assert row["prefill_tflop_per_s"] > 0
-        gaps = row["token_gap_ms"]  # each token's arrival after the first, seen by raygrid's loop (not by generate())
-        if backend == "hf":
-            assert gaps is None
+        assert row["batch_prefill_ms"]["each"] == row["ttft_ms"]["each"]  # a lone request's prefill is its TTFT
+        gaps, steps = row["token_gap_ms"], row["decode_step_ms"]  # gaps: each token's arrival after the first
+        if backend == "hf":  # generate() is seen only at its first token and its end: one mean step a run
+            assert gaps is None and steps["count"] == 2
         else:
             assert gaps["count"] == 2 * 5 and 0 < gaps["median"] <= gaps["max"]
             assert gaps["first"] <= gaps["max"] and gaps["last"] <= gaps["max"]
             assert 5 * gaps["median"] == pytest.approx(e2e - ttft, rel=0.5)
+            # every step after a lone request's first token decodes the whole batch
+            assert (steps["count"], steps["median"], steps["max"]) == (gaps["count"], gaps["median"], gaps["max"])
         # The floor is a GPU's memory bandwidth, measured where the benchmark runs: a CPU run has none.
-        assert row["decode_floor_ms"] is None and row["tpot_over_floor"] is None
+        assert row["decode_floor_ms"] is None and row["decode_step_over_floor"] is None
     assert summary["copy_bandwidth_bytes_per_s"] is None
     assert "TTFT" in result.stdout and "TPOT" in result.stdout and "floor" not in result.stdout
     assert ("between tokens" in result.stdout) is (backend == "raygrid")
+
+
+def test_cli_bench_latency_times_a_batch_without_its_prompts_in_the_decode_step(tmp_path, qwen3_dir):
+    """A batch of three 48-token prompts under a 32-token step budget: the engine prefills them one after another,
+    so the first request's tokens come beside the later prompts' chunks. Each request's TTFT and TPOT count that;
+    the batch's prefill runs to the last prompt's first token, its rate counts every prompt over that time, and its
+    decode steps are only those where all three decoded."""
+    from raygrid.bench.latency import prefill_flops
+    from raygrid.models.loader import load_hf_config
+
+    out = tmp_path / "latency.json"
+    command = [sys.executable, "-m", "raygrid.entrypoints.cli", "bench", "latency", "--model", qwen3_dir, "--device", "cpu",
+               "--dtype", "float32", "--input-len", "48", "--num-iters", "2", "--batch-size", "3",
+               "--max-num-batched-tokens", "32", "--output-len", "12", "--output-json", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(out.read_text())["results"]
+    ttfts = row["ttft_ms"]["each"]  # run by run, request by request
+    assert len(ttfts) == 6 and row["batch_prefill_ms"]["each"] == [max(ttfts[:3]), max(ttfts[3:])]
+    assert min(ttfts[:3]) < max(ttfts[:3])  # the prompts were prefilled in turn
+    prefill_s = row["batch_prefill_ms"]["median"] / 1e3
+    flops = prefill_flops(load_hf_config(qwen3_dir), 48)
+    assert row["prefill_tflop_per_s"] == pytest.approx(3 * flops / prefill_s / 1e12, rel=1e-6)
+    # Each request's 11 gaps a run; the first request's earliest ones were steps with the later prompts' chunks.
+    assert row["token_gap_ms"]["count"] == 2 * 3 * 11
+    assert 0 < row["decode_step_ms"]["count"] < 2 * 11
+    assert "the batch's prefill" in result.stdout and "decode step" in result.stdout
+
+
+def test_a_batchs_decode_steps_are_the_steps_after_a_step_that_brought_every_request_a_token():
+    """``whole_batch_steps`` on the steps of a batch of 3 (when each step returned, and how many requests it brought a
+    token): the prompts' steps, the step that brings the last prompt its first token, and the steps after the first
+    request finished are left out; each step of the whole batch is timed from the step before."""
+    from raygrid.bench.latency import whole_batch_steps
+
+    ends = [1.0, 2.0, 3.5, 4.0, 4.25, 4.75, 5.0, 5.5, 6.0]
+    brought = [0, 1, 2, 3, 3, 3, 3, 2, 1]  # prompts 1 and 2's first tokens; 3's (step 3); request 1 done at step 6
+    assert whole_batch_steps(ends, brought, 3) == [0.25, 0.5, 0.25]
+    assert whole_batch_steps(ends[:5], brought[:5], 3) == [0.25]
+    assert whole_batch_steps([1.0, 2.0, 3.0], [1, 1, 1], 1) == [1.0, 1.0]  # a lone request: every step after its first
+    assert whole_batch_steps([1.0, 2.0], [0, 2], 2) == []  # no step of the whole batch yet
 
 
 

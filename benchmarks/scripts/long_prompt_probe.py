@@ -61,7 +61,7 @@ def main() -> None:
             engine, close = llm.llm_engine, llm.shutdown
         prompts = _Prompts(0, 10000)
         time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)  # warm-up
-        ttfts = [time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)[0][0] * 1e3 for _ in range(3)]
+        ttfts = [time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len).prefilled_s * 1e3 for _ in range(3)]
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             time_raygrid(engine, prompts.batch(1, args.prompt_len), output_len)
             torch.cuda.synchronize()

@@ -97,7 +97,7 @@ def timed_run(engine, prompt: list[int], tokens: int, sampling: dict) -> dict:
     torch.cuda.synchronize()
     cpu_before, wall_start = thread_cpu_seconds(), time.perf_counter()
     RECORD.update(on=True, events=[], host=[])
-    ttft, e2e = time_raygrid(engine, [prompt], tokens, sampling)[0]
+    ttft, e2e, _ = time_raygrid(engine, [prompt], tokens, sampling).requests[0]
     RECORD["on"] = False
     wall, cpu_after = time.perf_counter() - wall_start, thread_cpu_seconds()
     torch.cuda.synchronize()

@@ -1,8 +1,14 @@
 """`raygrid bench latency`: what one user waits for, as vLLM's `bench latency` measures it. For each prompt
-length, a batch (default 1) of fresh random prompts runs alone, several times: the time to the first token
-(the prefill), the time per output token after it (decode), and that decode step against its memory floor.
-With ``--backend hf`` the same prompts go through transformers' ``generate()`` (SDPA attention), so a
-ratio comes from one run.
+length, a batch (default 1) of fresh random prompts runs alone, several times: each request's time to its first token
+(TTFT) and per output token after it (TPOT), and the batch's own two figures: its prefill (until every prompt has its
+first token) and its decode step (while every request of the batch decodes), against that step's memory floor.
+
+In a batch of several, each request's TTFT and TPOT are what its user waits for: the engine prefills the prompts
+one step budget after another, so the first request decodes beside the later prompts' chunks, and its TPOT counts
+them. The batch's figures leave them out: the prefill rate counts the whole batch's prompts over the time they all
+took, and the decode step is timed from one step to the next only where every request decoded in both. For a lone
+request the decode step is its TPOT. With ``--backend hf`` the same prompts go through transformers' ``generate()``
+(SDPA attention), whose batch prefills at once and then decodes together, so a ratio comes from one run.
 
     raygrid bench latency --model random-qwen3-0.6b --dtype bfloat16 --input-len 512 8192 32768 --output-len 128
 """
@@ -14,6 +20,7 @@ import datetime
 import json
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,35 +51,70 @@ class _Prompts:
         return [self.rng.integers(0, self.high, size=length).tolist() for _ in range(size)]
 
 
-def time_raygrid(engine, prompts: list[list[int]], output_len: int, sampling: dict | None = None) -> list[tuple]:
-    """(time to first token, end-to-end time, the gaps between its tokens' arrivals after the first) of each
-    request, run together on an ``LLMEngine``; ``sampling``: more SamplingParams fields (temperature 1 unless it says
-    otherwise)."""
+class RequestTiming(NamedTuple):
+    """One request of a timed batch, in seconds from the batch's start."""
+
+    ttft_s: float
+    e2e_s: float
+    gaps_s: list[float] | None  # between its tokens' arrivals after the first (None where the backend does not see them)
+
+
+class BatchTiming(NamedTuple):
+    """One timed batch: each request's times, when the last of its prompts had its first token (seconds from the
+    start), and its decode steps (seconds each) while every request decoded (``whole_batch_steps``)."""
+
+    requests: list[RequestTiming]
+    prefilled_s: float
+    decode_steps_s: list[float]
+
+
+def whole_batch_steps(step_ends: list[float], delivered: list[int], batch: int) -> list[float]:
+    """The batch's decode steps, from the host's view of its steps: ``step_ends[i]`` when step i returned and
+    ``delivered[i]`` how many of the ``batch`` requests it brought a token. A step that brought every request a token,
+    after a step that did the same, was a decode step of the whole batch: each request had its first token already.
+    Its time is from the one before's end. (A step that brings the last prompt's first token also brings the others
+    theirs, but it carried that prompt's chunk: the step before it did not bring that request a token.)"""
+    return [step_ends[i] - step_ends[i - 1] for i in range(1, len(step_ends))
+            if delivered[i] == batch and delivered[i - 1] == batch]
+
+
+def time_raygrid(engine, prompts: list[list[int]], output_len: int, sampling: dict | None = None) -> BatchTiming:
+    """``prompts`` run together on an ``LLMEngine`` (``BatchTiming``); ``sampling``: more SamplingParams fields
+    (temperature 1 unless it says otherwise)."""
     from raygrid import SamplingParams
 
     params = SamplingParams(**{"temperature": 1.0, **(sampling or {})}, max_tokens=output_len, ignore_eos=True, detokenize=False)
     ids = [engine.next_request_id() for _ in prompts]
     arrivals: dict[str, list[float]] = {rid: [] for rid in ids}  # each step that brought a request tokens
     done: dict[str, float] = {}
+    step_ends: list[float] = []
+    delivered: list[int] = []
     start = time.perf_counter()
     for rid, prompt in zip(ids, prompts):
         engine.add_request(rid, {"prompt_token_ids": prompt}, params)
     while engine.has_unfinished_requests():
-        for out in engine.step():
-            now = time.perf_counter()
+        outputs = engine.step()
+        now = time.perf_counter()
+        brought = 0
+        for out in outputs:
             if out.outputs and out.outputs[0].token_ids:
                 arrivals[out.request_id].append(now)
+                brought += 1
             if out.finished:
                 done[out.request_id] = now
+        step_ends.append(now)
+        delivered.append(brought)
     for rid in ids:
         if rid not in done:
             raise RuntimeError(f"request {rid} did not finish")
-    return [(arrivals[rid][0] - start, done[rid] - start, np.diff(arrivals[rid]).tolist()) for rid in ids]
+    requests = [RequestTiming(arrivals[rid][0] - start, done[rid] - start, np.diff(arrivals[rid]).tolist()) for rid in ids]
+    return BatchTiming(requests, max(r.ttft_s for r in requests), whole_batch_steps(step_ends, delivered, len(ids)))
 
 
-def time_hf(model, prompts: list[list[int]], output_len: int) -> list[tuple]:
+def time_hf(model, prompts: list[list[int]], output_len: int) -> BatchTiming:
     """transformers: one generate() of the whole output, timed at its first new token and at its end, as raygrid's
-    requests are (a streamer sees each step's tokens on the host; its first call carries the prompt)."""
+    requests are (a streamer sees each step's tokens on the host; its first call carries the prompt). The batch
+    prefills at once and decodes together, so its decode step is its time per token after the first."""
     import torch
     from transformers.generation.streamers import BaseStreamer
 
@@ -99,23 +141,30 @@ def time_hf(model, prompts: list[list[int]], output_len: int) -> list[tuple]:
     if ids.is_cuda:
         torch.cuda.synchronize()
     end = time.perf_counter()
-    return [(first.at - start, end - start, None)] * len(prompts)
+    ttft, e2e = first.at - start, end - start
+    return BatchTiming([RequestTiming(ttft, e2e, None)] * len(prompts), ttft, [(e2e - ttft) / (output_len - 1)])
 
 
-def summarize(runs: list[tuple], output_len: int) -> dict:
-    ttft = np.array([run[0] for run in runs])
-    e2e = np.array([run[1] for run in runs])
+def summarize(runs: list[BatchTiming], output_len: int) -> dict:
+    requests = [request for run in runs for request in run.requests]
+    ttft = np.array([request.ttft_s for request in requests])
+    e2e = np.array([request.e2e_s for request in requests])
     tpot = (e2e - ttft) / (output_len - 1)
     # Each run to a microsecond (TTFT) or 0.1 us (TPOT), and the statistics of those same values, so a median
     # always lies between the runs it is reported with.
     ttft_ms, tpot_ms = np.round(ttft * 1e3, 3), np.round(tpot * 1e3, 4)
+    prefill_ms = np.round(np.array([run.prefilled_s for run in runs]) * 1e3, 3)
+    steps_ms = np.array([step for run in runs for step in run.decode_steps_s]) * 1e3
     return {
         "ttft_ms": {"median": round(float(np.median(ttft_ms)), 4), "p90": round(float(np.percentile(ttft_ms, 90)), 4),
                     "each": ttft_ms.tolist()},
         "tpot_ms": {"median": round(float(np.median(tpot_ms)), 5), "p90": round(float(np.percentile(tpot_ms, 90)), 5),
                     "each": tpot_ms.tolist()},
         "e2e_s": {"median": float(np.median(e2e)), "p90": float(np.percentile(e2e, 90))},
-        "token_gap_ms": _token_gaps([run[2] for run in runs]),
+        "batch_prefill_ms": {"median": round(float(np.median(prefill_ms)), 4), "each": prefill_ms.tolist()},
+        "decode_step_ms": ({"median": round(float(np.median(steps_ms)), 4), "max": round(float(steps_ms.max()), 4),
+                            "count": int(steps_ms.size)} if steps_ms.size else None),
+        "token_gap_ms": _token_gaps([request.gaps_s for request in requests]),
     }
 
 
@@ -164,27 +213,23 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
                 run_one(prompts.batch(args.batch_size, input_len), args.output_len)
             runs = []
             for _ in range(args.num_iters):
-                runs.extend(run_one(prompts.batch(args.batch_size, input_len), args.output_len))
+                runs.append(run_one(prompts.batch(args.batch_size, input_len), args.output_len))
             row = {"input_len": input_len, **summarize(runs, args.output_len)}
-            row["prefill_tflop_per_s"] = args.batch_size * prefill_flops(hf_config, input_len) / (row["ttft_ms"]["median"] / 1e3) / 1e12
+            prefill_s = row["batch_prefill_ms"]["median"] / 1e3
+            row["prefill_tflop_per_s"] = args.batch_size * prefill_flops(hf_config, input_len) / prefill_s / 1e12
             mid_context = args.batch_size * (input_len + args.output_len // 2)
-            floor = ""
-            row["decode_floor_ms"] = row["tpot_over_floor"] = None  # on CPU: no floor
+            row["decode_floor_ms"] = row["decode_step_over_floor"] = None  # on CPU: no floor
             if bandwidth is not None:
                 row["decode_floor_ms"] = decode_floor(
                     hf_config, args.batch_size, mid_context, _dtype_bytes(engine_kwargs, hf_config), bandwidth=bandwidth,
                     quantization=engine_kwargs.get("quantization"), kv_cache_dtype=engine_kwargs.get("kv_cache_dtype", "auto"),
                 )["floor_ms"]
-                row["tpot_over_floor"] = row["tpot_ms"]["median"] / row["decode_floor_ms"]
-                floor = f" (floor {row['decode_floor_ms']:.3f} ms, {row['tpot_over_floor']:.2f}x)"
+                if row["decode_step_ms"]:
+                    row["decode_step_over_floor"] = row["decode_step_ms"]["median"] / row["decode_floor_ms"]
             if profile is not None:
                 row["decode_profile"] = profile(input_len)
             rows.append(row)
-            gaps = row["token_gap_ms"]
-            between = (f"; between tokens {gaps['median']:.3f} ms, first {gaps['first']:.3f}, last {gaps['last']:.3f}, "
-                       f"slowest {gaps['max']:.3f}") if gaps else ""
-            print(f"input {input_len:6d}: TTFT {row['ttft_ms']['median']:9.2f} ms ({row['prefill_tflop_per_s']:.1f} TFLOP/s), "
-                  f"TPOT {row['tpot_ms']['median']:7.3f} ms{floor}, E2E {row['e2e_s']['median']:.3f} s{between}", flush=True)
+            print(_describe(row, args.batch_size), flush=True)
     finally:
         close()
     summary = {
@@ -199,6 +244,27 @@ def run_latency_benchmark(args: argparse.Namespace, engine_kwargs: dict) -> dict
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
     return summary
+
+
+def _describe(row: dict, batch_size: int) -> str:
+    """A row of the benchmark as one line: the request's figures, then (for a batch) the batch's own."""
+    line = f"input {row['input_len']:6d}: TTFT {row['ttft_ms']['median']:9.2f} ms"
+    if batch_size > 1:
+        line += f", the batch's prefill {row['batch_prefill_ms']['median']:.2f} ms"
+    line += f" ({row['prefill_tflop_per_s']:.1f} TFLOP/s), TPOT {row['tpot_ms']['median']:7.3f} ms"
+    step = row["decode_step_ms"]
+    if step is None:
+        line += ", decode step: none had the whole batch (a longer --output-len gives some)"
+    else:
+        line += f", decode step {step['median']:7.3f} ms"
+        if row["decode_floor_ms"] is not None:
+            line += f" (floor {row['decode_floor_ms']:.3f} ms, {row['decode_step_over_floor']:.2f}x)"
+    line += f", E2E {row['e2e_s']['median']:.3f} s"
+    gaps = row["token_gap_ms"]
+    if gaps:
+        line += (f"; between tokens {gaps['median']:.3f} ms, first {gaps['first']:.3f}, last {gaps['last']:.3f}, "
+                 f"slowest {gaps['max']:.3f}")
+    return line
 
 
 def _device(engine_kwargs: dict):
