@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -406,6 +407,40 @@ def test_prefill_launch_takes_short_tiles_when_sequences_bring_few_queries():
     got = paged_attention_prefill(query, cache, tables, lens, query_starts, 0.25, block_m=16, block_n=16)
     torch.testing.assert_close(got, paged_attention_ref(query, cache, tables, seq_lens, starts, 0.25), **tol(torch.float32))
     assert PREFILL_SHORT_CONFIG["block_m"] < PREFILL_CONFIG["block_m"]
+
+
+def test_a_step_with_many_prompt_tokens_takes_the_long_tiles_however_many_decode_rows_beside_them(monkeypatch):
+    """Where the host knows the batch's lengths, the tiles are those whose key reads cost less (``prefill_launch_for``):
+    W1's steps with prompt tokens (about 14 prompts of 560 tokens beside their decode rows, 8,192 tokens) keep the
+    128-row tiles past 128 sequences, where the shapes' rule turned to 16-row tiles; #11's steady step (256 decode rows,
+    two 512-token prompts) keeps the 16-row ones, as do a few decode rows with a short prompt chunk. The key reads
+    are counted as a loop over every tile would; the shapes' rule comes back with RAYGRID_PREFILL_TILE_CHOICE."""
+    import itertools
+
+    from raygrid.kernels import triton_attention
+    from raygrid.kernels.triton_attention import PREFILL_CONFIG, PREFILL_SHORT_CONFIG, prefill_launch, prefill_launch_for, tile_key_reads
+
+    def batch(decodes: int, context: int, prompts: int, prompt_len: int, cached: int = 0):
+        query_lens = [1] * decodes + [prompt_len] * prompts
+        return [0, *itertools.accumulate(query_lens)], [context] * decodes + [cached + prompt_len] * prompts
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        q = rng.integers(0, 300, size=int(rng.integers(1, 8)))
+        s = q + rng.integers(0, 500, size=q.size)
+        per_tile = int(rng.choice([1, 8, 64]))
+        brute = sum(prefix + min(n, (t + 1) * per_tile) for n, prefix in zip(q.tolist(), (s - q).tolist())
+                    for t in range(-(-n // per_tile)))
+        assert tile_key_reads(q, s, per_tile) == brute
+    for decodes in (16, 64, 115, 129, 192, 249):
+        w1_step = batch(decodes, 700, 14, 560)
+        assert prefill_launch_for(*w1_step) is PREFILL_CONFIG, decodes
+    assert prefill_launch(8192, 129) is PREFILL_SHORT_CONFIG  # the shapes' rule at the same step
+    assert prefill_launch_for(*batch(256, 640, 2, 512)) is PREFILL_SHORT_CONFIG
+    assert prefill_launch_for(*batch(200, 900, 1, 64, cached=2000)) is PREFILL_SHORT_CONFIG  # a later chunk's few queries
+    assert prefill_launch_for(*batch(0, 0, 1, 8192)) is PREFILL_CONFIG and prefill_launch_for(*batch(0, 0, 16, 512)) is PREFILL_CONFIG
+    monkeypatch.setitem(triton_attention.PREFILL_TILE_CHOICE, "rule", "shape")  # as RAYGRID_PREFILL_TILE_CHOICE sets it
+    assert prefill_launch_for(*batch(129, 700, 14, 560)) is PREFILL_SHORT_CONFIG
 
 
 def test_gluon_prefill_takes_long_16bit_prompts_on_pages_of_whole_tiles():

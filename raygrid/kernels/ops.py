@@ -245,10 +245,18 @@ def store_kv(key, value, kv_cache, slot_mapping) -> None:
 
 
 def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
-    """The tile shape the GPU's prefill attention kernel takes for a batch (a CUDA graph captures one)."""
+    """The tile shape the GPU's prefill attention kernel takes for a batch by its shapes (a CUDA graph captures one)."""
     from raygrid.kernels.triton_attention import prefill_launch as triton_prefill_launch
 
     return triton_prefill_launch(num_tokens, num_seqs)
+
+
+def prefill_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> dict:
+    """The tile shape the GPU's prefill attention kernel takes for a batch whose query and context lengths the host
+    knows (``triton_attention.prefill_launch_for``)."""
+    from raygrid.kernels.triton_attention import prefill_launch_for as triton_prefill_launch_for
+
+    return triton_prefill_launch_for(query_start_loc, seq_lens)
 
 
 def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -260,7 +268,7 @@ def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | Non
             return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale, out=out,
                                           order=meta.decode_order)
         return paged_attention_prefill(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
-                                       scale, out=out)
+                                       scale, out=out, launch=meta.prefill_launch)
     result = paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
     return result if out is None else out.copy_(result)
 

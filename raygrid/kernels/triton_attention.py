@@ -13,6 +13,7 @@ import json
 import math
 import os
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -524,9 +525,42 @@ PREFILL_SHORT_CONFIG = dict(block_m=16, block_n=64, num_warps=4, num_stages=2, p
 SHORT_QUERIES = 64  # below this many queries per sequence on average, the short tiles
 
 
+# How a step with prompt tokens whose sequences the host knows picks its tiles (``prefill_launch_for``): "cost"
+# compares the keys each launch's query tiles would read, "shape" is ``prefill_launch``'s rule by shapes alone.
+# ``long_tile_cost``: a 128-row tile's time a key over a 16-row tile's, where most of the tile's rows are empty (a
+# decode row's): 289 against 192 us a layer for 256 decode rows of 640-token contexts beside two 512-token prompts on
+# an H200 (the tiles' key reads there: 166,400 and 180,736). RAYGRID_PREFILL_TILE_CHOICE (JSON) overrides it, for
+# A/B runs.
+PREFILL_TILE_CHOICE = overridden(dict(rule="cost", long_tile_cost=1.64), "RAYGRID_PREFILL_TILE_CHOICE")
+
+
 def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
-    """The prefill kernel's launch for a batch of ``num_tokens`` queries over ``num_seqs`` sequences."""
+    """The prefill kernel's launch for a batch of ``num_tokens`` queries over ``num_seqs`` sequences, by these shapes
+    alone (what a CUDA graph captures)."""
     return PREFILL_SHORT_CONFIG if num_tokens < SHORT_QUERIES * num_seqs else PREFILL_CONFIG
+
+
+def tile_key_reads(query_lens: np.ndarray, seq_lens: np.ndarray, queries_per_tile: int) -> int:
+    """Keys the prefill kernel's query tiles read over a batch: a sequence of ``q`` queries whose context ends at
+    ``s`` takes ceil(q / Q) tiles of Q queries, and its t-th tile reads the keys up to its last query (causal)."""
+    q, s = np.asarray(query_lens, dtype=np.int64), np.asarray(seq_lens, dtype=np.int64)
+    tiles = -(-q // queries_per_tile)
+    reads = tiles * (s - q) + queries_per_tile * tiles * (tiles + 1) // 2 - (tiles * queries_per_tile - q)
+    return int(reads.sum())
+
+
+def prefill_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> dict:
+    """The prefill kernel's launch for a batch the host knows (``PREFILL_TILE_CHOICE``): the tiles whose key reads,
+    weighed by their time a key, are fewer. Short tiles suit decode rows, whose 128-row tiles hold one query
+    each; long ones suit prompts, whose keys 16-row tiles read eight times as often. By shapes alone a step of
+    8,192 tokens took short tiles from 129 sequences on, when W1's steps with prompts carry about 14 prompts of 560
+    tokens beside their decode rows, and its GPU time jumped there (21.1 to 25.7 ms on an H100, benchmarks/README.md)."""
+    if PREFILL_TILE_CHOICE["rule"] == "shape":
+        return prefill_launch(query_start_loc[-1], len(seq_lens))
+    query_lens = np.diff(np.asarray(query_start_loc, dtype=np.int64))
+    short = tile_key_reads(query_lens, seq_lens, PREFILL_SHORT_CONFIG["block_m"] // PREFILL_SHORT_CONFIG["pack"])
+    long = tile_key_reads(query_lens, seq_lens, PREFILL_CONFIG["block_m"] // PREFILL_CONFIG["pack"])
+    return PREFILL_SHORT_CONFIG if short < PREFILL_TILE_CHOICE["long_tile_cost"] * long else PREFILL_CONFIG
 
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,
@@ -584,14 +618,15 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
 def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, out=None,
                             block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                             num_stages: int | None = None, pack: int | None = None, tma: bool | None = None,
-                            subtiles: int | None = None, gluon: bool | None = None):
+                            subtiles: int | None = None, gluon: bool | None = None, launch: dict | None = None):
     """Packed queries ``[T, heads, d]`` of several sequences (any lengths, cached prefixes allowed). ``pack``
     query heads of one kv head share a program (at most the group size, and a divisor of it). With ``tma``, where
     pages hold whole tiles of ``block_n`` keys, each tile comes by one bulk copy (the default for 16-bit queries;
     otherwise rows are gathered through the block table). ``subtiles=2`` holds each query tile as two halves
     (``_prefill_tile_halves``; tiles of 32 rows or more). ``gluon``: the default launch of a long prompt goes to
     ``gluon_attention``'s kernel where ``gluon_attention.fits`` says so. A launch parameter left None comes from
-    ``prefill_launch`` for this batch.
+    ``launch`` (``PREFILL_CONFIG`` or ``PREFILL_SHORT_CONFIG``), or where that is None from ``prefill_launch`` for this
+    batch's shapes.
 
     The launch depends on the shapes alone, so a CUDA graph may capture it: rows past ``query_start_loc[-1]``
     belong to no sequence (their output is left as it was), and sequences with no queries are skipped."""
@@ -599,7 +634,7 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     num_kv_heads = k_cache.shape[2]
     num_seqs = seq_lens.shape[0]
-    launch = prefill_launch(num_tokens, num_seqs)
+    launch = launch or prefill_launch(num_tokens, num_seqs)
     block_m = launch["block_m"] if block_m is None else block_m
     block_n = launch["block_n"] if block_n is None else block_n
     num_warps = launch["num_warps"] if num_warps is None else num_warps

@@ -26,6 +26,9 @@ class AttentionMetadata:
     query_start_loc_tensor: torch.Tensor | None = None  # [B + 1] int32
     # Decode steps: the rows by context length, longest first [B] int32 (the decode kernel starts them in this order).
     decode_order: torch.Tensor | None = None
+    # The prefill kernel's tiles for this batch, from its lengths (ops.prefill_launch_for: a GPU's steps past the mixed
+    # graphs' sizes). None: by the batch's shapes (ops.prefill_launch), as a CUDA graph captures them.
+    prefill_launch: dict | None = None
 
     @property
     def decode_only(self) -> bool:
