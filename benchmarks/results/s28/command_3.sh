@@ -8,11 +8,13 @@ t0=$(date +%s); left() { local l=$(( ${1:-560} - ($(date +%s) - t0) )); [ $l -lt
 mkdir -p $OUT/r/mixed; R=$OUT/r
 [ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee $R/gpu.txt
-timeout $(left 170) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "prefill or mixed or piecewise or variants or gluon or chunks" \
-  tests/test_kernels.py -k "prefill or mixed or piecewise or variants or gluon or chunks or many_prompt" > $R/gpu_tests.txt 2>&1; echo "gpu tests exit $?"; tail -3 $R/gpu_tests.txt
+timeout $(left 170) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py \
+  -k "prefill or mixed or piecewise or variants or gluon_prefill or chunks or many_prompt or short_tiles" > $R/gpu_tests.txt 2>&1; echo "gpu tests exit $?"; tail -3 $R/gpu_tests.txt
+n=0
 for v in shape cost shape cost; do
   [ $(left 330) -lt 40 ] && break
-  RAYGRID_PREFILL_TILE_CHOICE="{\"rule\": \"$v\"}" timeout $(left 330) python3 benchmarks/scripts/w1_step_timeline.py $R/timeline_$v$((++n)).json > $R/timeline_$v$n.log 2>&1
+  n=$((n + 1))
+  RAYGRID_PREFILL_TILE_CHOICE="{\"rule\": \"$v\"}" timeout $(left 330) python3 benchmarks/scripts/w1_step_timeline.py $R/timeline_$v$n.json > $R/timeline_$v$n.log 2>&1
   echo "timeline $v exit $?"; grep -E "^W1" $R/timeline_$v$n.log
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(f\"{s['requests']}:{s['gpu_ms']:.1f}\" for s in d['prompt_steps'][:19]), '| prompt gpu s', d['buckets']['with prompt tokens']['gpu_s'])" $R/timeline_$v$n.json
 done
