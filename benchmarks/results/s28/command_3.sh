@@ -2,7 +2,7 @@
 # Twenty-eighth session, command 3: the prompt attention's tiles from the batch's lengths (d693a58). The GPU tests
 # of steps with prefill; W1 step by step with the old rule (shapes) and the new (lengths), alternating; then the
 # attention of W1-like steps by tile shape over a grid of cases, which the rule's constant is checked against; then,
-# in the time left, the batch sweep of `bench latency`. Carry [".devlite"]; results under $OUT/r. $1: the commit.
+# in the time left, the batch sweep of `bench latency`. Second after the tests: nan_probe.py (command 1's 256-row NaN). Carry [".devlite"]; results under $OUT/r. $1: the commit.
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc
 t0=$(date +%s); left() { local l=$(( ${1:-560} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
 mkdir -p $OUT/r/mixed; R=$OUT/r
@@ -10,24 +10,26 @@ mkdir -p $OUT/r/mixed; R=$OUT/r
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee $R/gpu.txt
 timeout $(left 160) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py \
   -k "prefill or mixed or piecewise or variants or gluon_prefill or chunks or many_prompt or short_tiles" > $R/gpu_tests.txt 2>&1; echo "gpu tests exit $?"; tail -3 $R/gpu_tests.txt
+timeout $(left 190) python3 benchmarks/results/s28/nan_probe.py $R/nan_triton.json 2>&1 | tail -1 | cut -c1-400
+RAYGRID_USE_TRITON=0 timeout $(left 230) python3 benchmarks/results/s28/nan_probe.py $R/nan_torch.json 2>&1 | tail -1 | cut -c1-400
 n=0
 for v in shape cost cost shape; do
-  [ $(left 300) -lt 60 ] && break
+  [ $(left 350) -lt 60 ] && break
   n=$((n + 1))
-  RAYGRID_PREFILL_TILE_CHOICE="{\"rule\": \"$v\"}" timeout $(left 300) python3 benchmarks/scripts/w1_step_timeline.py $R/timeline_$v$n.json > $R/timeline_$v$n.log 2>&1
+  RAYGRID_PREFILL_TILE_CHOICE="{\"rule\": \"$v\"}" timeout $(left 350) python3 benchmarks/scripts/w1_step_timeline.py $R/timeline_$v$n.json > $R/timeline_$v$n.log 2>&1
   echo "timeline $v exit $?"; grep -E "^W1" $R/timeline_$v$n.log
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(f\"{s['requests']}:{s['gpu_ms']:.1f}\" for s in d['prompt_steps'][:19]), '| prompt gpu s', d['buckets']['with prompt tokens']['gpu_s'])" $R/timeline_$v$n.json
 done
 for c in "16 700 14 560" "129 700 14 560" "250 700 14 560" "200 1500 14 560" "129 700 7 1120" "256 640 4 512" "256 640 8 512" "128 700 4 1024"; do
-  [ $(left 390) -lt 30 ] && break
+  [ $(left 410) -lt 30 ] && break
   set -- $c
-  timeout $(left 390) python3 benchmarks/scripts/sweep_mixed_attention.py --quick --decodes $1 --context $2 --prompts $3 \
+  timeout $(left 410) python3 benchmarks/scripts/sweep_mixed_attention.py --quick --decodes $1 --context $2 --prompts $3 \
     --prompt-len $4 --output-json $R/mixed/d$1_c$2_p$3x$4.json > $R/mixed/d$1_c$2_p$3x$4.txt 2>&1
   echo "== $c (exit $?)"; grep -E "block_m=(16|128) pack=2 block_n=64 warps=4 stages=(2 tma=False|3 tma=True)|^split" $R/mixed/d$1_c$2_p$3x$4.txt | cut -c1-100
 done
 out=$R; . benchmarks/scripts/runs.sh
 for b in 2 8; do
-  [ $(left 410) -lt 60 ] && break
-  timeout $(left 410) bash -c "$(declare -f rg run); out=$R; run lat_b$b bench latency --model random-qwen3-0.6b --dtype bfloat16 --output-len 128 --input-len 512 8192 32768 --num-iters 2 --batch-size $b" | grep -E "^input|exit"
+  [ $(left 415) -lt 60 ] && break
+  timeout $(left 415) bash -c "$(declare -f rg run); out=$R; run lat_b$b bench latency --model random-qwen3-0.6b --dtype bfloat16 --output-len 128 --input-len 512 8192 32768 --num-iters 2 --batch-size $b" | grep -E "^input|exit"
 done
 tar -czf $OUT/results.tgz -C $OUT r
