@@ -10,14 +10,17 @@ mkdir -p $OUT/r/mixed; R=$OUT/r
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee $R/gpu.txt
 timeout $(left 140) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py \
   -k "prefill or mixed or piecewise or variants or gluon_prefill or chunks or many_prompt or short_tiles" > $R/gpu_tests.txt 2>&1; echo "gpu tests exit $?"; tail -3 $R/gpu_tests.txt
+tar -czf $OUT/results.tgz -C $OUT r  # again after each part: a run cut at its limit keeps what it did
 n=0
 for v in shape cost; do
   n=$((n + 1))
   RAYGRID_PREFILL_TILE_CHOICE="{\"rule\": \"$v\"}" timeout $(left $((140 + 75 * n))) python3 benchmarks/scripts/w1_step_timeline.py $R/timeline_$v$n.json > $R/timeline_$v$n.log 2>&1
   echo "timeline $v exit $?"; grep -E "^W1" $R/timeline_$v$n.log
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(f\"{s['requests']}:{s['gpu_ms']:.1f}\" for s in d['prompt_steps'][:19]), '| prompt gpu s', d['buckets']['with prompt tokens']['gpu_s'])" $R/timeline_$v$n.json
+  tar -czf $OUT/results.tgz -C $OUT r
 done
 timeout $(left 322) python3 benchmarks/results/s28/nan_probe.py $R/nan_triton.json 2>&1 | tail -1 | cut -c1-400
+tar -czf $OUT/results.tgz -C $OUT r
 for c in "16 700 14 560" "129 700 14 560" "250 700 14 560" "200 1500 14 560" "129 700 7 1120" "256 640 4 512" "256 640 8 512" "128 700 4 1024"; do
   [ $(left 335) -lt 30 ] && break
   set -- $c
