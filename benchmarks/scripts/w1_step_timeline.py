@@ -1,7 +1,7 @@
 """Where W1's steps go, host or GPU (GPU only): ``step_timeline.py``'s hooks (the engine's host phases by
 ``perf_counter``, each step's GPU work between two CUDA events aligned to the host clock) over W1 itself
 (``raygrid bench throughput``'s workload: 256 requests, lengths uniform in [100, 1024]) on one engine, run twice:
-the first warms it, the second is recorded. Step by step for the steps with prompt tokens and for ten decode steps
+the first warms it, the second is recorded (or, with ``--prefill-tile-rules``, one recorded run a rule). Step by step for the steps with prompt tokens and for ten decode steps
 from ``--decode-at`` on:
 
 - ``host_ms``: the host's time to launch the step (``ModelRunner._execute``: inputs, forward, sampling);
@@ -14,6 +14,7 @@ and, over every step of the run by kind (``buckets``: ``where_the_time_goes``'s,
 GPU time and the GPU's idle time before them, in seconds.
 
     python benchmarks/scripts/w1_step_timeline.py OUT.json [--model random-qwen3-0.6b] [--decode-at 300]
+    python benchmarks/scripts/w1_step_timeline.py OUT.json --prefill-tile-rules shape cost shape cost  # an A/B, one engine
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ def main() -> None:
     parser.add_argument("--model", default="random-qwen3-0.6b")
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--decode-at", type=int, default=300)
+    parser.add_argument("--prefill-tile-rules", nargs="+", default=None, choices=["shape", "cost"],
+                        help="a timed run for each, on one engine: how steps past the mixed graphs pick the prompt "
+                             "attention's tiles (triton_attention.PREFILL_TILE_CHOICE), for an A/B without restarts")
     args = parser.parse_args()
     install_hooks(parser)
     model_path = resolve_model_path(args.model)
@@ -102,6 +106,28 @@ def main() -> None:
     llm = LLM(model=model_path, dtype="bfloat16", max_model_len=max(longest, 2048))
     params = [SamplingParams(temperature=0.6, max_tokens=int(n), ignore_eos=True, detokenize=False) for n in output_lens]
     run(llm, prompts, params)  # warm
+    reports = []
+    for rule in args.prefill_tile_rules or [None]:
+        if rule is not None:
+            from raygrid.kernels import triton_attention
+
+            triton_attention.PREFILL_TILE_CHOICE["rule"] = rule
+        report = timed_run(llm, prompts, params, output_lens, args)
+        reports.append(dict(report, prefill_tile_rule=rule) if rule else report)
+        tag = f"[{rule}] " if rule else ""
+        print(f"{tag}W1 {report['output_tok_s']} output tok/s, {report['steps']} steps")
+        for name in ("prompt_steps", "decode_steps"):
+            for row in report[name]:
+                print(f"{tag}{name}", json.dumps(row))
+        print(f"{tag}buckets", json.dumps(report["buckets"]))
+    result = {**reports[0], **provenance()} if len(reports) == 1 else {"runs": reports, **provenance()}
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    llm.shutdown()
+
+
+def timed_run(llm, prompts, params, output_lens, args) -> dict:
+    """W1 once more on the warm engine, step by step."""
     core = llm.engine
     core.step_trace = []
     base = torch.cuda.Event(enable_timing=True)
@@ -112,19 +138,10 @@ def main() -> None:
     tokens = [(t, r) for _, t, r in core.step_trace]
     core.step_trace = None
     prompt_steps = sum(1 for t, r in tokens if t > r)
-    report = {"model": args.model, "output_tok_s": round(sum(output_lens) / elapsed, 1), "steps": len(events),
-              "prompt_steps": per_step(events, host, t0, base, range(prompt_steps + 3), tokens),
-              "decode_steps": per_step(events, host, t0, base, range(args.decode_at, args.decode_at + 10), tokens),
-              "buckets": buckets(events, base, tokens),
-              **provenance()}
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1)
-    print(f"W1 {report['output_tok_s']} output tok/s, {len(events)} steps")
-    for name in ("prompt_steps", "decode_steps"):
-        for row in report[name]:
-            print(name, json.dumps(row))
-    print("buckets", json.dumps(report["buckets"]))
-    llm.shutdown()
+    return {"model": args.model, "output_tok_s": round(sum(output_lens) / elapsed, 1), "steps": len(events),
+            "prompt_steps": per_step(events, host, t0, base, range(prompt_steps + 3), tokens),
+            "decode_steps": per_step(events, host, t0, base, range(args.decode_at, args.decode_at + 10), tokens),
+            "buckets": buckets(events, base, tokens)}
 
 
 if __name__ == "__main__":
