@@ -628,7 +628,7 @@ def paged_attention_prefill(query, kv_cache, block_tables, seq_lens, query_start
     ``launch`` (``PREFILL_CONFIG`` or ``PREFILL_SHORT_CONFIG``), or where that is None from ``prefill_launch`` for this
     batch's shapes.
 
-    The launch depends on the shapes alone, so a CUDA graph may capture it: rows past ``query_start_loc[-1]``
+    The launch depends on the shapes alone (and ``launch``), so a CUDA graph may capture it: rows past ``query_start_loc[-1]``
     belong to no sequence (their output is left as it was), and sequences with no queries are skipped."""
     num_tokens, num_heads, head_dim = query.shape
     k_cache, v_cache = kv_cache[0], kv_cache[1]
