@@ -34,6 +34,16 @@ PAGE = 64
 POOL = 4096  # pages a layer: contexts share random pages of this pool; each row's own last page is its own
 
 
+def model_and_caches(device) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """Qwen3-0.6B's shape with dummy bf16 weights, and a cache of ``POOL`` pages a layer filled with N(0, 0.25) values
+    (drawn from torch's global generator, after the model: seed it first for the same inputs)."""
+    model = load_dummy_qwen3_0_6b(device)
+    attn = model.layers[0].self_attn
+    caches = [(torch.randn(2, POOL, PAGE, attn.num_kv_heads, attn.head_dim, device=device) * 0.5).to(torch.bfloat16)
+              for _ in model.layers]
+    return model, caches
+
+
 def decode_batch(contexts: list[int], device) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
     """ids, positions and metadata of one decode token for each context (the token at position ``context``)."""
     rows = len(contexts)
@@ -75,10 +85,8 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device("cuda")
     torch.manual_seed(0)
-    model = load_dummy_qwen3_0_6b(device)
+    model, caches = model_and_caches(device)
     attn = model.layers[0].self_attn
-    caches = [(torch.randn(2, POOL, PAGE, attn.num_kv_heads, attn.head_dim, device=device) * 0.5).to(torch.bfloat16)
-              for _ in model.layers]
     weight_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens" not in n)
     bandwidth = copy_bandwidth(device)
     side = torch.cuda.Stream(device)

@@ -15,18 +15,13 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
-from nano_batch_overlap import POOL, PAGE, decode_batch  # noqa: E402
-
-from raygrid.models.default_model import load_dummy_qwen3_0_6b  # noqa: E402
+from nano_batch_overlap import decode_batch, model_and_caches  # noqa: E402
 
 
 def main() -> None:
     device = torch.device("cuda")
     torch.manual_seed(0)
-    model = load_dummy_qwen3_0_6b(device)
-    attn = model.layers[0].self_attn
-    caches = [(torch.randn(2, POOL, PAGE, attn.num_kv_heads, attn.head_dim, device=device) * 0.5).to(torch.bfloat16)
-              for _ in model.layers]
+    model, caches = model_and_caches(device)
     report = {"triton": os.environ.get("RAYGRID_USE_TRITON", "1"), "cache_nan": any(bool(c.isnan().any()) for c in caches)}
     for batch in (32, 256):  # as the run: the 32-row batch's draws come first
         contexts = torch.randint(300, 1801, (batch,)).tolist()
