@@ -443,6 +443,66 @@ def test_a_step_with_many_prompt_tokens_takes_the_long_tiles_however_many_decode
     assert prefill_launch_for(*batch(129, 700, 14, 560)) is PREFILL_SHORT_CONFIG
 
 
+def test_a_step_with_prompt_tokens_gives_its_leading_decode_rows_to_the_decode_kernel(monkeypatch):
+    """``prompt_launch_for``: W1's steps with prompt tokens from 64 decode rows on split (those rows by the decode
+    kernel, the prompts by the long tiles); 16 decode rows stay in the prompts' launch; only the rows before the first
+    prompt count (a decode row after it, a later chunk of one query included, stays with the prefill kernel); a batch
+    of decode rows alone is not split; split_decode_rows 0 never splits."""
+    import itertools
+
+    from raygrid.kernels import triton_attention
+    from raygrid.kernels.triton_attention import PREFILL_CONFIG, PREFILL_SHORT_CONFIG, prompt_launch_for
+
+    def batch(query_lens, contexts):
+        return [0, *itertools.accumulate(query_lens)], contexts
+
+    for decodes in (64, 129, 249):
+        launch = prompt_launch_for(*batch([1] * decodes + [560] * 14, [700] * decodes + [560] * 14))
+        assert launch.decode_rows == decodes and launch.tiles is PREFILL_CONFIG, decodes
+    assert prompt_launch_for(*batch([1] * 16 + [560] * 14, [700] * 16 + [560] * 14)) == (0, PREFILL_CONFIG)
+    # 256 decode rows beside four 512-token prompts: one launch would take the short tiles; the prompts alone, the long
+    steady = batch([1] * 256 + [512] * 4, [640] * 256 + [512] * 4)
+    assert triton_attention.prefill_launch_for(*steady) is PREFILL_SHORT_CONFIG
+    assert prompt_launch_for(*steady) == (256, PREFILL_CONFIG)
+    # 100 decode rows, a prompt, 100 more: the first 100 split; the prompt's launch keeps the rest (short tiles)
+    mixed = prompt_launch_for(*batch([1] * 100 + [512] + [1] * 100, [700] * 100 + [512] + [700] * 100))
+    assert mixed == (100, PREFILL_SHORT_CONFIG)
+    assert prompt_launch_for(*batch([1] * 300, [700] * 300)).decode_rows == 0
+    assert prompt_launch_for(*batch([512] + [1] * 200, [512] + [700] * 200)).decode_rows == 0
+    monkeypatch.setitem(triton_attention.PREFILL_TILE_CHOICE, "split_decode_rows", 0)
+    assert prompt_launch_for(*batch([1] * 129 + [560] * 14, [700] * 129 + [560] * 14)).decode_rows == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_attention_of_a_step_with_decode_rows_first_matches_the_reference(dtype):
+    """``paged_attention_split``: the leading decode rows by the decode kernel, the prompts (a cached prefix, a fresh
+    one, a one-query chunk after them) by the prefill kernel into the same output, equal to the reference; rows the
+    prefill kernel's grid covers before its first sequence are left to the decode kernel's values. On a GPU the engine's
+    path too: ``ops.paged_attention`` with the step's ``prompt_launch_for``."""
+    from raygrid.kernels import ops
+    from raygrid.kernels.triton_attention import paged_attention_split, prompt_launch_for
+    from raygrid.models.layers.attention import AttentionMetadata
+
+    heads, kv_heads, head_dim, page = (4, 2, 16, 8) if not ON_GPU else (16, 8, 128, 64)
+    decodes, prompts = (5, [(20, 9), (0, 13), (33, 1)]) if not ON_GPU else (80, [(300, 700), (0, 560), (1000, 1)])
+    cases = [(int(c), 1) for c in torch.randint(1, 90 if not ON_GPU else 1500, (decodes,))] + prompts
+    cache, tables, seq_lens, starts, query = prefill_case(cases, page, heads, kv_heads, head_dim, dtype)
+    lens, query_starts = (torch.tensor(v, dtype=torch.int32, device=DEVICE) for v in (seq_lens, starts))
+    scale = head_dim**-0.5
+    expected = paged_attention_ref(query, cache, tables, seq_lens, starts, scale)
+    out = torch.full_like(query, float("nan"))
+    got = paged_attention_split(query, cache, tables, lens, query_starts, scale, decodes, out=out)
+    assert got is out
+    torch.testing.assert_close(got, expected, **tol(dtype))
+    if ON_GPU:
+        launch = prompt_launch_for(starts, seq_lens)
+        assert launch.decode_rows == decodes
+        meta = AttentionMetadata(slot_mapping=None, block_tables=tables, seq_lens=seq_lens, query_start_loc=starts,
+                                 max_query_len=max(q for _, q in cases), seq_lens_tensor=lens,
+                                 query_start_loc_tensor=query_starts, prompt_launch=launch)
+        torch.testing.assert_close(ops.paged_attention(query, cache, meta, scale), expected, **tol(dtype))
+
+
 def test_gluon_prefill_takes_long_16bit_prompts_on_pages_of_whole_tiles():
     """Which launches the Gluon prompt kernel takes (its shape rules; on a GPU ``fits`` also asks for Hopper):
     16-bit queries and cache of one dtype, head_dim 128, an even query-head group, pages of whole 64-key tiles, and

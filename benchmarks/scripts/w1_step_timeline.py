@@ -1,8 +1,8 @@
 """Where W1's steps go, host or GPU (GPU only): ``step_timeline.py``'s hooks (the engine's host phases by
 ``perf_counter``, each step's GPU work between two CUDA events aligned to the host clock) over W1 itself
 (``raygrid bench throughput``'s workload: 256 requests, lengths uniform in [100, 1024]) on one engine, run twice:
-the first warms it, the second is recorded (or, with ``--prefill-tile-rules``, one recorded run a rule). Step by step for the steps with prompt tokens and for ten decode steps
-from ``--decode-at`` on:
+the first warms it, the second is recorded (or, with ``--prefill-tile-choices``, one recorded run a choice). Step by
+step for the steps with prompt tokens and for ten decode steps from ``--decode-at`` on:
 
 - ``host_ms``: the host's time to launch the step (``ModelRunner._execute``: inputs, forward, sampling);
 - ``gpu_ms``: from the GPU reaching the step's first event to its last;
@@ -14,7 +14,8 @@ and, over every step of the run by kind (``buckets``: ``where_the_time_goes``'s,
 GPU time and the GPU's idle time before them, in seconds.
 
     python benchmarks/scripts/w1_step_timeline.py OUT.json [--model random-qwen3-0.6b] [--decode-at 300]
-    python benchmarks/scripts/w1_step_timeline.py OUT.json --prefill-tile-rules shape cost shape cost  # an A/B, one engine
+    python benchmarks/scripts/w1_step_timeline.py OUT.json \
+        --prefill-tile-choices '{"split_decode_rows": 0}' '{}' '{"split_decode_rows": 0}' '{}'  # an A/B, one engine
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from step_timeline import RECORD, install_hooks  # noqa: E402
 
 from raygrid import LLM, SamplingParams  # noqa: E402
 from raygrid.bench.throughput import make_workload, provenance, step_kind  # noqa: E402
+from raygrid.kernels import triton_attention  # noqa: E402
 from raygrid.models.default_model import resolve_model_path  # noqa: E402
 from raygrid.models.loader import load_hf_config  # noqa: E402
 
@@ -95,10 +97,16 @@ def main() -> None:
     parser.add_argument("--model", default="random-qwen3-0.6b")
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--decode-at", type=int, default=300)
-    parser.add_argument("--prefill-tile-rules", nargs="+", default=None, choices=["shape", "cost"],
-                        help="a timed run for each, on one engine: how steps past the mixed graphs pick the prompt "
-                             "attention's tiles (triton_attention.PREFILL_TILE_CHOICE), for an A/B without restarts")
+    parser.add_argument("--prefill-tile-choices", nargs="+", type=json.loads, default=None,
+                        help="a timed run for each, on one engine: a JSON object over the defaults of how steps past "
+                             "the mixed graphs launch prompt attention (triton_attention.PREFILL_TILE_CHOICE, e.g. "
+                             "'{\"rule\": \"shape\"}'), for an A/B without restarts")
     args = parser.parse_args()
+    defaults = dict(triton_attention.PREFILL_TILE_CHOICE)
+    for choice in args.prefill_tile_choices or []:
+        unknown = sorted(set(choice) - set(defaults))
+        if unknown:
+            parser.error(f"--prefill-tile-choices: unknown keys {unknown}; the keys are {sorted(defaults)}")
     install_hooks(parser)
     model_path = resolve_model_path(args.model)
     prompts, output_lens = make_workload(args.num_prompts, None, None, (100, 1024), 0, load_hf_config(model_path).vocab_size)
@@ -107,14 +115,12 @@ def main() -> None:
     params = [SamplingParams(temperature=0.6, max_tokens=int(n), ignore_eos=True, detokenize=False) for n in output_lens]
     run(llm, prompts, params)  # warm
     reports = []
-    for rule in args.prefill_tile_rules or [None]:
-        if rule is not None:
-            from raygrid.kernels import triton_attention
-
-            triton_attention.PREFILL_TILE_CHOICE["rule"] = rule
+    for choice in args.prefill_tile_choices or [None]:
+        if choice is not None:
+            triton_attention.PREFILL_TILE_CHOICE.update(defaults, **choice)
         report = timed_run(llm, prompts, params, output_lens, args)
-        reports.append(dict(report, prefill_tile_rule=rule) if rule else report)
-        tag = f"[{rule}] " if rule else ""
+        reports.append(dict(report, prefill_tile_choice=dict(triton_attention.PREFILL_TILE_CHOICE)) if choice is not None else report)
+        tag = f"[{json.dumps(choice)}] " if choice is not None else ""
         print(f"{tag}W1 {report['output_tok_s']} output tok/s, {report['steps']} steps")
         for name in ("prompt_steps", "decode_steps"):
             for row in report[name]:

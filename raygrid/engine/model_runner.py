@@ -308,10 +308,10 @@ class ModelRunner:
             seq_lens_tensor=staged["seq_lens"],
             query_start_loc_tensor=staged["query_start_loc"],
             decode_order=staged.get("decode_order"),
-            # Past the mixed graphs' sizes a step's prompt attention runs eagerly, and its tiles follow the batch's
-            # lengths; up to them the graphs' one launch (short tiles) saves more host time than other tiles would.
-            prefill_launch=(ops.prefill_launch_for(query_start_loc, seq_lens)
-                            if total > MIXED_MAX_TOKENS and ops.use_triton(input_ids_dev) else None),
+            # Past the mixed graphs' sizes a step's prompt attention runs eagerly, and its launches follow the batch's
+            # lengths; up to them the graphs' one launch (short tiles) saves more host time than other launches would.
+            prompt_launch=(ops.prompt_launch_for(query_start_loc, seq_lens)
+                           if total > MIXED_MAX_TOKENS and ops.use_triton(input_ids_dev) else None),
         )
         return input_ids_dev, staged["positions"], meta, staged["logits_indices"], sample_rows, seq_lens[sample_rows]
 

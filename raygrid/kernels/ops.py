@@ -251,24 +251,29 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
     return triton_prefill_launch(num_tokens, num_seqs)
 
 
-def prefill_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> dict:
-    """The tile shape the GPU's prefill attention kernel takes for a batch whose query and context lengths the host
-    knows (``triton_attention.prefill_launch_for``)."""
-    from raygrid.kernels.triton_attention import prefill_launch_for as triton_prefill_launch_for
+def prompt_launch_for(query_start_loc: list[int], seq_lens: list[int]):
+    """How the GPU's attention launches for a step with prompt tokens whose query and context lengths the host knows:
+    its leading decode rows by the decode kernel, the rest by the prefill kernel with tiles for those lengths
+    (``triton_attention.prompt_launch_for``, a ``PromptLaunch``)."""
+    from raygrid.kernels.triton_attention import prompt_launch_for as triton_prompt_launch_for
 
-    return triton_prefill_launch_for(query_start_loc, seq_lens)
+    return triton_prompt_launch_for(query_start_loc, seq_lens)
 
 
 def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of the step's packed queries over the paged cache (see AttentionMetadata), into ``out`` if given."""
     if use_triton(query):
-        from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill
+        from raygrid.kernels.triton_attention import paged_attention_decode, paged_attention_prefill, paged_attention_split
 
         if meta.decode_only:
             return paged_attention_decode(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, scale, out=out,
                                           order=meta.decode_order)
+        launch = meta.prompt_launch
+        if launch is not None and launch.decode_rows:
+            return paged_attention_split(query, kv_cache, meta.block_tables, meta.seq_lens_tensor,
+                                         meta.query_start_loc_tensor, scale, launch.decode_rows, out=out, launch=launch.tiles)
         return paged_attention_prefill(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
-                                       scale, out=out, launch=meta.prefill_launch)
+                                       scale, out=out, launch=None if launch is None else launch.tiles)
     result = paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
     return result if out is None else out.copy_(result)
 

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -525,13 +526,29 @@ PREFILL_SHORT_CONFIG = dict(block_m=16, block_n=64, num_warps=4, num_stages=2, p
 SHORT_QUERIES = 64  # below this many queries per sequence on average, the short tiles
 
 
-# How a step with prompt tokens whose sequences the host knows picks its tiles (``prefill_launch_for``): "cost"
+# How a step with prompt tokens whose sequences the host knows picks its launches (``prompt_launch_for``): "cost"
 # compares the keys each launch's query tiles would read, "shape" is ``prefill_launch``'s rule by shapes alone.
 # ``long_tile_cost``: a 128-row tile's time a key over a 16-row tile's, where most of the tile's rows are empty (a
 # decode row's): 289 against 192 us a layer for 256 decode rows of 640-token contexts beside two 512-token prompts on
-# an H200 (the tiles' key reads there: 166,400 and 180,736). RAYGRID_PREFILL_TILE_CHOICE (JSON) overrides it, for
-# A/B runs.
-PREFILL_TILE_CHOICE = overridden(dict(rule="cost", long_tile_cost=1.64), "RAYGRID_PREFILL_TILE_CHOICE")
+# an H200 (the tiles' key reads there: 166,400 and 180,736). On an H100, W1 with "cost" against "shape" (two runs each
+# on one engine): 20,525.0 and 20,520.3 against 20,481.2 and 20,429.5 output tok/s, its steps with prompt tokens 405.3
+# against 439.2 ms of GPU time (twenty-ninth session, benchmarks/README.md).
+# ``split_decode_rows``: a step whose first sequences are at least this many decode rows (one query each) gives them
+# to the decode kernel and the rest to the prefill kernel (``paged_attention_split``; 0: never). Over W1-like steps on
+# an H100 (700-token contexts beside 14 prompts of 560 tokens, sweep_mixed_attention.py) the split took 206.5 us a
+# layer with 129 decode rows and 319.0 with 250, against 245.4 and 393.1 for the best one launch; with 16 it lost,
+# 107.2 against 97.2 (the long tiles carry a few decode rows in the prompts' shadow).
+# RAYGRID_PREFILL_TILE_CHOICE (JSON) overrides these, for A/B runs.
+PREFILL_TILE_CHOICE = overridden(dict(rule="cost", long_tile_cost=1.64, split_decode_rows=64),
+                                 "RAYGRID_PREFILL_TILE_CHOICE")
+
+
+class PromptLaunch(NamedTuple):
+    """How a step with prompt tokens launches attention (``prompt_launch_for``): its first ``decode_rows`` sequences
+    (one query each) by the decode kernel, the rest by the prefill kernel with ``tiles``."""
+
+    decode_rows: int
+    tiles: dict
 
 
 def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
@@ -561,6 +578,32 @@ def prefill_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> dict:
     short = tile_key_reads(query_lens, seq_lens, PREFILL_SHORT_CONFIG["block_m"] // PREFILL_SHORT_CONFIG["pack"])
     long = tile_key_reads(query_lens, seq_lens, PREFILL_CONFIG["block_m"] // PREFILL_CONFIG["pack"])
     return PREFILL_SHORT_CONFIG if short < PREFILL_TILE_CHOICE["long_tile_cost"] * long else PREFILL_CONFIG
+
+
+def prompt_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> PromptLaunch:
+    """The launches of a step with prompt tokens whose lengths the host knows (``PREFILL_TILE_CHOICE``): its leading
+    decode rows to the decode kernel where there are at least ``split_decode_rows`` of them, and the tiles
+    (``prefill_launch_for``) of the sequences left. Decode rows after the first prompt stay with the prefill kernel:
+    the batch adds requests at its end, so a step's new prompts follow the running requests' rows."""
+    query_lens = np.diff(np.asarray(query_start_loc, dtype=np.int64))
+    not_decode = np.flatnonzero(query_lens != 1)
+    decode_rows = int(not_decode[0]) if len(not_decode) else len(query_lens)
+    least = PREFILL_TILE_CHOICE["split_decode_rows"]
+    if not least or decode_rows < least or decode_rows == len(query_lens):
+        decode_rows = 0
+    return PromptLaunch(decode_rows, prefill_launch_for(query_start_loc[decode_rows:], seq_lens[decode_rows:]))
+
+
+def paged_attention_split(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, decode_rows: int,
+                          out=None, launch: dict | None = None):
+    """``paged_attention_prefill`` of a batch whose first ``decode_rows`` sequences bring one query each (rows
+    ``0 .. decode_rows``), in two launches: those rows by the decode kernel, the other sequences by the prefill kernel
+    with ``launch``'s tiles."""
+    out = torch.empty_like(query) if out is None else out
+    d = decode_rows
+    paged_attention_decode(query[:d], kv_cache, block_tables[:d], seq_lens[:d], scale, out=out[:d])
+    return paged_attention_prefill(query, kv_cache, block_tables[d:], seq_lens[d:], query_start_loc[d:], scale, out=out,
+                                   launch=launch)
 
 
 def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=None, block_n: int | None = None,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 from torch import nn
 
 from raygrid.kernels import ops
+
+if TYPE_CHECKING:
+    from raygrid.kernels.triton_attention import PromptLaunch
 
 
 @dataclass
@@ -26,9 +29,10 @@ class AttentionMetadata:
     query_start_loc_tensor: torch.Tensor | None = None  # [B + 1] int32
     # Decode steps: the rows by context length, longest first [B] int32 (the decode kernel starts them in this order).
     decode_order: torch.Tensor | None = None
-    # The prefill kernel's tiles for this batch, from its lengths (ops.prefill_launch_for: a GPU's steps past the mixed
-    # graphs' sizes). None: by the batch's shapes (ops.prefill_launch), as a CUDA graph captures them.
-    prefill_launch: dict | None = None
+    # A step with prompt tokens: its leading decode rows to the decode kernel, and the prefill kernel's tiles for the
+    # rest, from the batch's lengths (ops.prompt_launch_for: a GPU's steps past the mixed graphs' sizes). None: one
+    # prefill launch by the batch's shapes (ops.prefill_launch), as a CUDA graph captures it.
+    prompt_launch: PromptLaunch | None = None
 
     @property
     def decode_only(self) -> bool:
