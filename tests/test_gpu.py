@@ -213,6 +213,38 @@ def test_steps_past_the_mixed_graphs_replay_piecewise_graphs_equal_to_the_plain_
     assert_same_outputs(results[0], results[1])
 
 
+def test_steps_whose_decode_rows_go_to_the_decode_kernel_equal_one_prompt_launch(model_dirs, tokenizer, monkeypatch):
+    """100 short prompts and 16 of 300 to 400 tokens under a 4,096-token budget: the second step, past the mixed
+    graphs, holds the first requests' decode rows before the long prompts' chunks, and its attention gives those rows
+    to the decode kernel (``paged_attention_split``, at least ``split_decode_rows`` of them). Every sampling feature
+    against the same engine with the split off (one prefill launch), float32."""
+    from raygrid.kernels import triton_attention
+    from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
+
+    short = random_prompts(100, len(tokenizer), min_len=10, max_len=30, seed=43)
+    long = random_prompts(16, len(tokenizer), min_len=300, max_len=400, seed=44)
+    prompts = [{"prompt_token_ids": p} for p in short + long]
+    splits = []
+    split = triton_attention.paged_attention_split
+    monkeypatch.setattr(triton_attention, "paged_attention_split", lambda *a, **k: splits.append(a[6]) or split(*a, **k))
+    llm = LLM(model=model_dirs["qwen3"], max_model_len=1024, gpu_memory_utilization=0.3, device="cuda", dtype="float32",
+              max_num_batched_tokens=4096)
+    try:
+        stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
+        features = params_per_prompt(stop)
+        params = [features[i % len(features)] for i in range(len(prompts))]
+        results = []
+        for least in (0, triton_attention.PREFILL_TILE_CHOICE["split_decode_rows"]):
+            monkeypatch.setitem(triton_attention.PREFILL_TILE_CHOICE, "split_decode_rows", least)
+            assert llm.reset_prefix_cache()
+            splits.clear()
+            results.append(summarize(llm.generate(prompts, params, use_tqdm=False)))
+            assert bool(splits) == bool(least) and all(rows >= 64 for rows in splits), splits
+    finally:
+        llm.shutdown()
+    assert_same_outputs(results[0], results[1])
+
+
 def test_chunks_of_a_prompt_run_with_their_own_inputs_while_the_gpu_lags(model_dirs, tokenizer):
     """A long prompt's chunks before its last sample nothing, so under async scheduling the engine launches them
     without waiting for the GPU. With the GPU held busy by a spin kernel queued first, the host runs many steps
