@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# For the next session (never run: no machine could be started after command 1). In order of need: the engine's GPU
+# Written in the twenty-eighth session (as results/s28/next_device_command.sh), run as the twenty-ninth's command 1
+# at e6c8e5e, with --prefill-tile-rules (since replaced by --prefill-tile-choices '{"rule": "shape"}'). In order of need: the engine's GPU
 # tests of steps with prefill at the tree that picks the prompt attention's tiles from the batch's lengths; W1 step by
 # step on one engine, the old rule and the new alternating (the A/B that would keep or drop it); nan_probe.py
 # (command 1's NaN in nano_batch_overlap.py's 256-row pass); the fixed `bench latency` at batches of 2 and 8; the
