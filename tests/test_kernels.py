@@ -474,12 +474,13 @@ def test_a_step_with_prompt_tokens_gives_its_leading_decode_rows_to_the_decode_k
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_split_attention_of_a_step_with_decode_rows_first_matches_the_reference(dtype):
+def test_split_attention_of_a_step_with_decode_rows_first_matches_the_reference(dtype, monkeypatch):
     """``paged_attention_split``: the leading decode rows by the decode kernel, the prompts (a cached prefix, a fresh
     one, a one-query chunk after them) by the prefill kernel into the same output, equal to the reference; rows the
-    prefill kernel's grid covers before its first sequence are left to the decode kernel's values. On a GPU the engine's
-    path too: ``ops.paged_attention`` with the step's ``prompt_launch_for``."""
-    from raygrid.kernels import ops
+    prefill kernel's grid covers before its first sequence are left to the decode kernel's values. Then the engine's
+    path: ``ops.paged_attention`` with the step's ``prompt_launch_for`` (on the CPU told to take the Triton kernels,
+    which the interpreter runs, and to split from the 5 decode rows there)."""
+    from raygrid.kernels import ops, triton_attention
     from raygrid.kernels.triton_attention import paged_attention_split, prompt_launch_for
     from raygrid.models.layers.attention import AttentionMetadata
 
@@ -494,13 +495,19 @@ def test_split_attention_of_a_step_with_decode_rows_first_matches_the_reference(
     got = paged_attention_split(query, cache, tables, lens, query_starts, scale, decodes, out=out)
     assert got is out
     torch.testing.assert_close(got, expected, **tol(dtype))
-    if ON_GPU:
-        launch = prompt_launch_for(starts, seq_lens)
-        assert launch.decode_rows == decodes
-        meta = AttentionMetadata(slot_mapping=None, block_tables=tables, seq_lens=seq_lens, query_start_loc=starts,
-                                 max_query_len=max(q for _, q in cases), seq_lens_tensor=lens,
-                                 query_start_loc_tensor=query_starts, prompt_launch=launch)
-        torch.testing.assert_close(ops.paged_attention(query, cache, meta, scale), expected, **tol(dtype))
+    if not ON_GPU:
+        monkeypatch.setattr(ops, "use_triton", lambda t: True)
+        monkeypatch.setitem(triton_attention.PREFILL_TILE_CHOICE, "split_decode_rows", decodes)
+    launch = prompt_launch_for(starts, seq_lens)
+    assert launch.decode_rows == decodes
+    meta = AttentionMetadata(slot_mapping=None, block_tables=tables, seq_lens=seq_lens, query_start_loc=starts,
+                             max_query_len=max(q for _, q in cases), seq_lens_tensor=lens,
+                             query_start_loc_tensor=query_starts, prompt_launch=launch)
+    splits = []  # the decode rows of each split launch ops makes
+    monkeypatch.setattr(triton_attention, "paged_attention_split",
+                        lambda *a, **k: splits.append(a[6]) or paged_attention_split(*a, **k))
+    torch.testing.assert_close(ops.paged_attention(query, cache, meta, scale), expected, **tol(dtype))
+    assert splits == [decodes]
 
 
 def test_gluon_prefill_takes_long_16bit_prompts_on_pages_of_whole_tiles():
