@@ -471,6 +471,12 @@ def test_a_step_with_prompt_tokens_gives_its_leading_decode_rows_to_the_decode_k
     assert prompt_launch_for(*batch([512] + [1] * 200, [512] + [700] * 200)).decode_rows == 0
     monkeypatch.setitem(triton_attention.PREFILL_TILE_CHOICE, "split_decode_rows", 0)
     assert prompt_launch_for(*batch([1] * 129 + [560] * 14, [700] * 129 + [560] * 14)).decode_rows == 0
+    # RAYGRID_PREFILL_TILE_CHOICE's values are checked by name (a misspelt rule would pass as "cost")
+    triton_attention.check_tile_choice(triton_attention.PREFILL_TILE_CHOICE)
+    for bad, field in (({"rule": "costs"}, "rule"), ({"split_decode_rows": -1}, "split_decode_rows"),
+                       ({"long_tile_cost": 0}, "long_tile_cost")):
+        with pytest.raises(ValueError, match=field):
+            triton_attention.check_tile_choice({**triton_attention.PREFILL_TILE_CHOICE, **bad})
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -107,6 +107,10 @@ def main() -> None:
         unknown = sorted(set(choice) - set(defaults))
         if unknown:
             parser.error(f"--prefill-tile-choices: unknown keys {unknown}; the keys are {sorted(defaults)}")
+        try:
+            triton_attention.check_tile_choice({**defaults, **choice})
+        except ValueError as e:
+            parser.error(f"--prefill-tile-choices: {e}")
     install_hooks(parser)
     model_path = resolve_model_path(args.model)
     prompts, output_lens = make_workload(args.num_prompts, None, None, (100, 1024), 0, load_hf_config(model_path).vocab_size)

@@ -543,6 +543,20 @@ PREFILL_TILE_CHOICE = overridden(dict(rule="cost", long_tile_cost=1.64, split_de
                                  "RAYGRID_PREFILL_TILE_CHOICE")
 
 
+def check_tile_choice(choice: dict) -> None:
+    """Refuse a ``PREFILL_TILE_CHOICE`` whose values mean nothing (a misspelt rule would otherwise pass as "cost")."""
+    if choice["rule"] not in ("cost", "shape"):
+        raise ValueError(f"RAYGRID_PREFILL_TILE_CHOICE: rule must be \"cost\" or \"shape\", got {choice['rule']!r}")
+    if not isinstance(choice["long_tile_cost"], (int, float)) or choice["long_tile_cost"] <= 0:
+        raise ValueError(f"RAYGRID_PREFILL_TILE_CHOICE: long_tile_cost must be a number above 0, got {choice['long_tile_cost']!r}")
+    if not isinstance(choice["split_decode_rows"], int) or choice["split_decode_rows"] < 0:
+        raise ValueError("RAYGRID_PREFILL_TILE_CHOICE: split_decode_rows must be an integer of 0 (never split) or more, "
+                         f"got {choice['split_decode_rows']!r}")
+
+
+check_tile_choice(PREFILL_TILE_CHOICE)
+
+
 class PromptLaunch(NamedTuple):
     """How a step with prompt tokens launches attention (``prompt_launch_for``): its first ``decode_rows`` sequences
     (one query each) by the decode kernel, the rest by the prefill kernel with ``tiles``."""
