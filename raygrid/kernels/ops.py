@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,9 @@ _TRITON_ALLOWED = os.environ.get("RAYGRID_USE_TRITON", "1") != "0"
 # shape's) at 2 to 3.4 TB/s, and the skinny kernel gained nothing there (benchmarks/README.md).
 _SKINNY_MAX_M = min(16, int(os.environ.get("RAYGRID_SKINNY_MAX_M", "16")))
 _SKINNY_MAX_WEIGHT = 8 * 1024 * 1024
+
+if TYPE_CHECKING:
+    from raygrid.kernels.triton_attention import PromptLaunch
 
 
 def use_triton(t: torch.Tensor) -> bool:
@@ -251,7 +254,7 @@ def prefill_launch(num_tokens: int, num_seqs: int) -> dict:
     return triton_prefill_launch(num_tokens, num_seqs)
 
 
-def prompt_launch_for(query_start_loc: list[int], seq_lens: list[int]):
+def prompt_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> PromptLaunch:
     """How the GPU's attention launches for a step with prompt tokens whose query and context lengths the host knows:
     its leading decode rows by the decode kernel, the rest by the prefill kernel with tiles for those lengths
     (``triton_attention.prompt_launch_for``, a ``PromptLaunch``)."""
