@@ -102,15 +102,14 @@ def main() -> None:
                              "the mixed graphs launch prompt attention (triton_attention.PREFILL_TILE_CHOICE, e.g. "
                              "'{\"rule\": \"shape\"}'), for an A/B without restarts")
     args = parser.parse_args()
-    defaults = dict(triton_attention.PREFILL_TILE_CHOICE)
-    for choice in args.prefill_tile_choices or []:
-        unknown = sorted(set(choice) - set(defaults))
-        if unknown:
-            parser.error(f"--prefill-tile-choices: unknown keys {unknown}; the keys are {sorted(defaults)}")
+    choices = []  # each given choice over the defaults, checked before the engine starts
+    for given in args.prefill_tile_choices or []:
         try:
-            triton_attention.check_tile_choice({**defaults, **choice})
+            choice = triton_attention.with_overrides(triton_attention.PREFILL_TILE_CHOICE, given, "--prefill-tile-choices")
+            triton_attention.check_tile_choice(choice, "--prefill-tile-choices")
         except ValueError as e:
-            parser.error(f"--prefill-tile-choices: {e}")
+            parser.error(str(e))
+        choices.append(choice)
     install_hooks(parser)
     model_path = resolve_model_path(args.model)
     prompts, output_lens = make_workload(args.num_prompts, None, None, (100, 1024), 0, load_hf_config(model_path).vocab_size)
@@ -119,12 +118,12 @@ def main() -> None:
     params = [SamplingParams(temperature=0.6, max_tokens=int(n), ignore_eos=True, detokenize=False) for n in output_lens]
     run(llm, prompts, params)  # warm
     reports = []
-    for choice in args.prefill_tile_choices or [None]:
+    for given, choice in zip(args.prefill_tile_choices or [None], choices or [None]):
         if choice is not None:
-            triton_attention.PREFILL_TILE_CHOICE.update(defaults, **choice)
+            triton_attention.PREFILL_TILE_CHOICE.update(choice)
         report = timed_run(llm, prompts, params, output_lens, args)
-        reports.append(dict(report, prefill_tile_choice=dict(triton_attention.PREFILL_TILE_CHOICE)) if choice is not None else report)
-        tag = f"[{json.dumps(choice)}] " if choice is not None else ""
+        reports.append(dict(report, prefill_tile_choice=choice) if choice is not None else report)
+        tag = f"[{json.dumps(given)}] " if choice is not None else ""
         print(f"{tag}W1 {report['output_tok_s']} output tok/s, {report['steps']} steps")
         for name in ("prompt_steps", "decode_steps"):
             for row in report[name]:

@@ -437,12 +437,16 @@ def _dot_precision(query: torch.Tensor) -> str:
 
 
 def overridden(defaults: dict, variable: str) -> dict:
-    """``defaults`` with the environment variable's JSON object over them; a key they lack is refused, by name (an
-    override that names no setting would otherwise leave a benchmark running the defaults unawares)."""
-    overrides = json.loads(os.environ.get(variable, "{}"))
+    """``defaults`` with the environment variable's JSON object over them (``with_overrides``)."""
+    return with_overrides(defaults, json.loads(os.environ.get(variable, "{}")), variable)
+
+
+def with_overrides(defaults: dict, overrides: dict, source: str) -> dict:
+    """``defaults`` with ``overrides`` over them; a key they lack is refused, by name, as ``source``'s (an override that
+    names no setting would otherwise leave a benchmark running the defaults unawares)."""
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise ValueError(f"{variable}: unknown keys {unknown}; the keys are {sorted(defaults)}")
+        raise ValueError(f"{source}: unknown keys {unknown}; the keys are {sorted(defaults)}")
     return {**defaults, **overrides}
 
 
@@ -543,14 +547,15 @@ PREFILL_TILE_CHOICE = overridden(dict(rule="cost", long_tile_cost=1.64, split_de
                                  "RAYGRID_PREFILL_TILE_CHOICE")
 
 
-def check_tile_choice(choice: dict) -> None:
-    """Refuse a ``PREFILL_TILE_CHOICE`` whose values mean nothing (a misspelt rule would otherwise pass as "cost")."""
+def check_tile_choice(choice: dict, source: str = "RAYGRID_PREFILL_TILE_CHOICE") -> None:
+    """Refuse a ``PREFILL_TILE_CHOICE`` whose values mean nothing (a misspelt rule would otherwise pass as "cost"),
+    naming ``source`` and the field."""
     if choice["rule"] not in ("cost", "shape"):
-        raise ValueError(f"RAYGRID_PREFILL_TILE_CHOICE: rule must be \"cost\" or \"shape\", got {choice['rule']!r}")
+        raise ValueError(f"{source}: rule must be \"cost\" or \"shape\", got {choice['rule']!r}")
     if not isinstance(choice["long_tile_cost"], (int, float)) or choice["long_tile_cost"] <= 0:
-        raise ValueError(f"RAYGRID_PREFILL_TILE_CHOICE: long_tile_cost must be a number above 0, got {choice['long_tile_cost']!r}")
+        raise ValueError(f"{source}: long_tile_cost must be a number above 0, got {choice['long_tile_cost']!r}")
     if not isinstance(choice["split_decode_rows"], int) or choice["split_decode_rows"] < 0:
-        raise ValueError("RAYGRID_PREFILL_TILE_CHOICE: split_decode_rows must be an integer of 0 (never split) or more, "
+        raise ValueError(f"{source}: split_decode_rows must be an integer of 0 (never split) or more, "
                          f"got {choice['split_decode_rows']!r}")
 
 
