@@ -232,6 +232,35 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
+def test_a_hold_whose_collection_finalizes_an_earlier_holder_does_not_deadlock():
+    """An engine's hold freezes the engine itself, but not what holds it later: a dropped engine whose last owner is a
+    reference cycle made after its hold goes when the next collection frees that cycle, and its finalizer releases
+    the collector. When that collection is a new engine's ``hold`` (its ``gc.collect()``, under the lock), the release
+    runs on the same thread inside it. A CI run hung there forever (test_hf_parity's next engine). In a fresh
+    interpreter, with automatic collection off so that hold's own collection is the one that frees the cycle."""
+    script = """
+import gc, weakref
+from raygrid.engine import gc_tuning
+defaults = gc.get_threshold()
+class Holder:  # as EngineCore holds: a hold, and a release when it goes
+    def __init__(self):
+        gc_tuning.hold_serving_collector()
+        weakref.finalize(self, gc_tuning.release_serving_collector)
+gc.disable()
+owner = [Holder()]
+owner.append(owner)  # the holder's only owner: a cycle made after the hold froze what existed
+del owner
+assert gc_tuning._ServingCollector._holders == 1
+gc_tuning.hold_serving_collector()
+assert gc_tuning._ServingCollector._holders == 1  # the dropped holder released inside the new hold
+gc_tuning.release_serving_collector()
+assert gc.get_threshold() == defaults and gc.get_freeze_count() == 0
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
 def test_memory_profile_pass_gives_every_token_a_position_the_model_has(llm):
     """On a GPU the KV cache is sized after a forward pass of the whole token budget (8192 tokens, one step's
     most). The budget may exceed the checkpoint's positions (2048 here): the pass's positions must stay under

@@ -9,7 +9,9 @@ garbage. Reference counting frees almost everything; the young generations, wher
 die, are still collected as before. vLLM freezes its engine and API server processes in the same way.
 
 Engines and API servers may share a process (``--engine-in-process``, the DP ranks of one world): ``hold`` and
-``release`` are counted, and the last release restores the collector as the first hold found it.
+``release`` are counted, and the last release restores the collector as the first hold found it. A holder releases
+from a ``weakref.finalize``, which a collection may run on the very thread that holds the lock (``hold``'s own
+``gc.collect()`` finalizing an engine dropped earlier): the lock is reentrant.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ SERVING_FULL_COLLECTION_AFTER = 10_000
 
 
 class _ServingCollector:
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     _holders = 0
     _saved: tuple[int, ...] = ()
 
