@@ -591,9 +591,12 @@ def prefill_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> dict:
     each; long ones suit prompts, whose keys 16-row tiles read eight times as often. By shapes alone a step of
     8,192 tokens took short tiles from 129 sequences on, when W1's steps with prompts carry about 14 prompts of 560
     tokens beside their decode rows, and its GPU time jumped there (21.1 to 25.7 ms on an H100, benchmarks/README.md)."""
+    return _tiles_for(np.diff(np.asarray(query_start_loc, dtype=np.int64)), seq_lens)
+
+
+def _tiles_for(query_lens: np.ndarray, seq_lens: list[int]) -> dict:
     if PREFILL_TILE_CHOICE["rule"] == "shape":
-        return prefill_launch(query_start_loc[-1], len(seq_lens))
-    query_lens = np.diff(np.asarray(query_start_loc, dtype=np.int64))
+        return prefill_launch(int(query_lens.sum()), len(seq_lens))
     short = tile_key_reads(query_lens, seq_lens, PREFILL_SHORT_CONFIG["block_m"] // PREFILL_SHORT_CONFIG["pack"])
     long = tile_key_reads(query_lens, seq_lens, PREFILL_CONFIG["block_m"] // PREFILL_CONFIG["pack"])
     return PREFILL_SHORT_CONFIG if short < PREFILL_TILE_CHOICE["long_tile_cost"] * long else PREFILL_CONFIG
@@ -610,7 +613,7 @@ def prompt_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> Prompt
     least = PREFILL_TILE_CHOICE["split_decode_rows"]
     if not least or decode_rows < least or decode_rows == len(query_lens):
         decode_rows = 0
-    return PromptLaunch(decode_rows, prefill_launch_for(query_start_loc[decode_rows:], seq_lens[decode_rows:]))
+    return PromptLaunch(decode_rows, _tiles_for(query_lens[decode_rows:], seq_lens[decode_rows:]))
 
 
 def paged_attention_split(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, decode_rows: int,
