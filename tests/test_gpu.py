@@ -4,6 +4,7 @@ Runs on the device machine; on a machine without CUDA these tests are skipped.""
 from __future__ import annotations
 
 import gc
+from collections import Counter
 
 import pytest
 import torch
@@ -494,25 +495,30 @@ def test_expert_parallel_on_two_gpus_equals_one_gpu_for_every_sampling_parameter
         assert stats.eplb_rebalances >= (5 if "enable_eplb" in mode else 0), mode
 
 
-def persistent_passes(llm, expected: bool) -> int:
-    """How many passes the engine's runner took in one persistent launch; checks that it has the launch if
-    ``expected`` and that no barrier of it timed out. (A function, so that no name holds the runner, and with it the
-    KV pool, once the engine is shut down.)"""
+def persistent_passes(llm, expected: bool) -> Counter:
+    """How many passes the engine's runner took in one persistent launch, by the launch's rows; checks that it has a
+    launch for 1 to ``max_rows`` requests if ``expected``, each replayed from a CUDA graph, and that no barrier of them
+    timed out. (A function, so that no name holds the runner, and with it the KV pool, once the engine is shut
+    down.)"""
+    from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG
+
     runner = llm.engine.executor.worker.runner
-    assert (runner.persistent is not None) == expected
-    assert (runner.persistent_graph is not None) == expected  # with CUDA graphs, the launch is replayed from one
-    if expected:
-        runner.persistent.check()
+    rows = list(range(1, PERSISTENT_CONFIG["max_rows"] + 1)) if expected else []
+    assert sorted(runner.persistent) == rows and sorted(runner.persistent_graphs) == rows
+    for launch in runner.persistent.values():
+        launch.check()
     return runner.persistent_passes
 
 
 @pytest.mark.parametrize("model", ["qwen3", "llama_wide_heads"])
 def test_persistent_decode_equals_the_layer_by_layer_engine_for_every_sampling_parameter(model_dirs, llama_wide_heads_dir,
                                                                                         tokenizer, model):
-    """A lone request's decode passes in one persistent launch (``persistent_decode=True``) against the engine without it (CUDA
-    graphs of the layer-by-layer pass), each prompt alone so that its decode steps take the launch: the same
-    tokens and logprobs within float32's rounding for every sampling feature, the launch taken for most passes, and
-    no barrier of it timed out."""
+    """The decode passes of a few requests in one persistent launch (``persistent_decode=True``) against the engine
+    without it (CUDA graphs of the layer-by-layer pass): each prompt alone, so that its decode steps take the one-row
+    launch, then all twelve at once, ending a step apart, whose last steps (four requests or fewer left) take the
+    launches of 2 to 4 rows:
+    the same tokens and logprobs within float32's rounding for every sampling feature, each launch taken, and no
+    barrier of them timed out."""
     from tests.test_execution_modes import assert_same_outputs, params_per_prompt, summarize
 
     path = llama_wide_heads_dir if model == "llama_wide_heads" else model_dirs[model]
@@ -524,9 +530,14 @@ def test_persistent_decode_equals_the_layer_by_layer_engine_for_every_sampling_p
         try:
             stop = llm.generate(prompts[3], greedy(), use_tqdm=False)[0].outputs[0].token_ids[2]
             outputs = [llm.generate([p], params, use_tqdm=False)[0] for p, params in zip(prompts, params_per_prompt(stop))]
-            results.append(summarize(outputs))
+            # Each request a token longer than the one before, so the batch shrinks a request a step at its end.
+            staggered = [p.model_copy(update={"max_tokens": 8 + i}) for i, p in enumerate(params_per_prompt(stop))]
+            together = llm.generate(prompts, staggered, use_tqdm=False)
+            results.append((summarize(outputs), summarize(together)))
             passes.append(persistent_passes(llm, persistent))
         finally:
             llm.shutdown()
-    assert passes[0] == 0 and passes[1] >= 100, passes  # 12 requests of up to 20 tokens, one with n=2
-    assert_same_outputs(results[0], results[1])
+    assert not passes[0] and passes[1][1] >= 100, passes  # 12 requests of up to 20 tokens, one with n=2
+    assert all(passes[1][rows] > 0 for rows in (2, 3, 4)), passes
+    assert_same_outputs(results[0][0], results[1][0])
+    assert_same_outputs(results[0][1], results[1][1])

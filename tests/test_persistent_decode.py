@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
-from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
+from raygrid.kernels.persistent_decode import MAX_ROWS, PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
 from raygrid.engine.memory_profile import sequence_metadata  # noqa: E402
 from raygrid.models.loader import load_hf_config, load_model  # noqa: E402
 
@@ -73,6 +73,51 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
                 assert runner.counters.tolist() == [0, 0]
                 checked += 1
     assert checked == (18 if DEVICE.type == "cuda" else 15)
+
+
+def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
+    """Two and three sequences' tokens in one launch (contexts of 1, 37 and 150 tokens in shuffled pages of one
+    cache, in both orders): each row's hidden state equals the model's pass of that sequence alone, and each stores its
+    own key and value; with the context in 1 and in 3 slices a (row, kv head), small units, and the engine's launch. A
+    launch for 2 rows refuses 3 tokens, and rows past ``MAX_ROWS`` are refused by name."""
+    model = load_model(qwen3_dir, load_hf_config(qwen3_dir), torch.float32, DEVICE)
+    attn = model.layers[0].self_attn
+    generator = torch.Generator().manual_seed(1)
+    num_blocks = 40
+    caches = [torch.randn(2, num_blocks, PAGE, attn.num_kv_heads, attn.head_dim, generator=generator).to(DEVICE)
+              for _ in model.layers]
+    pages = (torch.randperm(num_blocks - 1, generator=generator)[:33] + 1).to(torch.int32).reshape(3, 11).to(DEVICE)
+    contexts = (150, 1, 37)
+    ids = [torch.randint(3, model.config.vocab_size, (c + 1,), generator=generator).to(DEVICE) for c in contexts]
+    steps = []
+    with torch.inference_mode():
+        for seq, context in enumerate(contexts):  # the prompts' keys and values, then each token's own pass
+            positions, meta = sequence_metadata(pages[seq:seq + 1], 0, context, PAGE)
+            model(ids[seq][:context], positions, caches, meta)
+            steps.append(sequence_metadata(pages[seq:seq + 1], context, 1, PAGE))
+    checked = 0
+    for order in ([0, 2], [1, 0, 2], [2, 1, 0]):
+        expected_caches = [c.clone() for c in caches]
+        with torch.inference_mode():
+            expected = [model(ids[i][contexts[i]:], steps[i][0], expected_caches, steps[i][1])[0] for i in order]
+        step = [torch.cat(parts) for parts in zip(*[(ids[i][contexts[i]:], steps[i][0], steps[i][1].slot_mapping,
+                                                     pages[i:i + 1], steps[i][1].seq_lens_tensor) for i in order])]
+        for launch in (dict(splits=1, block_n=16, rows_per_unit=16, mlp_rows_per_unit=8, heads_per_slice=1,
+                            down_slice=32), dict(splits=3, preload=0, kv_ahead=0, q_in_registers=False), {}):
+            ours = [c.clone() for c in caches]
+            runner = PersistentDecode(model, ours, rows=len(order), **launch)
+            hidden = runner(*step)
+            torch.testing.assert_close(hidden, torch.stack(expected), atol=2e-5, rtol=1e-4)
+            for mine, theirs in zip(ours, expected_caches):
+                torch.testing.assert_close(mine, theirs, atol=2e-5, rtol=1e-4)
+            runner.check()
+            assert runner.counters.tolist() == [0, 0]
+            checked += 1
+    assert checked == 9
+    with pytest.raises(ValueError, match=r"a launch for 2 rows got 3 tokens"):
+        PersistentDecode(model, caches, rows=2)(*step)
+    with pytest.raises(ValueError, match=rf"rows must be from 1 to {MAX_ROWS}, got {MAX_ROWS + 1}"):
+        PersistentDecode(model, caches, rows=MAX_ROWS + 1)
 
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):

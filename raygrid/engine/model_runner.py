@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +28,9 @@ from raygrid.models.layers.attention import AttentionMetadata
 from raygrid.parallel.eplb import Rebalancer
 from raygrid.parallel.expert_parallel import PassPlan, PassPlanner
 from raygrid.parallel.groups import get_pp_group
+
+if TYPE_CHECKING:
+    from raygrid.kernels.persistent_decode import PersistentDecode  # Triton: imported where a GPU runs it
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +57,11 @@ class ModelRunner:
         self.graphs: FullGraphs | None = None  # decode steps, and steps with prefill over many requests
         self.piecewise: PiecewiseGraphs | None = None  # steps with prefill (none under expert parallelism)
         self.graph_memory_bytes = 0  # device memory the CUDA graphs hold, once captured
-        self.persistent = None  # kernels.persistent_decode.PersistentDecode: a lone request's decode passes, in one launch
-        self.persistent_graph: CallGraph | None = None  # that launch captured, where the runner uses CUDA graphs
-        self.persistent_passes = 0
+        # kernels.persistent_decode.PersistentDecode by rows: the decode passes of a few requests, each in one launch;
+        # each launch captured where the runner uses CUDA graphs; and the passes each took.
+        self.persistent: dict[int, PersistentDecode] = {}
+        self.persistent_graphs: dict[int, CallGraph] = {}
+        self.persistent_passes: Counter[int] = Counter()
         # Requests this worker refused (until the scheduler reports them finished), and why.
         self.rejected: dict[str, str] = {}
         self._copy_stream: torch.cuda.Stream | None = None  # grammar masks go to the device on it
@@ -153,42 +160,49 @@ class ModelRunner:
         if self.uses_cuda_graphs:
             free_before = free_device_memory()
             self.graphs, self.piecewise = self.capture_graphs(kv_caches)
-            if self.persistent is not None:
-                self.persistent_graph = self._capture_persistent(self.graphs.buffers.pool)
+            self.persistent_graphs = {rows: self._capture_persistent(launch, self.graphs.buffers.pool)
+                                      for rows, launch in self.persistent.items()}
             self.graph_memory_bytes = free_before - free_device_memory()
             logger.info("CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
 
-    def _persistent_decode(self, kv_caches: list[torch.Tensor]):
-        """The one-launch decode pass for this model and cache, compiled and checked by a pass over the null block
-        (block 0, which nothing reads); None where the engine's arguments, the device or the model rule it out."""
+    def _persistent_decode(self, kv_caches: list[torch.Tensor]) -> dict[int, PersistentDecode]:
+        """The one-launch decode pass for this model and cache, a launch for each batch of 1 to
+        ``PERSISTENT_CONFIG["max_rows"]`` requests, each compiled and checked by a pass over the null block (block 0,
+        which nothing reads); none where the engine's arguments, the device or the model rule it out."""
         if not (self.config.model.persistent_decode and self.device.type == "cuda" and ops.use_triton(kv_caches[0])):
-            return None
-        from raygrid.kernels.persistent_decode import PersistentDecode  # Triton: only with a GPU
+            return {}
+        from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode  # Triton: only with a GPU
 
         reason = PersistentDecode.unsupported(self.model, kv_caches)
         if reason:
             logger.info("decode passes layer by layer: %s", reason)
-            return None
-        persistent = PersistentDecode(self.model, kv_caches)
-        meta = single_sequence_metadata(1, self.block_size, self.device, first_block=0)
-        ids = torch.zeros(1, dtype=torch.long, device=self.device)
-        persistent(ids, ids.clone(), meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
-        persistent.check()
-        return persistent
+            return {}
+        launches = {}
+        for rows in range(1, min(PERSISTENT_CONFIG["max_rows"], self.config.scheduler.max_num_seqs) + 1):
+            launch = PersistentDecode(self.model, kv_caches, rows=rows)
+            zeros = torch.zeros(rows, dtype=torch.long, device=self.device)
+            launch(zeros, zeros, zeros, torch.zeros(rows, 1, dtype=torch.int32, device=self.device), zeros.int() + 1)
+            launch.check()
+            launches[rows] = launch
+        return launches
 
-    def _capture_persistent(self, pool) -> CallGraph:
-        """The one-launch pass as a CUDA graph over the staged fields of a one-token step (captured on the null
+    def _capture_persistent(self, launch: PersistentDecode, pool) -> CallGraph:
+        """A one-launch pass as a CUDA graph over the staged fields of a decode step of its rows (captured on the null
         block; a replay reads whatever the step staged there)."""
-        staged = self.staging.stage(input_ids=np.zeros(1, np.int64), positions=np.zeros(1, np.int64), slot_mapping=np.zeros(1, np.int64),
-                                    block_tables=np.zeros((1, self.max_blocks_per_req), np.int64), seq_lens=np.ones(1, np.int32))
+        rows = launch.rows
+        staged = self.staging.stage(input_ids=np.zeros(rows, np.int64), positions=np.zeros(rows, np.int64),
+                                    slot_mapping=np.zeros(rows, np.int64),
+                                    block_tables=np.zeros((rows, self.max_blocks_per_req), np.int64),
+                                    seq_lens=np.ones(rows, np.int32))
         inputs = tuple(staged[name] for name in ("input_ids", "positions", "slot_mapping", "block_tables", "seq_lens"))
-        graph = CallGraph(self.persistent, inputs, pool)
-        self.persistent.check()
+        graph = CallGraph(launch, inputs, pool)
+        launch.check()
         return graph
 
     def _takes_persistent(self, num_reqs: int, num_tokens: int, meta: AttentionMetadata) -> bool:
-        return (self.persistent is not None and num_reqs == 1 and num_tokens == 1
-                and meta.seq_lens[0] <= self.persistent.max_context)
+        """A decode step of a few requests whose contexts together the one-launch pass takes."""
+        return (num_tokens == num_reqs and num_reqs in self.persistent
+                and sum(meta.seq_lens) <= self.persistent[num_reqs].max_context)
 
     # ------------------------------------------------------------------ state
 
@@ -350,8 +364,9 @@ class ModelRunner:
         num_reqs = self.batch.num_reqs
         if self._takes_persistent(num_reqs, input_ids.shape[0], meta):
             step = (input_ids, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens_tensor)
-            hidden = self.persistent_graph.run(*step) if self.persistent_graph is not None else self.persistent(*step)
-            self.persistent_passes += 1
+            graph = self.persistent_graphs.get(num_reqs)
+            hidden = graph.run(*step) if graph is not None else self.persistent[num_reqs](*step)
+            self.persistent_passes[num_reqs] += 1
         else:
             plan = self.passes.plan(self.graphs, input_ids.shape[0], num_reqs if meta.decode_only else -1, self.piecewise, num_reqs)
             hidden = self.forward(plan, input_ids, positions, meta, intermediate)

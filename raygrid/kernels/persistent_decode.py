@@ -44,8 +44,13 @@ from raygrid.kernels.triton_attention import attend_range, overridden, wide_offs
 # beat the layer-by-layer one at 8k and 16k in every command (1.15 to 1.24x); from 32k to 41k it led in most (1.03
 # to 1.10x) and trailed once (0.96x at 32,832). End to end a token at 32k took 1.91 to 1.93 ms against 2.07.
 # Attention's share grows with the context, and the layer-by-layer pass's split decode launch reads the cache faster
-# (about 4.4 against 3.4 TB/s; benchmarks/README.md), so longer contexts keep that pass.
+# (about 4.4 against 3.4 TB/s; benchmarks/README.md), so longer contexts keep that pass. For a few rows the
+# bound is on their contexts together: the keys the attention stage reads.
 MAX_CONTEXT = 40960
+# The most rows (sequences, one token each) one launch takes: each program holds every row's residual stream and
+# normed input in registers (two of ``rows * hidden / 128`` floats a thread at 4 warps), and every weight tile it reads
+# is multiplied with each row in turn.
+MAX_ROWS = 8
 MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (a few seconds)
 # The layer's tensors, in this order in each row of the pointer table.
 W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
@@ -78,9 +83,11 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # tile of its slice of the cache asked into L2 before it makes the query ready (``kv_ahead``, GPU only; 0 on CPU): a
 # pass 699.1 and 701.4 against 700.6, 704.4 and 706.1 us at 512, 989.9 and 990.1 against 1,008.4 to 1,013.0 at 8,192,
 # 1,910.0 and 1,910.2 against 1,923.1 to 1,924.3 at 32,832 (twenty-sixth session; either alone gained little).
+# ``max_rows``: the engine takes this pass for decode steps of up to this many requests (a launch each count, captured
+# at start), whose contexts together are at most MAX_CONTEXT; larger batches pass layer by layer.
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True),
+                                    kv_ahead=1, q_in_registers=True, max_rows=4),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -144,21 +151,32 @@ def _layer_tensor(table_ptr, layer, which: tl.constexpr, dtype: tl.constexpr):
 
 @triton.jit
 def _rms_norm(h, w_ptr, eps, H: tl.constexpr, dtype: tl.constexpr):
-    """RMSNorm of the residual stream ``h`` (float32 holding ``dtype`` values), rounded as the engine's kernel does."""
+    """RMSNorm of each row of the residual stream ``h`` (``[BR, H]``, float32 holding ``dtype`` values), rounded as
+    the engine's kernel does."""
     w = tl.load(w_ptr + tl.arange(0, H)).to(tl.float32)
-    y = (h * tl.rsqrt(tl.sum(h * h) / H + eps)).to(dtype).to(tl.float32)
-    return (w * y).to(dtype).to(tl.float32)
+    y = (h * tl.rsqrt(tl.sum(h * h, 1) / H + eps)[:, None]).to(dtype).to(tl.float32)
+    return (w[None, :] * y).to(dtype).to(tl.float32)
 
 
 @triton.jit
-def _ordered_sum(h, p_ptr, SPLITS: tl.constexpr, H: tl.constexpr, dtype: tl.constexpr):
-    """The residual stream after a split product: the slices' partial sums (``[SPLITS, H]``) added in order, the
-    product rounded as its own kernel would write it, then added to ``h`` and rounded."""
-    offs = tl.arange(0, H)
-    total = tl.load(p_ptr + offs, cache_modifier=".cg")
+def _ordered_sum(h, p_ptr, SPLITS: tl.constexpr, ROWS: tl.constexpr, BR: tl.constexpr, H: tl.constexpr,
+                 dtype: tl.constexpr):
+    """The residual stream after a split product: the slices' partial sums (``[SPLITS, ROWS, H]``) added in order,
+    the product rounded as its own kernel would write it, then added to ``h`` (``[BR, H]``) and rounded."""
+    r = tl.arange(0, BR)
+    offs = r[:, None] * H + tl.arange(0, H)[None, :]
+    mask = (r < ROWS)[:, None]
+    total = tl.load(p_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg")
     for s in tl.static_range(1, SPLITS):
-        total += tl.load(p_ptr + s * H + offs, cache_modifier=".cg")
+        total += tl.load(p_ptr + s * ROWS * H + offs, mask=mask, other=0.0, cache_modifier=".cg")
     return (h + total.to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _row(x, b, BR: tl.constexpr):
+    """Row ``b`` of ``x`` (``[BR, H]``) as a vector ``[H]``, exactly (the other rows' zeros added to it)."""
+    r = tl.arange(0, BR)
+    return tl.sum(tl.where(r[:, None] == b, x, 0.0), 0)
 
 
 @triton.jit
@@ -336,8 +354,8 @@ _NO_ALIGNMENT = ({"do_not_specialize_on_alignment": _STEP_INPUTS}
 def _persistent_decode_kernel(
     table_ptr, embed_ptr, final_norm_ptr, cos_ptr, sin_ptr, ids_ptr, pos_ptr, slot_ptr, block_row_ptr, seq_len_ptr,
     qkv_ptr, q_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr, times_ptr,
-    LAYERS, v_offset, scale, eps,
-    H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
+    LAYERS, v_offset, scale, eps, table_stride,
+    ROWS: tl.constexpr, BR: tl.constexpr, H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     GU_ROWS: tl.constexpr, GU_TILE: tl.constexpr, D_ROWS: tl.constexpr, D_TILE: tl.constexpr, HPS: tl.constexpr,
     SPLIT_O: tl.constexpr, KS_D: tl.constexpr, KS_TILE: tl.constexpr, SPLIT_D: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
@@ -345,8 +363,9 @@ def _persistent_decode_kernel(
     PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr,
     TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
-    """The pass over ``LAYERS`` layers, every program resident (see the module's docstring for the stages). ``TIMED``
-    (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
+    """The pass over ``LAYERS`` layers for ``ROWS`` sequences' one token each (``BR``: the next power of 2), every
+    program resident (see the module's docstring for the stages). Each weight tile a program reads serves every row.
+    ``TIMED`` (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     D: tl.constexpr = 2 * HALF
@@ -354,16 +373,17 @@ def _persistent_decode_kernel(
     QKV: tl.constexpr = (NH + 2 * NKV) * D
     COL_BLOCKS: tl.constexpr = H // BN
     U_QKV: tl.constexpr = (QKV + BN - 1) // BN
-    U_ATTN: tl.constexpr = NKV * SPLITS
+    U_ATTN_ROW: tl.constexpr = NKV * SPLITS
+    U_ATTN: tl.constexpr = ROWS * U_ATTN_ROW
     U_O: tl.constexpr = COL_BLOCKS * SPLIT_O
     U_GATE_UP: tl.constexpr = (I + GU_ROWS - 1) // GU_ROWS
     D_BLOCKS: tl.constexpr = (H + D_ROWS - 1) // D_ROWS
     U_DOWN: tl.constexpr = D_BLOCKS * SPLIT_D
-    position = tl.load(pos_ptr)
-    slot = tl.load(slot_ptr)
-    seq_len = tl.load(seq_len_ptr)
+    r = tl.arange(0, BR)
+    cols = tl.arange(0, H)
     _record_time(times_ptr, 0, pid, TIMED)
-    h = tl.load(embed_ptr + tl.load(ids_ptr) * H + tl.arange(0, H)).to(tl.float32)
+    ids = tl.load(ids_ptr + r, mask=r < ROWS, other=0)
+    h = tl.load(embed_ptr + ids[:, None] * H + cols[None, :], mask=(r < ROWS)[:, None], other=0.0).to(tl.float32)
     sync = 0
     # With PRELOAD each program reads its first unit's weight tile of a stage between the barrier's arrival and its
     # wait, so that the tile is on its way while the barrier completes (the first layer's qkv tile, here). Its bits
@@ -373,20 +393,25 @@ def _persistent_decode_kernel(
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
         if layer > 0:
-            h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
+            h = _ordered_sum(h, pd_ptr, SPLIT_D, ROWS, BR, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_INPUT, dtype), eps, H, dtype)
         w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
         for u in range(pid, U_QKV, G):
             w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
-            y, rows = _tile_times(w, u * BN, x, BN)
-            tl.store(qkv_ptr + rows, y.to(dtype), mask=rows < QKV)
+            for b in tl.static_range(ROWS):
+                y, rows = _tile_times(w, u * BN, _row(x, b, BR), BN)
+                tl.store(qkv_ptr + b * QKV + rows, y.to(dtype), mask=rows < QKV)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
-        # 2. attention, each (kv head, slice)
+        # 2. attention, each (row, kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
         for u in range(pid, U_ATTN, G):
-            _attend_slice(qkv_ptr, q_ptr, cache, v_offset, block_row_ptr, u % NKV, u // NKV, seq_len, position, slot,
+            b = u // U_ATTN_ROW
+            kvh, split = (u % U_ATTN_ROW) % NKV, (u % U_ATTN_ROW) // NKV
+            _attend_slice(qkv_ptr + b * QKV, q_ptr + b * NH * D, cache, v_offset, block_row_ptr + b * table_stride, kvh,
+                          split, tl.load(seq_len_ptr + b), tl.load(pos_ptr + b), tl.load(slot_ptr + b),
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
-                          _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr, lse_ptr, scale, eps, NH, NKV, HALF, GROUP,
+                          _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr + b * NH * SPLITS * D,
+                          lse_ptr + b * NH * SPLITS, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, KV_AHEAD,
                           Q_REGS, dtype)
         _arrive(counter_ptr)
@@ -397,29 +422,33 @@ def _persistent_decode_kernel(
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
-            attn = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
             w = _unit_tile(o_pre, u, pid, w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D,
                            BN, HPS * D, PRELOAD & 2)
-            y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
-            tl.store(po_ptr + s * H + rows, y)
+            for b in tl.static_range(ROWS):
+                attn = _attention_rows(part_ptr + b * NH * SPLITS * D, lse_ptr + b * NH * SPLITS, s * HPS, HPS, NH, D,
+                                       SPLITS, BLOCK_S, dtype)
+                y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
+                tl.store(po_ptr + (s * ROWS + b) * H + rows, y)
         _arrive(counter_ptr)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         gate_pre = _read_ahead(w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
         up_pre = _read_ahead(w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
-        h = _ordered_sum(h, po_ptr, SPLIT_O, H, dtype)
+        h = _ordered_sum(h, po_ptr, SPLIT_O, ROWS, BR, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         for u in range(pid, U_GATE_UP, G):
             # both tiles asked for before either is summed
             wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
             wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
-            gate, rows = _tile_times(wg, u * GU_ROWS, x, GU_TILE)
-            up, _ = _tile_times(wu, u * GU_ROWS, x, GU_TILE)
-            gate = gate.to(dtype).to(tl.float32)
-            silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
-            tl.store(act_ptr + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype),
-                     mask=(rows < I) & (tl.arange(0, GU_TILE) < GU_ROWS))
+            for b in tl.static_range(ROWS):
+                xb = _row(x, b, BR)
+                gate, rows = _tile_times(wg, u * GU_ROWS, xb, GU_TILE)
+                up, _ = _tile_times(wu, u * GU_ROWS, xb, GU_TILE)
+                gate = gate.to(dtype).to(tl.float32)
+                silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+                tl.store(act_ptr + b * I + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype),
+                         mask=(rows < I) & (tl.arange(0, GU_TILE) < GU_ROWS))
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
@@ -429,12 +458,13 @@ def _persistent_decode_kernel(
         for u in range(pid, U_DOWN, G):
             s = u // D_BLOCKS
             k = tl.arange(0, KS_TILE)
-            a = tl.load(act_ptr + s * KS_D + k, mask=(s * KS_D + k < I) & (k < KS_D), other=0.0,
-                        cache_modifier=".cg").to(tl.float32)
             w = _unit_tile(down_pre, u, pid, w_down, (u % D_BLOCKS) * D_ROWS, H, I, s * KS_D, I, D_TILE, KS_TILE, D_ROWS,
                            KS_D, PRELOAD & 8)
-            y, rows = _tile_times(w, (u % D_BLOCKS) * D_ROWS, a, D_TILE)
-            tl.store(pd_ptr + s * H + rows, y, mask=(rows < H) & (tl.arange(0, D_TILE) < D_ROWS))
+            for b in tl.static_range(ROWS):
+                a = tl.load(act_ptr + b * I + s * KS_D + k, mask=(s * KS_D + k < I) & (k < KS_D), other=0.0,
+                            cache_modifier=".cg").to(tl.float32)
+                y, rows = _tile_times(w, (u % D_BLOCKS) * D_ROWS, a, D_TILE)
+                tl.store(pd_ptr + (s * ROWS + b) * H + rows, y, mask=(rows < H) & (tl.arange(0, D_TILE) < D_ROWS))
         _arrive(counter_ptr)
         # the next layer's qkv tile (none after the last layer: every row masked)
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
@@ -442,8 +472,9 @@ def _persistent_decode_kernel(
         w_next = _read_ahead(following, pid * BN, more, H, 0, H, BN, H, BN, H, PRELOAD & 1)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     if pid == 0:
-        h = _ordered_sum(h, pd_ptr, SPLIT_D, H, dtype)
-        tl.store(out_ptr + tl.arange(0, H), _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype))
+        h = _ordered_sum(h, pd_ptr, SPLIT_D, ROWS, BR, H, dtype)
+        tl.store(out_ptr + r[:, None] * H + cols[None, :], _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype),
+                 mask=(r < ROWS)[:, None])
     # The last program out resets the counters for the next launch: every program has passed its last barrier.
     if tl.atomic_add(counter_ptr + 1, 1, sem="acq_rel", scope="gpu") == G - 1:
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
@@ -485,10 +516,13 @@ class PersistentDecode:
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
-                 kv_ahead: int | None = None, q_in_registers: bool | None = None) -> None:
+                 kv_ahead: int | None = None, q_in_registers: bool | None = None, rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
+        if not isinstance(rows, int) or not 1 <= rows <= MAX_ROWS:
+            raise ValueError(f"persistent decode: rows must be from 1 to {MAX_ROWS}, got {rows!r}")
+        self.rows = rows
         given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
                      down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
                      kv_ahead=kv_ahead, q_in_registers=q_in_registers)
@@ -533,14 +567,14 @@ class PersistentDecode:
                                    ("down_slice", self.ks_down, self.inter)):
             if not 1 <= value <= limit:
                 raise ValueError(f"persistent decode: {name} must be from 1 to {limit}, got {value}")
-        rows = []
+        pointers = []
         for layer, cache in zip(model.layers, kv_caches):
             a, m = layer.self_attn, layer.mlp
             norms = (a.q_norm.weight, a.k_norm.weight) if self.qk_norm else (layer.input_layernorm.weight,) * 2
             tensors = (a.qkv_proj.weight, a.o_proj.weight, m.gate_up_proj.weight, m.down_proj.weight,
                        layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *norms, cache)
-            rows.append([t.data_ptr() for t in tensors])
-        self.table = torch.tensor(rows, dtype=torch.int64, device=device)
+            pointers.append([t.data_ptr() for t in tensors])
+        self.table = torch.tensor(pointers, dtype=torch.int64, device=device)
         self.embed = model.embed_tokens.weight
         self.final_norm = model.norm.weight
         self.cos, self.sin = attn.rotary.cos_cache, attn.rotary.sin_cache
@@ -548,17 +582,17 @@ class PersistentDecode:
         slices_down = -(-self.inter // self.ks_down)
         f32 = dict(dtype=torch.float32, device=device)
         qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
-        self.qkv = torch.empty(qkv_width, dtype=self.dtype, device=device)
-        self.q = torch.empty(self.heads, self.head_dim, dtype=self.dtype, device=device)
-        self.po = torch.empty(slices_o, self.hidden, **f32)
-        self.act = torch.empty(self.inter, dtype=self.dtype, device=device)
-        self.pd = torch.empty(slices_down, self.hidden, **f32)
-        self.out = torch.empty(1, self.hidden, dtype=self.dtype, device=device)
+        self.qkv = torch.empty(rows, qkv_width, dtype=self.dtype, device=device)
+        self.q = torch.empty(rows, self.heads, self.head_dim, dtype=self.dtype, device=device)
+        self.po = torch.empty(slices_o, rows, self.hidden, **f32)
+        self.act = torch.empty(rows, self.inter, dtype=self.dtype, device=device)
+        self.pd = torch.empty(slices_down, rows, self.hidden, **f32)
+        self.out = torch.empty(rows, self.hidden, dtype=self.dtype, device=device)
         self.counters = torch.zeros(2, dtype=torch.int32, device=device)
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
         self.times = torch.zeros(5 * len(model.layers) + 1, dtype=torch.int64, device=device)
         self.constexprs = dict(
-            H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
+            ROWS=rows, BR=triton.next_power_of_2(rows), H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
             GU_ROWS=self.gate_up_rows, GU_TILE=triton.next_power_of_2(self.gate_up_rows), D_ROWS=self.down_rows,
             D_TILE=triton.next_power_of_2(self.down_rows), HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down,
             KS_TILE=triton.next_power_of_2(self.ks_down), SPLIT_D=slices_down,
@@ -581,12 +615,12 @@ class PersistentDecode:
             self._configure(sms, settings["splits"])  # one an SM always fits: a compiled program fits an SM
 
     def _configure(self, num_programs: int, splits: int | None) -> None:
-        """The grid, and the context's slices a kv head (as many as fill it), with their scratch."""
+        """The grid, and the context's slices a (row, kv head) (as many as fill it), with their scratch."""
         self.num_programs = num_programs
-        self.splits = splits or max(1, 1 << (max(1, num_programs // self.kv_heads).bit_length() - 1))
+        self.splits = splits or max(1, 1 << (max(1, num_programs // (self.kv_heads * self.rows)).bit_length() - 1))
         device = self.table.device
-        self.part = torch.empty(self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
-        self.lse = torch.empty(self.heads * self.splits, dtype=torch.float32, device=device)
+        self.part = torch.empty(self.rows * self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
+        self.lse = torch.empty(self.rows * self.heads * self.splits, dtype=torch.float32, device=device)
         self.constexprs.update(SPLITS=self.splits, BLOCK_S=triton.next_power_of_2(self.splits))
 
     @staticmethod
@@ -624,16 +658,16 @@ class PersistentDecode:
     def _arguments(self, input_ids, positions, slot_mapping, block_tables, seq_lens) -> tuple:
         return (self.table, self.embed, self.final_norm, self.cos, self.sin, input_ids, positions, slot_mapping, block_tables,
                 seq_lens, self.qkv, self.q, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters,
-                self.error, self.times, self.table.shape[0], self.v_offset, self.scale, self.eps)
+                self.error, self.times, self.table.shape[0], self.v_offset, self.scale, self.eps, block_tables.stride(0))
 
     def _programs_held(self, device: torch.device, sms: int) -> int:
         """How many programs of this launch the GPU holds at once, from the compiled kernel's registers and shared
         memory and the SM's (as Triton's driver reports them). A grid beyond it would never finish its barriers."""
         from triton.runtime import driver
 
-        step = torch.zeros(1, dtype=torch.long, device=device)
+        step = torch.zeros(self.rows, dtype=torch.long, device=device)
         kernel = _persistent_decode_kernel.warmup(
-            *self._arguments(step, step, step, torch.zeros(1, 1, dtype=torch.int32, device=device), step.int()),
+            *self._arguments(step, step, step, torch.zeros(self.rows, 1, dtype=torch.int32, device=device), step.int()),
             grid=(self.num_programs,), **self.launch, **self.constexprs)
         kernel._init_handles()
         sm = driver.active.utils.get_device_properties(device.index if device.index is not None else torch.cuda.current_device())
@@ -645,7 +679,10 @@ class PersistentDecode:
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
                  block_tables: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
-        """The final hidden state ``[1, hidden]`` of one sequence's one new token (``seq_lens[0]`` counts it)."""
+        """The final hidden states ``[rows, hidden]`` of ``rows`` sequences' one new token each (``seq_lens`` counts
+        it; ``block_tables``: a row a sequence)."""
+        if input_ids.shape[0] != self.rows:
+            raise ValueError(f"persistent decode: a launch for {self.rows} rows got {input_ids.shape[0]} tokens")
         _persistent_decode_kernel[(self.num_programs,)](
             *self._arguments(input_ids, positions, slot_mapping, block_tables, seq_lens), **self.launch, **self.constexprs)
         return self.out
