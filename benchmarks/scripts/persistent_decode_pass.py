@@ -131,7 +131,7 @@ def main() -> None:
                     row["variants"].append(dict(variant=variant, error=f"{type(error).__name__}: {error}"[:500]))
                 print(context, f"engine {row['engine_us']:.1f} us, floor {row['floor_us']:.1f} us:", row["variants"][-1], flush=True)
         rows.append(row)
-    result = dict(provenance(), rows=args.rows, kernel_module=args.kernel_module, torch=torch.__version__, triton=__import__("triton").__version__,
+    result = dict(provenance(), sequences=args.rows, kernel_module=args.kernel_module, torch=torch.__version__, triton=__import__("triton").__version__,
                   model="Qwen3-0.6B shape, random (dummy) bf16 weights", copy_bandwidth_bytes_per_s=bandwidth, rows=rows)
     Path(args.output_json).write_text(json.dumps(result, indent=1))
 

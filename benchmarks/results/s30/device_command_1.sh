@@ -20,7 +20,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d['rows']:
     for v in r['variants']:
-        print(d['rows_'] if 'rows_' in d else d.get('rows'), r['context'], 'engine %.1f floor %.1f' % (r['engine_us'], r['floor_us']), v.get('error') or 'us %.1f x%.2f argmax %s bits %s kv %.3g' % (v['us'], v['speedup'], v['same_argmax'], v['same_bits_twice'], v['kv_max_diff']))
+        print(d.get('sequences', 1), r['context'], 'engine %.1f floor %.1f' % (r['engine_us'], r['floor_us']), v.get('error') or 'us %.1f x%.2f argmax %s bits %s kv %.3g' % (v['us'], v['speedup'], v['same_argmax'], v['same_bits_twice'], v['kv_max_diff']))
 " $1; }
 for k in base new base new; do
   [ $(left 400) -lt 20 ] && break
