@@ -78,8 +78,9 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
 def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
     """Two and three sequences' tokens in one launch (contexts of 1, 37 and 150 tokens in shuffled pages of one
     cache, in both orders): each row's hidden state equals the model's pass of that sequence alone, and each stores its
-    own key and value; with the context in 1 and in 3 slices a (row, kv head), small units, and the engine's launch. A
-    launch for 2 rows refuses 3 tokens, and rows past ``MAX_ROWS`` are refused by name."""
+    own key and value; with the context in 1 and in 3 slices a (row, kv head), small units, and the engine's launch.
+    The launch is given copies of the caches that nothing else names: it holds them. A launch for 2 rows refuses 3
+    tokens, and rows past ``MAX_ROWS`` are refused by name."""
     model = load_model(qwen3_dir, load_hf_config(qwen3_dir), torch.float32, DEVICE)
     attn = model.layers[0].self_attn
     generator = torch.Generator().manual_seed(1)
@@ -104,8 +105,9 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
                                                      pages[i:i + 1], steps[i][1].seq_lens_tensor) for i in order])]
         for launch in (dict(splits=1, block_n=16, rows_per_unit=16, mlp_rows_per_unit=8, heads_per_slice=1,
                             down_slice=32), dict(splits=3, preload=0, kv_ahead=0, q_in_registers=False), {}):
-            ours = [c.clone() for c in caches]
-            runner = PersistentDecode(model, ours, rows=len(order), **launch)
+            # The caches' copies named by nothing but the launch, which holds what its addresses point into.
+            runner = PersistentDecode(model, [c.clone() for c in caches], rows=len(order), **launch)
+            ours = runner.held[1]
             hidden = runner(*step)
             torch.testing.assert_close(hidden, torch.stack(expected), atol=2e-5, rtol=1e-4)
             for mine, theirs in zip(ours, expected_caches):

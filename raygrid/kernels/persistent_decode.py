@@ -487,11 +487,12 @@ def _power_of_2(n: int) -> bool:
 
 class PersistentDecode:
     """The launch for one model and its KV caches: a pointer table of each layer's tensors, and the scratch the
-    stages hand over through. ``__call__`` runs a pass for one sequence's one token and returns the final hidden
-    state ``[1, hidden]`` (after the model's last norm), as the model's forward would.
+    stages hand over through. ``__call__`` runs a pass for ``rows`` sequences' one token each and returns their final
+    hidden states ``[rows, hidden]`` (after the model's last norm), as the model's forward would.
 
-    The model and the caches stay owned by the caller; this holds their addresses, so it must be made again if either is
-    replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode pass as one
+    The launch reads the model's weights and the caches by their addresses, so it holds a reference to each tensor whose
+    address its table keeps (a cache dropped by its caller would otherwise be freed under it), and must be made again
+    if either is replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode pass as one
     persistent kernel", on an H200, and the twenty-third to twenty-sixth sessions, on an H100): two programs an SM of 4
     warps where the GPU holds them at once (else one an SM), 32 keys a step in an attention loop of 5 stages, qkv_proj's
     and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and down_proj's in units of 4,
@@ -575,6 +576,7 @@ class PersistentDecode:
                        layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *norms, cache)
             pointers.append([t.data_ptr() for t in tensors])
         self.table = torch.tensor(pointers, dtype=torch.int64, device=device)
+        self.held = (list(model.parameters()), list(kv_caches))  # what the table's addresses point into
         self.embed = model.embed_tokens.weight
         self.final_norm = model.norm.weight
         self.cos, self.sin = attn.rotary.cos_cache, attn.rotary.sin_cache
