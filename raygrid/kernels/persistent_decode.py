@@ -1,4 +1,4 @@
-"""A whole batch-1 decode pass of a dense Llama or Qwen3 model in one persistent launch.
+"""A whole decode pass of a dense Llama or Qwen3 model over one to a few sequences in one persistent launch.
 
 At batch 1 a decode pass is a chain of about ten short kernels a layer, and each kernel boundary costs about 3.3 us
 even with PDL and the weights in L2: on Qwen3-0.6B that is most of the step at short contexts, and a third of it at
@@ -17,8 +17,12 @@ Weights are the one input a stage does not wait for: a program reads its first q
 registers between the barrier's arrival and its wait (``PRELOAD_*``), so the tile is on its way while the last
 programs arrive (on an H100 a pass 1.4% shorter at 32k, 5% at 512; gate_up's and down_proj's tiles would spill).
 
+With several rows (``rows``, up to ``MAX_ROWS``; the engine takes 1 to ``PERSISTENT_CONFIG["max_rows"]``) each
+weight tile a program reads is multiplied with every row in turn, so the weights are read once a pass however many
+rows it carries, and stage 2's units are (row, kv head, slice).
+
 The split products of stages 3 and 5 are added in a fixed order by every program, so the pass gives the same bits
-every time (atomics would not). Each program keeps its own copy of the residual stream; all copies are equal.
+every time (atomics would not). Each program keeps its own copy of the residual streams; all copies are equal.
 Roundings follow the engine's kernels: the residual stream, the norms, qkv, q and k after rotary, attention's
 output, o_proj, gate and up, the activation and down_proj are each rounded to the model's dtype where the layer-by-
 layer pass rounds them, so the two agree to that dtype's rounding (tests compare them).
