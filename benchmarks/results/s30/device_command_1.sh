@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Thirtieth session, command 1: the one-launch decode pass for a few rows (rows=2..4, the engine's launches for decode
-# steps of up to PERSISTENT_CONFIG["max_rows"] requests). Its kernel tests and the engine's GPU test of it; the pass
+# steps of up to PERSISTENT_CONFIG["max_rows"] requests). Its kernel tests and the engine's GPU test of it, with the
+# twenty-ninth session's engine test of the split attention (decode rows by the decode kernel); the pass
 # by rows against the layer-by-layer pass; the one-row pass against 4f3c754's kernel (carried as
 # .devlite/persistent_decode_base.py) in the same command; `bench latency` at batches 2 and 4, the pass on and off.
 # Carry [".devlite"]; results under $OUT/r. $1: the commit.
@@ -10,8 +11,8 @@ mkdir -p $OUT/r/pass; R=$OUT/r
 [ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1
 cp .devlite/persistent_decode_base.py raygrid/kernels/persistent_decode_base.py
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
-timeout $(left 250) python3 -m pytest -q -p no:cacheprovider --durations=10 tests/test_persistent_decode.py tests/test_gpu.py \
-  -k "persistent" > $R/tests.txt 2>&1
+timeout $(left 270) python3 -m pytest -q -p no:cacheprovider --durations=10 tests/test_persistent_decode.py tests/test_gpu.py \
+  -k "persistent or decode_kernel" > $R/tests.txt 2>&1
 echo "tests exit $?"; tail -14 $R/tests.txt
 tar -czf $OUT/results.tgz -C $OUT r  # again after each part: a run cut at its limit keeps what it did
 P=benchmarks/scripts/persistent_decode_pass.py
