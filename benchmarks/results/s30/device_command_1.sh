@@ -3,7 +3,7 @@
 # steps of up to PERSISTENT_CONFIG["max_rows"] requests). Its kernel tests and the engine's GPU test of it, with the
 # twenty-ninth session's engine test of the split attention (decode rows by the decode kernel); the pass
 # by rows against the layer-by-layer pass; the one-row pass against 4f3c754's kernel (carried as
-# .devlite/persistent_decode_base.py) in the same command; `bench latency` at batches 2 and 4, the pass on and off.
+# .devlite/persistent_decode_base.py) in the same command; `bench latency` at batch 2, the pass on and off.
 # Carry [".devlite"]; results under $OUT/r. $1: the commit.
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc TRITON_CACHE_DIR=/tmp/tcache
 t0=$(date +%s); left() { local l=$(( ${1:-560} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
