@@ -6,7 +6,7 @@ no GPU (registers, spills and shared memory of each variant):
     PYTHONPATH=/tmp/triton36:$PWD python -m tests.kernel_builds ptxas < launches.json > built.json
 
 Each list item is a JSON object of ``PersistentDecode`` keyword arguments (the compile test's own launches are at tiny
-sizes, where a unit's tiles are not the engine's)."""
+sizes, where a unit's tiles are not the engine's); ``rows`` above 1 takes 32 / rows slices of the context."""
 
 from __future__ import annotations
 
@@ -35,17 +35,19 @@ def main() -> None:
         if hasattr(module, "cos_cache"):
             module.float()  # the rotary tables stay float32, as the loader leaves them
     caches = [torch.zeros(2, 8, 64, 8, 128, dtype=torch.bfloat16) for _ in range(2)]
-    step = torch.tensor([3])
 
     def launch_each() -> None:
         for variant in variants:
             variant = dict(variant)
             # refused on CPU tensors (it asks a GPU's L2), and 0 there by default: set past the check, the GPU's default
             kv_ahead = variant.pop("kv_ahead", PERSISTENT_CONFIG["kv_ahead"])
-            runner = PersistentDecode(model, caches, **{"splits": 32, **variant})
+            rows = variant.get("rows", 1)
+            # the slices an H100's 264 programs give each (row, kv head), as the engine's launch takes them
+            runner = PersistentDecode(model, caches, **{"splits": max(1, 32 // rows), **variant})
             runner.constexprs["KV_AHEAD"] = kv_ahead
-            runner(step, step.clone(), torch.tensor([19]), torch.tensor([[0, 1]], dtype=torch.int32),
-                   torch.tensor([4], dtype=torch.int32))
+            step = torch.full((rows,), 3)
+            runner(step, step.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
+                   torch.full((rows,), 4, dtype=torch.int32))
 
     with pytest.MonkeyPatch.context() as monkeypatch:
         json.dump(record_launches(monkeypatch, launch_each, run=False), sys.stdout)

@@ -177,10 +177,13 @@ def _ordered_sum(h, p_ptr, SPLITS: tl.constexpr, ROWS: tl.constexpr, BR: tl.cons
 
 
 @triton.jit
-def _row(x, b, BR: tl.constexpr):
+def _row(x, b, BR: tl.constexpr, H: tl.constexpr):
     """Row ``b`` of ``x`` (``[BR, H]``) as a vector ``[H]``, exactly (the other rows' zeros added to it)."""
-    r = tl.arange(0, BR)
-    return tl.sum(tl.where(r[:, None] == b, x, 0.0), 0)
+    if BR == 1:
+        row = tl.reshape(x, (H,))
+    else:
+        row = tl.sum(tl.where(tl.arange(0, BR)[:, None] == b, x, 0.0), 0)
+    return row
 
 
 @triton.jit
@@ -385,6 +388,8 @@ def _persistent_decode_kernel(
     U_DOWN: tl.constexpr = D_BLOCKS * SPLIT_D
     r = tl.arange(0, BR)
     cols = tl.arange(0, H)
+    if ROWS == 1:
+        seq_len0, pos0, slot0 = tl.load(seq_len_ptr), tl.load(pos_ptr), tl.load(slot_ptr)
     _record_time(times_ptr, 0, pid, TIMED)
     ids = tl.load(ids_ptr + r, mask=r < ROWS, other=0)
     h = tl.load(embed_ptr + ids[:, None] * H + cols[None, :], mask=(r < ROWS)[:, None], other=0.0).to(tl.float32)
@@ -403,16 +408,22 @@ def _persistent_decode_kernel(
         for u in range(pid, U_QKV, G):
             w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
             for b in tl.static_range(ROWS):
-                y, rows = _tile_times(w, u * BN, _row(x, b, BR), BN)
+                y, rows = _tile_times(w, u * BN, _row(x, b, BR, H), BN)
                 tl.store(qkv_ptr + b * QKV + rows, y.to(dtype), mask=rows < QKV)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 2. attention, each (row, kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
         for u in range(pid, U_ATTN, G):
-            b = u // U_ATTN_ROW
-            kvh, split = (u % U_ATTN_ROW) % NKV, (u % U_ATTN_ROW) // NKV
+            if ROWS == 1:  # the one row's step inputs, read once at the start (read here, ptxas spilled 160 bytes)
+                b = 0
+                kvh, split = u % NKV, u // NKV
+                seq_len, position, slot = seq_len0, pos0, slot0
+            else:
+                b = u // U_ATTN_ROW
+                kvh, split = (u % U_ATTN_ROW) % NKV, (u % U_ATTN_ROW) // NKV
+                seq_len, position, slot = tl.load(seq_len_ptr + b), tl.load(pos_ptr + b), tl.load(slot_ptr + b)
             _attend_slice(qkv_ptr + b * QKV, q_ptr + b * NH * D, cache, v_offset, block_row_ptr + b * table_stride, kvh,
-                          split, tl.load(seq_len_ptr + b), tl.load(pos_ptr + b), tl.load(slot_ptr + b),
+                          split, seq_len, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr + b * NH * SPLITS * D,
                           lse_ptr + b * NH * SPLITS, scale, eps, NH, NKV, HALF, GROUP,
@@ -426,11 +437,16 @@ def _persistent_decode_kernel(
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
+            # The first row's input asked for before the weight tile, as the one-row pass always did: after it, ptxas
+            # spilled 196 bytes in the one-row launch (none this way; Triton 3.9 for sm_90, thirtieth session).
+            attn0 = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
             w = _unit_tile(o_pre, u, pid, w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D,
                            BN, HPS * D, PRELOAD & 2)
             for b in tl.static_range(ROWS):
-                attn = _attention_rows(part_ptr + b * NH * SPLITS * D, lse_ptr + b * NH * SPLITS, s * HPS, HPS, NH, D,
-                                       SPLITS, BLOCK_S, dtype)
+                attn = attn0
+                if b > 0:
+                    attn = _attention_rows(part_ptr + b * NH * SPLITS * D, lse_ptr + b * NH * SPLITS, s * HPS, HPS, NH,
+                                           D, SPLITS, BLOCK_S, dtype)
                 y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
                 tl.store(po_ptr + (s * ROWS + b) * H + rows, y)
         _arrive(counter_ptr)
@@ -446,7 +462,7 @@ def _persistent_decode_kernel(
             wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
             wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
             for b in tl.static_range(ROWS):
-                xb = _row(x, b, BR)
+                xb = _row(x, b, BR, H)
                 gate, rows = _tile_times(wg, u * GU_ROWS, xb, GU_TILE)
                 up, _ = _tile_times(wu, u * GU_ROWS, xb, GU_TILE)
                 gate = gate.to(dtype).to(tl.float32)
@@ -462,11 +478,16 @@ def _persistent_decode_kernel(
         for u in range(pid, U_DOWN, G):
             s = u // D_BLOCKS
             k = tl.arange(0, KS_TILE)
+            # the first row's activation before the tile, as o_proj's
+            a0 = tl.load(act_ptr + s * KS_D + k, mask=(s * KS_D + k < I) & (k < KS_D), other=0.0,
+                         cache_modifier=".cg").to(tl.float32)
             w = _unit_tile(down_pre, u, pid, w_down, (u % D_BLOCKS) * D_ROWS, H, I, s * KS_D, I, D_TILE, KS_TILE, D_ROWS,
                            KS_D, PRELOAD & 8)
             for b in tl.static_range(ROWS):
-                a = tl.load(act_ptr + b * I + s * KS_D + k, mask=(s * KS_D + k < I) & (k < KS_D), other=0.0,
-                            cache_modifier=".cg").to(tl.float32)
+                a = a0
+                if b > 0:
+                    a = tl.load(act_ptr + b * I + s * KS_D + k, mask=(s * KS_D + k < I) & (k < KS_D), other=0.0,
+                                cache_modifier=".cg").to(tl.float32)
                 y, rows = _tile_times(w, (u % D_BLOCKS) * D_ROWS, a, D_TILE)
                 tl.store(pd_ptr + (s * ROWS + b) * H + rows, y, mask=(rows < H) & (tl.arange(0, D_TILE) < D_ROWS))
         _arrive(counter_ptr)
