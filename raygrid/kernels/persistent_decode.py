@@ -88,10 +88,14 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # pass 699.1 and 701.4 against 700.6, 704.4 and 706.1 us at 512, 989.9 and 990.1 against 1,008.4 to 1,013.0 at 8,192,
 # 1,910.0 and 1,910.2 against 1,923.1 to 1,924.3 at 32,832 (twenty-sixth session; either alone gained little).
 # ``max_rows``: the engine takes this pass for decode steps of up to this many requests (a launch each count, captured
-# at start), whose contexts together are at most MAX_CONTEXT; larger batches pass layer by layer.
+# at start), whose contexts together are at most MAX_CONTEXT; larger batches pass layer by layer. On an H100 (us a
+# pass, against the layer-by-layer pass in CUDA graphs; each row's context 512 / 4,096 / 16,384): 2 rows 1,057.7 /
+# 1,341.7 / 2,263.9 against 1,211.7 / 1,400.6 / 2,284.1; 3 rows 1,266.0 / 1,757.7 / 3,198.8 against 1,213.5 / 1,546.3 /
+# 2,890.3; 4 rows 2,178.3 / 2,814.1 / 4,686.2 against 1,213.1 / 1,709.1 / 3,501.8 (thirtieth session). Each row
+# multiplies every weight tile again on the CUDA cores, and the rows' streams spill (296 bytes at 2 rows, 748 at 4).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, max_rows=4),
+                                    kv_ahead=1, q_in_registers=True, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
