@@ -283,7 +283,7 @@ def _dtype_bytes(engine_kwargs: dict, hf_config) -> int:
 
 def _open_backend(args, engine_kwargs: dict, longest: int, bandwidth: float | None):
     """(close, run one batch, profile at a prompt length or None, the engine's settings the record names) for the chosen
-    backend: the step budget, and whether a lone request's decode passes may take the persistent launch (the engine
+    backend: the step budget, and whether the decode passes of one or two requests may take the persistent launch (the engine
     takes it on one GPU where the model allows)."""
     if args.backend == "hf":
         if args.sampling_params:

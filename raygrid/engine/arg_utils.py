@@ -52,7 +52,7 @@ class EngineArgs:
     max_logprobs: int = _arg(20, "most logprobs a request may ask for")
     seed: int = _arg(0, "engine seed (weights of dummy loading, noise of unseeded requests)")
     enforce_eager: bool = _arg(False, "no CUDA graphs")
-    persistent_decode: bool = _arg(True, "on one GPU, the decode passes of up to 4 requests as one persistent kernel "
+    persistent_decode: bool = _arg(True, "on one GPU, the decode passes of one or two requests as one persistent kernel "
                                          "(dense Llama/Qwen3 without quantization, contexts up to 40,960 tokens "
                                          "together); its sums run in another order, so in 16-bit a request's tokens "
                                          "may differ from the same request's in a larger batch (--no-persistent-decode: "
