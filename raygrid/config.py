@@ -29,7 +29,8 @@ class ModelConfig(_Strict):
     seed: int = 0
     enforce_eager: bool = Field(default=False, description="no CUDA graphs: every step runs eagerly")
     persistent_decode: bool = Field(
-        default=True, description="on one GPU, the decode passes of one or two requests as one persistent kernel where the model allows")
+        default=True,
+        description="on one GPU, the decode passes of one or two requests as one persistent kernel where the model allows")
     load_format: Literal["auto", "dummy"] = Field(
         default="auto", description="'dummy': random weights made on the device from config.json alone, no checkpoint read")
     quantization: Literal["fp8"] | None = Field(
