@@ -158,7 +158,8 @@ def exercise_every_kernel() -> None:
 
 
 def run_persistent_decode_once(dtype: torch.dtype) -> None:
-    """One pass of the one-launch decode kernel over a tiny Qwen3 of zeros (its launch is what counts here)."""
+    """A pass of the one-launch decode kernel over a tiny Qwen3 of zeros, for one row and for two (its launches are
+    what count here)."""
     from transformers import Qwen3Config
 
     from raygrid.kernels.persistent_decode import PersistentDecode
@@ -173,9 +174,11 @@ def run_persistent_decode_once(dtype: torch.dtype) -> None:
     for param in model.parameters():
         param.data.zero_()
     caches = [torch.zeros(2, 4, 16, 2, 16, dtype=dtype)]
-    ids = torch.tensor([3])
-    PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2, down_slice=32)(
-        ids, ids.clone(), torch.tensor([19]), torch.tensor([[0, 1]], dtype=torch.int32), torch.tensor([4], dtype=torch.int32))
+    for rows in (1, 2):  # one row's launch, and the rows' (the engine takes both)
+        ids = torch.full((rows,), 3)
+        PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2, down_slice=32,
+                         rows=rows)(ids, ids.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
+                                    torch.full((rows,), 4, dtype=torch.int32))
 
 
 def without_interpreter(command: list[str], stdin: str = "") -> dict:
