@@ -181,13 +181,9 @@ def _ordered_sum(h, p_ptr, SPLITS: tl.constexpr, ROWS: tl.constexpr, BR: tl.cons
 
 
 @triton.jit
-def _row(x, b, BR: tl.constexpr, H: tl.constexpr):
+def _row(x, b, BR: tl.constexpr):
     """Row ``b`` of ``x`` (``[BR, H]``) as a vector ``[H]``, exactly (the other rows' zeros added to it)."""
-    if BR == 1:
-        row = tl.reshape(x, (H,))
-    else:
-        row = tl.sum(tl.where(tl.arange(0, BR)[:, None] == b, x, 0.0), 0)
-    return row
+    return tl.sum(tl.where(tl.arange(0, BR)[:, None] == b, x, 0.0), 0)
 
 
 @triton.jit
@@ -413,7 +409,7 @@ def _persistent_decode_kernel(
         for u in range(pid, U_QKV, G):
             w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
             for b in tl.static_range(ROWS):
-                y, rows = _tile_times(w, u * BN, _row(x, b, BR, H), BN)
+                y, rows = _tile_times(w, u * BN, _row(x, b, BR), BN)
                 tl.store(qkv_ptr + b * QKV + rows, y.to(dtype), mask=rows < QKV)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 2. attention, each (row, kv head, slice)
@@ -467,7 +463,7 @@ def _persistent_decode_kernel(
             wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
             wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
             for b in tl.static_range(ROWS):
-                xb = _row(x, b, BR, H)
+                xb = _row(x, b, BR)
                 gate, rows = _tile_times(wg, u * GU_ROWS, xb, GU_TILE)
                 up, _ = _tile_times(wu, u * GU_ROWS, xb, GU_TILE)
                 gate = gate.to(dtype).to(tl.float32)
