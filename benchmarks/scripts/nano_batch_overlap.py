@@ -27,6 +27,7 @@ import torch
 from raygrid.bench.kernel_timing import chain_us
 from raygrid.bench.memory_floor import copy_bandwidth
 from raygrid.bench.throughput import provenance
+from raygrid.engine.memory_profile import decode_metadata
 from raygrid.models.default_model import load_dummy_qwen3_0_6b
 from raygrid.models.layers.attention import AttentionMetadata
 
@@ -56,16 +57,6 @@ def decode_batch(contexts: list[int], device) -> tuple[torch.Tensor, torch.Tenso
     slots = table[torch.arange(rows, device=device), last.long()].long() * PAGE + positions % PAGE
     ids = torch.randint(0, 150000, (rows,), device=device)
     return ids, positions, decode_metadata(slots, table, seq_lens)
-
-
-def decode_metadata(slots: torch.Tensor, table: torch.Tensor, seq_lens: torch.Tensor) -> AttentionMetadata:
-    """One decode token a row: its cache slot, the row's pages, and its context with the token."""
-    rows = seq_lens.shape[0]
-    return AttentionMetadata(
-        slot_mapping=slots, block_tables=table, seq_lens=seq_lens.tolist(), query_start_loc=list(range(rows + 1)),
-        max_query_len=1, seq_lens_tensor=seq_lens,
-        query_start_loc_tensor=torch.arange(rows + 1, dtype=torch.int32, device=seq_lens.device),
-        decode_order=torch.argsort(-seq_lens, stable=True).to(torch.int32))
 
 
 def batch_rows(batch, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:

@@ -33,7 +33,7 @@ import torch
 from raygrid.bench.kernel_timing import chain_us
 from raygrid.bench.memory_floor import copy_bandwidth
 from raygrid.bench.throughput import provenance
-from raygrid.engine.memory_profile import sequence_metadata
+from raygrid.engine.memory_profile import decode_metadata, sequence_metadata
 from raygrid.models.default_model import load_dummy_qwen3_0_6b
 from raygrid.models.layers.attention import AttentionMetadata
 
@@ -48,11 +48,7 @@ def decode_inputs(context: int, rows: int, num_blocks: int, device) -> tuple[dic
     steps = [sequence_metadata(blocks[r:r + 1], context, 1, PAGE) for r in range(rows)]
     positions = torch.cat([p for p, _ in steps])
     seq_lens = torch.cat([m.seq_lens_tensor for _, m in steps])
-    meta = AttentionMetadata(slot_mapping=torch.cat([m.slot_mapping for _, m in steps]), block_tables=blocks,
-                             seq_lens=[context + 1] * rows, query_start_loc=list(range(rows + 1)), max_query_len=1,
-                             seq_lens_tensor=seq_lens,
-                             query_start_loc_tensor=torch.arange(rows + 1, dtype=torch.int32, device=device),
-                             decode_order=torch.arange(rows, dtype=torch.int32, device=device))
+    meta = decode_metadata(torch.cat([m.slot_mapping for _, m in steps]), blocks, seq_lens)
     inputs = dict(ids=torch.arange(17, 17 + rows, device=device), positions=positions, slot_mapping=meta.slot_mapping,
                   block_tables=blocks, seq_lens=seq_lens)
     return inputs, meta

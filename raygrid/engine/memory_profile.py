@@ -135,6 +135,17 @@ def sequence_metadata(block_table: torch.Tensor, start: int, count: int, block_s
     )
 
 
+def decode_metadata(slots: torch.Tensor, table: torch.Tensor, seq_lens: torch.Tensor) -> AttentionMetadata:
+    """Attention inputs of a decode step, one token a row: its cache slot (``slots``), the row's pages (``table``) and
+    its context with the token (``seq_lens``, int32), the rows started longest first as a step's are."""
+    rows = seq_lens.shape[0]
+    return AttentionMetadata(
+        slot_mapping=slots, block_tables=table, seq_lens=seq_lens.tolist(), query_start_loc=list(range(rows + 1)),
+        max_query_len=1, seq_lens_tensor=seq_lens,
+        query_start_loc_tensor=torch.arange(rows + 1, dtype=torch.int32, device=seq_lens.device),
+        decode_order=torch.argsort(-seq_lens, stable=True).to(torch.int32))
+
+
 def kv_cache_shape(model: torch.nn.Module, block_size: int, num_blocks: int) -> tuple[int, ...]:
     """KV cache shape of one layer on this rank (its share of the kv heads)."""
     attn = model.layers[0].self_attn
