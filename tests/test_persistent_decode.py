@@ -18,6 +18,17 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 PAGE = 16
 
 
+def model_and_random_caches(path: str, num_blocks: int, seed: int):
+    """The checkpoint's model in float32 on the test's device, a KV cache of ``num_blocks`` random pages a layer, and
+    the generator that drew them (the test draws its inputs from it next)."""
+    model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
+    attn = model.layers[0].self_attn
+    generator = torch.Generator().manual_seed(seed)
+    caches = [torch.randn(2, num_blocks, PAGE, attn.num_kv_heads, attn.head_dim, generator=generator).to(DEVICE)
+              for _ in model.layers]
+    return model, caches, generator
+
+
 @pytest.mark.parametrize("name", ["qwen3", "llama"])
 def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_heads_dir):
     """Contexts of 1, 37 and 150 tokens in shuffled pages (keys a step: 16, so 150 takes 10 steps), with the
@@ -32,13 +43,9 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead, the query in registers, and on a GPU
     each attention unit's first cache tile asked into L2 before its query is made ready). On a GPU, also two tiles
     asked ahead (``kv_ahead=2``)."""
-    path = {"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name]
-    model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
-    attn = model.layers[0].self_attn
-    generator = torch.Generator().manual_seed(0)
     num_blocks = 24
-    caches = [torch.randn(2, num_blocks, PAGE, attn.num_kv_heads, attn.head_dim, generator=generator).to(DEVICE)
-              for _ in model.layers]
+    model, caches, generator = model_and_random_caches({"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name],
+                                                       num_blocks, seed=0)
     checked = 0
     for context in (1, 37, 150):
         ids = torch.randint(3, model.config.vocab_size, (context + 1,), generator=generator).to(DEVICE)
@@ -81,12 +88,8 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
     own key and value; with the context in 1 and in 3 slices a (row, kv head), small units, and the engine's launch.
     The launch is given copies of the caches that nothing else names: it holds them. A launch for 2 rows refuses 3
     tokens, and rows past ``MAX_ROWS`` are refused by name."""
-    model = load_model(qwen3_dir, load_hf_config(qwen3_dir), torch.float32, DEVICE)
-    attn = model.layers[0].self_attn
-    generator = torch.Generator().manual_seed(1)
     num_blocks = 40
-    caches = [torch.randn(2, num_blocks, PAGE, attn.num_kv_heads, attn.head_dim, generator=generator).to(DEVICE)
-              for _ in model.layers]
+    model, caches, generator = model_and_random_caches(qwen3_dir, num_blocks, seed=1)
     pages = (torch.randperm(num_blocks - 1, generator=generator)[:33] + 1).to(torch.int32).reshape(3, 11).to(DEVICE)
     contexts = (150, 1, 37)
     ids = [torch.randint(3, model.config.vocab_size, (c + 1,), generator=generator).to(DEVICE) for c in contexts]
