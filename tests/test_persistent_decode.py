@@ -10,6 +10,7 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
+from raygrid.kernels.persistent_batch import MAX_BATCH_ROWS, PersistentBatchDecode  # noqa: E402
 from raygrid.kernels.persistent_decode import MAX_ROWS, PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
 from raygrid.engine.memory_profile import sequence_metadata  # noqa: E402
 from raygrid.models.loader import load_hf_config, load_model  # noqa: E402
@@ -19,14 +20,41 @@ PAGE = 16
 
 
 def model_and_random_caches(path: str, num_blocks: int, seed: int):
-    """The checkpoint's model in float32 on the test's device, a KV cache of ``num_blocks`` random pages a layer, and
-    the generator that drew them (the test draws its inputs from it next)."""
+    """The checkpoint's model in float32 on the test's device, its norms' weights drawn from [0.5, 1.5) (the tiny
+    checkpoints' are ones, which a pass that skipped them would match), a KV cache of ``num_blocks`` random pages a
+    layer, and the generator that drew them (the test draws its inputs from it next)."""
     model = load_model(path, load_hf_config(path), torch.float32, DEVICE)
     attn = model.layers[0].self_attn
     generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.copy_(torch.rand(param.shape, generator=generator) + 0.5)
     caches = [torch.randn(2, num_blocks, PAGE, attn.num_kv_heads, attn.head_dim, generator=generator).to(DEVICE)
               for _ in model.layers]
     return model, caches, generator
+
+
+def prefilled_sequences(model, caches, generator, contexts, num_blocks: int):
+    """Sequences of ``contexts`` tokens, each in 11 shuffled pages of the caches, their prompts' keys and values
+    stored by the model's own pass: the pages (a row a sequence), each sequence's ids (its prompt and one token more)
+    and its next token's (positions, metadata)."""
+    pages = (torch.randperm(num_blocks - 1, generator=generator)[:11 * len(contexts)] + 1).to(torch.int32)
+    pages = pages.reshape(len(contexts), 11).to(DEVICE)
+    ids = [torch.randint(3, model.config.vocab_size, (c + 1,), generator=generator).to(DEVICE) for c in contexts]
+    steps = []
+    with torch.inference_mode():
+        for seq, context in enumerate(contexts):
+            positions, meta = sequence_metadata(pages[seq:seq + 1], 0, context, PAGE)
+            model(ids[seq][:context], positions, caches, meta)
+            steps.append(sequence_metadata(pages[seq:seq + 1], context, 1, PAGE))
+    return pages, ids, steps
+
+
+def launch_inputs(order, contexts, pages, ids, steps) -> list[torch.Tensor]:
+    """A launch's inputs for the next tokens of the sequences in ``order`` (``prefilled_sequences``'s)."""
+    return [torch.cat(parts) for parts in zip(*[(ids[i][contexts[i]:], steps[i][0], steps[i][1].slot_mapping,
+                                                 pages[i:i + 1], steps[i][1].seq_lens_tensor) for i in order])]
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama"])
@@ -88,24 +116,15 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
     own key and value; with the context in 1 and in 3 slices a (row, kv head), small units, and the engine's launch.
     The launch is given copies of the caches that nothing else names: it holds them. A launch for 2 rows refuses 3
     tokens, and rows past ``MAX_ROWS`` are refused by name."""
-    num_blocks = 40
-    model, caches, generator = model_and_random_caches(qwen3_dir, num_blocks, seed=1)
-    pages = (torch.randperm(num_blocks - 1, generator=generator)[:33] + 1).to(torch.int32).reshape(3, 11).to(DEVICE)
+    model, caches, generator = model_and_random_caches(qwen3_dir, num_blocks=40, seed=1)
     contexts = (150, 1, 37)
-    ids = [torch.randint(3, model.config.vocab_size, (c + 1,), generator=generator).to(DEVICE) for c in contexts]
-    steps = []
-    with torch.inference_mode():
-        for seq, context in enumerate(contexts):  # the prompts' keys and values, then each token's own pass
-            positions, meta = sequence_metadata(pages[seq:seq + 1], 0, context, PAGE)
-            model(ids[seq][:context], positions, caches, meta)
-            steps.append(sequence_metadata(pages[seq:seq + 1], context, 1, PAGE))
+    pages, ids, steps = prefilled_sequences(model, caches, generator, contexts, num_blocks=40)
     checked = 0
     for order in ([0, 2], [1, 0, 2], [2, 1, 0]):
         expected_caches = [c.clone() for c in caches]
         with torch.inference_mode():
             expected = [model(ids[i][contexts[i]:], steps[i][0], expected_caches, steps[i][1])[0] for i in order]
-        step = [torch.cat(parts) for parts in zip(*[(ids[i][contexts[i]:], steps[i][0], steps[i][1].slot_mapping,
-                                                     pages[i:i + 1], steps[i][1].seq_lens_tensor) for i in order])]
+        step = launch_inputs(order, contexts, pages, ids, steps)
         for launch in (dict(splits=1, block_n=16, rows_per_unit=16, mlp_rows_per_unit=8, heads_per_slice=1,
                             down_slice=32), dict(splits=3, preload=0, kv_ahead=0, q_in_registers=False), {}):
             # The caches' copies named by nothing but the launch, which holds what its addresses point into.
@@ -123,6 +142,48 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
         PersistentDecode(model, caches, rows=2)(*step)
     with pytest.raises(ValueError, match=rf"rows must be from 1 to {MAX_ROWS}, got {MAX_ROWS + 1}"):
         PersistentDecode(model, caches, rows=MAX_ROWS + 1)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama"])
+def test_the_batched_launch_equals_each_rows_own_pass(name, qwen3_dir, llama_wide_heads_dir):
+    """The batched one-launch pass (tensor-core products, the residual stream in global memory): five sequences
+    (contexts of 150, 1, 37, 20 and 64 tokens in shuffled pages) and seventeen (rows padded to 32): each row's hidden
+    state equals the model's pass of that sequence alone, and each stores its own key and value. With the defaults
+    (both batches); for five, also with the context in 3 slices a (row, kv head), o_proj's and down_proj's K in slices (2 and 3 on the Qwen3, the
+    Llama's down_proj 64, 64 and 32 wide: every last-arriver's sum) and K 16 a step; and with no slices and wider
+    units. A second pass over the same inputs gives the same bits, every arrival counter is back at 0, and no barrier
+    timed out. Rows past ``MAX_BATCH_ROWS`` and a unit that is no tl.dot side are refused by name."""
+    model, caches, generator = model_and_random_caches({"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name],
+                                                       num_blocks=200, seed=2)
+    contexts = [150, 1, 37, 20, 64] + torch.randint(1, 40, (12,), generator=generator).tolist()
+    pages, ids, steps = prefilled_sequences(model, caches, generator, contexts, num_blocks=200)
+    with torch.inference_mode():
+        expected_caches = [c.clone() for c in caches]
+        expected = torch.stack([model(ids[i][contexts[i]:], steps[i][0], expected_caches, steps[i][1])[0]
+                                for i in range(len(contexts))])
+    checked = 0
+    for rows in (5, 17):
+        step = launch_inputs(range(rows), contexts, pages, ids, steps)
+        launches = [{}] if rows > 16 else [{}, dict(splits=3, o_slices=3, down_slices=3, k_chunk=16),
+                                           dict(splits=1, o_slices=1, down_slices=1, block_n=32, gate_up_cols=32)]
+        for launch in launches:
+            runner = PersistentBatchDecode(model, [c.clone() for c in caches], rows=rows, **launch)
+            ours = runner.held[1]
+            hidden = runner(*step).clone()
+            torch.testing.assert_close(hidden, expected[:rows], atol=2e-5, rtol=1e-4)
+            for mine, theirs in zip(ours, expected_caches):
+                touched = torch.zeros(mine.shape[1], dtype=torch.bool)
+                touched[pages[rows:].flatten().cpu()] = True  # the sequences left out kept their cache as it was
+                torch.testing.assert_close(mine[:, ~touched], theirs[:, ~touched], atol=2e-5, rtol=1e-4)
+            assert torch.equal(runner(*step), hidden)
+            runner.check()
+            assert runner.counters.tolist() == [0, 0] and not runner.arrivals.any()
+            checked += 1
+    assert checked == 4
+    with pytest.raises(ValueError, match=rf"rows must be from 1 to {MAX_BATCH_ROWS}, got {MAX_BATCH_ROWS + 1}"):
+        PersistentBatchDecode(model, caches, rows=MAX_BATCH_ROWS + 1)
+    with pytest.raises(ValueError, match=r"block_n must be a power of 2 from 16 \(a tl.dot side\), got 24"):
+        PersistentBatchDecode(model, caches, rows=3, block_n=24)
 
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):
