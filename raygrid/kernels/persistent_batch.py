@@ -72,16 +72,23 @@ def _normed(h_ptr, inv, norm_ptr, k, ROWS, BM: tl.constexpr, H: tl.constexpr, dt
 
 @triton.jit
 def _normed_product(h_ptr, inv, norm_ptr, w_ptr, n0, N, ROWS, BM: tl.constexpr, BN: tl.constexpr, H: tl.constexpr,
-                    KC: tl.constexpr, DOT_PRECISION: tl.constexpr, dtype: tl.constexpr):
-    """RMSNorm(h) times rows ``n0 .. n0+BN`` of the ``[N, H]`` weight, transposed: ``[BM, BN]`` in float32."""
+                    KC: tl.constexpr, PAIR: tl.constexpr, DOT_PRECISION: tl.constexpr, dtype: tl.constexpr):
+    """RMSNorm(h) times rows ``n0 .. n0+BN`` of the ``[N, H]`` weight, transposed: ``[BM, BN]`` in float32. With
+    ``PAIR`` also times the same rows of the ``[N, H]`` weight after it (gate_up_proj's up), each chunk of the normed
+    input made once for both; the second product is 0 without."""
     n = n0 + tl.arange(0, BN)
     acc = tl.zeros([BM, BN], dtype=tl.float32)
+    second = tl.zeros([BM, BN], dtype=tl.float32)
     for k0 in range(0, H, KC):
         k = k0 + tl.arange(0, KC)
         x = _normed(h_ptr, inv, norm_ptr, k, ROWS, BM, H, dtype)
-        w = tl.load(w_ptr + n[:, None] * H + k[None, :], mask=(n < N)[:, None], other=0.0)
+        tile = w_ptr + n[:, None] * H + k[None, :]
+        w = tl.load(tile, mask=(n < N)[:, None], other=0.0)
+        if PAIR:
+            w2 = tl.load(tile + N * H, mask=(n < N)[:, None], other=0.0)  # both tiles asked for before either is used
+            second = tl.dot(x, tl.trans(w2), second, input_precision=DOT_PRECISION)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
-    return acc
+    return acc, second
 
 
 @triton.jit
@@ -206,7 +213,8 @@ def _persistent_batch_kernel(
         w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
         norm = _layer_tensor(table_ptr, layer, N_INPUT, dtype)
         for u in range(pid, (QKV + BN - 1) // BN, G):
-            acc = _normed_product(h_ptr, inv, norm, w_qkv, u * BN, QKV, ROWS, BM, BN, H, KC, DOT_PRECISION, dtype)
+            acc, _ = _normed_product(h_ptr, inv, norm, w_qkv, u * BN, QKV, ROWS, BM, BN, H, KC, False, DOT_PRECISION,
+                                     dtype)
             cols = u * BN + tl.arange(0, BN)
             tl.store(qkv_ptr + r[:, None] * QKV + cols[None, :], acc.to(dtype), mask=rows & (cols < QKV)[None, :])
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
@@ -246,8 +254,8 @@ def _persistent_batch_kernel(
         w_gate = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         norm = _layer_tensor(table_ptr, layer, N_POST, dtype)
         for u in range(pid, (I + GU - 1) // GU, G):
-            gate = _normed_product(h_ptr, inv, norm, w_gate, u * GU, I, ROWS, BM, GU, H, KC, DOT_PRECISION, dtype)
-            up = _normed_product(h_ptr, inv, norm, w_gate + I * H, u * GU, I, ROWS, BM, GU, H, KC, DOT_PRECISION, dtype)
+            gate, up = _normed_product(h_ptr, inv, norm, w_gate, u * GU, I, ROWS, BM, GU, H, KC, True, DOT_PRECISION,
+                                       dtype)
             gate = gate.to(dtype).to(tl.float32)
             silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
             cols = u * GU + tl.arange(0, GU)
