@@ -231,10 +231,10 @@ def _persistent_batch_kernel(
                           _layer_tensor(table_ptr, layer, N_K, dtype), part, lse, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, 0, True,
                           dtype)
+            tl.debug_barrier()  # every thread's stores of the slice before any thread reads them back (or releases)
             if SPLITS == 1:
                 _combine_heads(part, lse, attn_ptr + b * NH * D, kvh * GROUP, GROUP, SPLITS, BLOCK_G, BLOCK_S, D, dtype)
             else:
-                tl.debug_barrier()  # every thread's stores before the one thread's release
                 counter = attention_arrivals + b * NKV + kvh
                 if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
                     _combine_heads(part, lse, attn_ptr + b * NH * D, kvh * GROUP, GROUP, SPLITS, BLOCK_G, BLOCK_S, D,
