@@ -158,11 +158,10 @@ def exercise_every_kernel() -> None:
 
 
 def run_persistent_decode_once(dtype: torch.dtype) -> None:
-    """A pass of the one-launch decode kernels over a tiny Qwen3 of zeros: one row's and two rows' launches, and the
-    batched launch's for three (its launches are what count here)."""
+    """A pass of the one-launch decode kernel over a tiny Qwen3 of zeros, for one row and for two (its launches are
+    what count here)."""
     from transformers import Qwen3Config
 
-    from raygrid.kernels.persistent_batch import PersistentBatchDecode
     from raygrid.kernels.persistent_decode import PersistentDecode
     from raygrid.models.qwen3 import Qwen3ForCausalLM
 
@@ -175,15 +174,11 @@ def run_persistent_decode_once(dtype: torch.dtype) -> None:
     for param in model.parameters():
         param.data.zero_()
     caches = [torch.zeros(2, 4, 16, 2, 16, dtype=dtype)]
-    for rows in (1, 2, 3):  # one row's launch, the rows', and the batched one's (the engine takes all three)
+    for rows in (1, 2):  # one row's launch, and the rows' (the engine takes both)
         ids = torch.full((rows,), 3)
-        step = (ids, ids.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
-                torch.full((rows,), 4, dtype=torch.int32))
-        if rows < 3:
-            PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2, down_slice=32,
-                             rows=rows)(*step)
-        else:  # slices of the context, of o_proj's K and of down_proj's: each last-arriver's sum built
-            PersistentBatchDecode(model, caches, rows=rows, splits=2, o_slices=2, down_slices=2, k_chunk=32)(*step)
+        PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2, down_slice=32,
+                         rows=rows)(ids, ids.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
+                                    torch.full((rows,), 4, dtype=torch.int32))
 
 
 def without_interpreter(command: list[str], stdin: str = "") -> dict:

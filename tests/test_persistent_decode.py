@@ -10,7 +10,6 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
-from raygrid.kernels.persistent_batch import MAX_BATCH_ROWS, PersistentBatchDecode  # noqa: E402
 from raygrid.kernels.persistent_decode import MAX_ROWS, PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
 from raygrid.engine.memory_profile import sequence_metadata  # noqa: E402
 from raygrid.models.loader import load_hf_config, load_model  # noqa: E402
@@ -142,48 +141,6 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
         PersistentDecode(model, caches, rows=2)(*step)
     with pytest.raises(ValueError, match=rf"rows must be from 1 to {MAX_ROWS}, got {MAX_ROWS + 1}"):
         PersistentDecode(model, caches, rows=MAX_ROWS + 1)
-
-
-@pytest.mark.parametrize("name", ["qwen3", "llama"])
-def test_the_batched_launch_equals_each_rows_own_pass(name, qwen3_dir, llama_wide_heads_dir):
-    """The batched one-launch pass (tensor-core products, the residual stream in global memory): five sequences
-    (contexts of 150, 1, 37, 20 and 64 tokens in shuffled pages) and seventeen (rows padded to 32): each row's hidden
-    state equals the model's pass of that sequence alone, and each stores its own key and value. With the defaults
-    (both batches); for five, also with the context in 3 slices a (row, kv head), o_proj's and down_proj's K in slices (2 and 3 on the Qwen3, the
-    Llama's down_proj 64, 64 and 32 wide: every last-arriver's sum) and K 16 a step; and with no slices and wider
-    units. A second pass over the same inputs gives the same bits, every arrival counter is back at 0, and no barrier
-    timed out. Rows past ``MAX_BATCH_ROWS`` and a unit that is no tl.dot side are refused by name."""
-    model, caches, generator = model_and_random_caches({"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name],
-                                                       num_blocks=200, seed=2)
-    contexts = [150, 1, 37, 20, 64] + torch.randint(1, 40, (12,), generator=generator).tolist()
-    pages, ids, steps = prefilled_sequences(model, caches, generator, contexts, num_blocks=200)
-    with torch.inference_mode():
-        expected_caches = [c.clone() for c in caches]
-        expected = torch.stack([model(ids[i][contexts[i]:], steps[i][0], expected_caches, steps[i][1])[0]
-                                for i in range(len(contexts))])
-    checked = 0
-    for rows in (5, 17):
-        step = launch_inputs(range(rows), contexts, pages, ids, steps)
-        launches = [{}] if rows > 16 else [{}, dict(splits=3, o_slices=3, down_slices=3, k_chunk=16),
-                                           dict(splits=1, o_slices=1, down_slices=1, block_n=32, gate_up_cols=32)]
-        for launch in launches:
-            runner = PersistentBatchDecode(model, [c.clone() for c in caches], rows=rows, **launch)
-            ours = runner.held[1]
-            hidden = runner(*step).clone()
-            torch.testing.assert_close(hidden, expected[:rows], atol=2e-5, rtol=1e-4)
-            for mine, theirs in zip(ours, expected_caches):
-                touched = torch.zeros(mine.shape[1], dtype=torch.bool)
-                touched[pages[rows:].flatten().cpu()] = True  # the sequences left out kept their cache as it was
-                torch.testing.assert_close(mine[:, ~touched], theirs[:, ~touched], atol=2e-5, rtol=1e-4)
-            assert torch.equal(runner(*step), hidden)
-            runner.check()
-            assert runner.counters.tolist() == [0, 0] and not runner.arrivals.any()
-            checked += 1
-    assert checked == 4
-    with pytest.raises(ValueError, match=rf"rows must be from 1 to {MAX_BATCH_ROWS}, got {MAX_BATCH_ROWS + 1}"):
-        PersistentBatchDecode(model, caches, rows=MAX_BATCH_ROWS + 1)
-    with pytest.raises(ValueError, match=r"block_n must be a power of 2 from 16 \(a tl.dot side\), got 24"):
-        PersistentBatchDecode(model, caches, rows=3, block_n=24)
 
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):

@@ -17,10 +17,8 @@ forward pass alone (no LM head, no sampling). For each context it also records:
     python benchmarks/scripts/persistent_decode_pass.py OUT.json --contexts 512 4096 32768 [--rows 2] [--variant JSON ...]
 
 Each ``--variant`` is a JSON of ``PersistentDecode`` keyword arguments (``num_warps``, ``num_stages``, ``block_n``,
-``splits``), timed beside the default launch. ``--batch`` times the batched pass with tensor-core products
-(``kernels/persistent_batch.py``, ``PersistentBatchDecode``; its variants take its keyword arguments) instead.
-``--kernel-module`` times another module's ``PersistentDecode`` (an earlier commit's copy of the kernel, for an A/B
-within one command; one row only if it predates ``rows``).
+``splits``), timed beside the default launch. ``--kernel-module`` times another module's ``PersistentDecode`` (an
+earlier commit's copy of the kernel, for an A/B within one command; one row only if it predates ``rows``).
 """
 
 from __future__ import annotations
@@ -91,12 +89,8 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=50)
     parser.add_argument("--rows", type=int, default=1, help="sequences in the pass, each of the context given")
     parser.add_argument("--kernel-module", default="raygrid.kernels.persistent_decode")
-    parser.add_argument("--batch", action="store_true", help="the batched pass (PersistentBatchDecode) instead")
     args = parser.parse_args()
-    if args.batch:
-        PersistentDecode = importlib.import_module("raygrid.kernels.persistent_batch").PersistentBatchDecode
-    else:
-        PersistentDecode = importlib.import_module(args.kernel_module).PersistentDecode
+    PersistentDecode = importlib.import_module(args.kernel_module).PersistentDecode
     device = torch.device("cuda")
     torch.manual_seed(0)
     model = load_dummy_qwen3_0_6b(device)
@@ -109,7 +103,7 @@ def main() -> None:
               for _ in model.layers]
     weight_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens" not in n)
     variants = [{}] + [json.loads(v) for v in args.variant]
-    if args.rows > 1 or args.batch:
+    if args.rows > 1:
         variants = [dict(v, rows=args.rows) for v in variants]
     bandwidth = copy_bandwidth(device)
     rows = []
@@ -133,7 +127,7 @@ def main() -> None:
                     row["variants"].append(dict(variant=variant, error=f"{type(error).__name__}: {error}"[:500]))
                 print(context, f"engine {row['engine_us']:.1f} us, floor {row['floor_us']:.1f} us:", row["variants"][-1], flush=True)
         rows.append(row)
-    result = dict(provenance(), sequences=args.rows, batch=args.batch, kernel_module=args.kernel_module, torch=torch.__version__, triton=__import__("triton").__version__,
+    result = dict(provenance(), sequences=args.rows, kernel_module=args.kernel_module, torch=torch.__version__, triton=__import__("triton").__version__,
                   model="Qwen3-0.6B shape, random (dummy) bf16 weights", copy_bandwidth_bytes_per_s=bandwidth, rows=rows)
     Path(args.output_json).write_text(json.dumps(result, indent=1))
 

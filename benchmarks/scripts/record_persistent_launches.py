@@ -6,8 +6,7 @@ no GPU (registers, spills and shared memory of each variant):
     PYTHONPATH=/tmp/triton36:$PWD python -m tests.kernel_builds ptxas < launches.json > built.json
 
 Each list item is a JSON object of ``PersistentDecode`` keyword arguments (the compile test's own launches are at tiny
-sizes, where a unit's tiles are not the engine's); ``rows`` above 1 takes 32 / rows slices of the context. With
-``"batch": true`` the item is ``PersistentBatchDecode``'s, sized for an H100's 264 programs (``rows`` required)."""
+sizes, where a unit's tiles are not the engine's); ``rows`` above 1 takes 32 / rows slices of the context."""
 
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import Qwen3Config  # noqa: E402
 
-from raygrid.kernels.persistent_batch import PersistentBatchDecode  # noqa: E402
 from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
 from raygrid.models.qwen3 import Qwen3ForCausalLM  # noqa: E402
 from tests.test_kernels_compile import record_launches  # noqa: E402
@@ -41,19 +39,15 @@ def main() -> None:
     def launch_each() -> None:
         for variant in variants:
             variant = dict(variant)
-            rows = variant.get("rows", 1)
-            step = torch.full((rows,), 3)
-            inputs = (step, step.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
-                      torch.full((rows,), 4, dtype=torch.int32))
-            if variant.pop("batch", False):  # recorded, not run: the interpreter could not run 264 programs' barriers
-                PersistentBatchDecode(model, caches, **{"num_programs": 264, **variant})(*inputs)
-                continue
             # refused on CPU tensors (it asks a GPU's L2), and 0 there by default: set past the check, the GPU's default
             kv_ahead = variant.pop("kv_ahead", PERSISTENT_CONFIG["kv_ahead"])
+            rows = variant.get("rows", 1)
             # the slices an H100's 264 programs give each (row, kv head), as the engine's launch takes them
             runner = PersistentDecode(model, caches, **{"splits": max(1, 32 // rows), **variant})
             runner.constexprs["KV_AHEAD"] = kv_ahead
-            runner(*inputs)
+            step = torch.full((rows,), 3)
+            runner(step, step.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
+                   torch.full((rows,), 4, dtype=torch.int32))
 
     with pytest.MonkeyPatch.context() as monkeypatch:
         json.dump(record_launches(monkeypatch, launch_each, run=False), sys.stdout)

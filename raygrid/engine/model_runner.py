@@ -30,7 +30,7 @@ from raygrid.parallel.expert_parallel import PassPlan, PassPlanner
 from raygrid.parallel.groups import get_pp_group
 
 if TYPE_CHECKING:
-    from raygrid.kernels.persistent_decode import PersistentPass  # Triton: imported where a GPU runs it
+    from raygrid.kernels.persistent_decode import PersistentDecode  # Triton: imported where a GPU runs it
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +57,9 @@ class ModelRunner:
         self.graphs: FullGraphs | None = None  # decode steps, and steps with prefill over many requests
         self.piecewise: PiecewiseGraphs | None = None  # steps with prefill (none under expert parallelism)
         self.graph_memory_bytes = 0  # device memory the CUDA graphs hold, once captured
-        # The decode passes of small batches, each in one launch, by rows (kernels.persistent_decode.PersistentDecode
-        # for one or two, kernels.persistent_batch.PersistentBatchDecode past them); each launch captured where the
-        # runner uses CUDA graphs; and the passes each took.
-        self.persistent: dict[int, PersistentPass] = {}
+        # kernels.persistent_decode.PersistentDecode by rows: the decode passes of a few requests, each in one launch;
+        # each launch captured where the runner uses CUDA graphs; and the passes each took.
+        self.persistent: dict[int, PersistentDecode] = {}
         self.persistent_graphs: dict[int, CallGraph] = {}
         self.persistent_passes: Counter[int] = Counter()
         # Requests this worker refused (until the scheduler reports them finished), and why.
@@ -166,37 +165,28 @@ class ModelRunner:
             self.graph_memory_bytes = free_before - free_device_memory()
             logger.info("CUDA graphs hold %.3f GiB", self.graph_memory_bytes / 2**30)
 
-    def _persistent_decode(self, kv_caches: list[torch.Tensor]) -> dict[int, PersistentPass]:
-        """The one-launch decode pass for this model and cache, a launch for each batch size it takes: 1 to
-        ``PERSISTENT_CONFIG["max_rows"]`` requests by ``PersistentDecode``, and from there (or
-        ``BATCH_CONFIG["min_rows"]``) to ``BATCH_CONFIG["max_rows"]`` by ``PersistentBatchDecode``; each compiled and
-        checked by a pass over the null block (block 0, which nothing reads). None where the engine's arguments, the
-        device or the model rule it out."""
+    def _persistent_decode(self, kv_caches: list[torch.Tensor]) -> dict[int, PersistentDecode]:
+        """The one-launch decode pass for this model and cache, a launch for each batch of 1 to
+        ``PERSISTENT_CONFIG["max_rows"]`` requests, each compiled and checked by a pass over the null block (block 0,
+        which nothing reads); none where the engine's arguments, the device or the model rule it out."""
         if not (self.config.model.persistent_decode and self.device.type == "cuda" and ops.use_triton(kv_caches[0])):
             return {}
-        # Triton: only with a GPU
-        from raygrid.kernels.persistent_batch import BATCH_CONFIG, MAX_BATCH_ROWS, PersistentBatchDecode
-        from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode
+        from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode  # Triton: only with a GPU
 
         reason = PersistentDecode.unsupported(self.model, kv_caches)
         if reason:
             logger.info("decode passes layer by layer: %s", reason)
             return {}
-        most = self.config.scheduler.max_num_seqs
-        makers = {rows: PersistentDecode for rows in range(1, min(PERSISTENT_CONFIG["max_rows"], most) + 1)}
-        first_batch = max(BATCH_CONFIG["min_rows"], len(makers) + 1)
-        makers.update({rows: PersistentBatchDecode
-                       for rows in range(first_batch, min(BATCH_CONFIG["max_rows"], MAX_BATCH_ROWS, most) + 1)})
         launches = {}
-        for rows, make in makers.items():
-            launch = make(self.model, kv_caches, rows=rows)
+        for rows in range(1, min(PERSISTENT_CONFIG["max_rows"], self.config.scheduler.max_num_seqs) + 1):
+            launch = PersistentDecode(self.model, kv_caches, rows=rows)
             zeros = torch.zeros(rows, dtype=torch.long, device=self.device)
             launch(zeros, zeros, zeros, torch.zeros(rows, 1, dtype=torch.int32, device=self.device), zeros.int() + 1)
             launch.check()
             launches[rows] = launch
         return launches
 
-    def _capture_persistent(self, launch: PersistentPass, pool) -> CallGraph:
+    def _capture_persistent(self, launch: PersistentDecode, pool) -> CallGraph:
         """A one-launch pass as a CUDA graph over the staged fields of a decode step of its rows (captured on the null
         block; a replay reads whatever the step staged there)."""
         rows = launch.rows

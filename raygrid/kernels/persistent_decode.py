@@ -511,26 +511,56 @@ def _power_of_2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-class PersistentPass:
-    """What a decode pass in one launch holds for one model and its KV caches, whatever its stages: the model's shapes,
-    a pointer table of each layer's tensors, and the grid barrier's counters, error flag and timer. The launch reads
-    the weights and the caches by their addresses, so it holds a reference to each tensor whose address its table keeps
-    (a cache dropped by its caller would otherwise be freed under it), and must be made again if either is replaced.
-    A subclass names its kernel (``kernel``), its arguments (``_arguments``), its ``launch`` and ``constexprs`` and its
-    output (``out``); ``__call__`` runs a pass for ``rows`` sequences' one token each and returns their final hidden
-    states ``[rows, hidden]`` (after the model's last norm), as the model's forward would."""
+class PersistentDecode:
+    """The launch for one model and its KV caches: a pointer table of each layer's tensors, and the scratch the
+    stages hand over through. ``__call__`` runs a pass for ``rows`` sequences' one token each and returns their final
+    hidden states ``[rows, hidden]`` (after the model's last norm), as the model's forward would.
+
+    The launch reads the model's weights and the caches by their addresses, so it holds a reference to each tensor whose
+    address its table keeps (a cache dropped by its caller would otherwise be freed under it), and must be made again
+    if either is replaced. The launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode pass as one
+    persistent kernel", on an H200, and the twenty-third to twenty-sixth sessions, on an H100): two programs an SM of 4
+    warps where the GPU holds them at once (else one an SM), 32 keys a step in an attention loop of 5 stages, qkv_proj's
+    and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and down_proj's in units of 4,
+    each attention unit's query in registers and its cache's first tile asked into L2 (``PERSISTENT_CONFIG``). The
+    arguments exist for tests and benchmarks: ``preload`` (the products whose first weight tile each program reads ahead
+    between the barrier's arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter),
+    ``splits`` (slices of the context a kv head; default: as many as fill the programs), ``block_n``, ``num_warps``,
+    ``num_stages``, ``attention_stages`` (the attention loop's own, else ``num_stages``), the units' sizes
+    (``rows_per_unit`` of qkv_proj and o_proj, ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K,
+    ``down_rows_per_unit`` and the width ``down_slice`` of down_proj's slices of K), and ``timed`` (GPU only: each pass
+    records when each stage ended, ``stage_us``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
+    ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
+    attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
+    ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) left unset take
+    ``PERSISTENT_CONFIG``'s; a size or a count of 0 is the launch's own choice, as there."""
 
     max_context = MAX_CONTEXT
     programs_per_sm = 2
-    stages_before_layers = 0  # barriers a pass has before its first layer's five (``stage_us`` skips them)
 
-    def __init__(self, model, kv_caches: list[torch.Tensor], rows: int, max_rows: int) -> None:
+    def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
+                 block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
+                 timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
+                 heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
+                 down_slice: int | None = None, preload: int | None = None,
+                 kv_ahead: int | None = None, q_in_registers: bool | None = None, rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
-        if not isinstance(rows, int) or not 1 <= rows <= max_rows:
-            raise ValueError(f"persistent decode: rows must be from 1 to {max_rows}, got {rows!r}")
+        if not isinstance(rows, int) or not 1 <= rows <= MAX_ROWS:
+            raise ValueError(f"persistent decode: rows must be from 1 to {MAX_ROWS}, got {rows!r}")
         self.rows = rows
+        given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
+                     down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
+                     kv_ahead=kv_ahead, q_in_registers=q_in_registers)
+        # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
+        settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
+        on_gpu = kv_caches[0].device.type == "cuda"
+        if kv_ahead is None and not on_gpu:
+            settings["kv_ahead"] = 0  # the default asks a GPU's L2: off on the CPU, where asking for it is refused
+        if settings["kv_ahead"] and not on_gpu:
+            raise ValueError(f"persistent decode: kv_ahead ({settings['kv_ahead']}) asks a GPU's L2 for the cache's "
+                             "lines: GPU only")
         config = model.config
         attn = model.layers[0].self_attn
         device = kv_caches[0].device
@@ -541,6 +571,29 @@ class PersistentPass:
         self.eps, self.scale, self.qk_norm = float(config.rms_norm_eps), float(attn.attn.scale), attn.q_norm is not None
         self.page = kv_caches[0].shape[2]
         self.v_offset = kv_caches[0][1].data_ptr() // self.dtype.itemsize - kv_caches[0][0].data_ptr() // self.dtype.itemsize
+        self.launch = dict(num_warps=num_warps, num_stages=num_stages)
+        # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
+        self.bn = min(rows_per_unit or max(16, min(64, 16384 // self.hidden)), self.hidden)  # column blocks of H
+        # gate_up_proj and down_proj take units of their own size (``mlp_rows_per_unit``, 4 by default), of any number
+        # of rows and down_proj's K in slices of any width, each read in a tile of the next power of 2: where every
+        # product had 8-row units, o_proj lost more than the others gained (3.1 to 5.4 us a layer on an H100: each
+        # unit combines its heads' attention slices again; benchmarks/README.md, twenty-third session).
+        self.gate_up_rows = settings["mlp_rows_per_unit"] or self.bn
+        self.down_rows = settings["down_rows_per_unit"] or self.gate_up_rows
+        # down_proj's K in as few even slices as keep a unit's tile within 32K elements, each a multiple of 16 wide:
+        # with 4-row units Qwen3-0.6B's 3,072 is one slice (a tile of 4,096 columns, three quarters used).
+        widest = max(16, 32768 // triton.next_power_of_2(self.down_rows))
+        self.ks_down = settings["down_slice"] or 16 * -(-self.inter // (16 * -(-self.inter // widest)))
+        self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
+        for name, value in (("block_n", settings["block_n"]), ("rows_per_unit", self.bn),
+                            ("heads_per_slice", self.heads_per_slice)):
+            if not _power_of_2(value):
+                raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
+        for name, value, limit in (("mlp_rows_per_unit", self.gate_up_rows, self.inter),
+                                   ("down_rows_per_unit", self.down_rows, self.hidden),
+                                   ("down_slice", self.ks_down, self.inter)):
+            if not 1 <= value <= limit:
+                raise ValueError(f"persistent decode: {name} must be from 1 to {limit}, got {value}")
         pointers = []
         for layer, cache in zip(model.layers, kv_caches):
             a, m = layer.self_attn, layer.mlp
@@ -553,31 +606,50 @@ class PersistentPass:
         self.embed = model.embed_tokens.weight
         self.final_norm = model.norm.weight
         self.cos, self.sin = attn.rotary.cos_cache, attn.rotary.sin_cache
+        slices_o = -(-self.heads // self.heads_per_slice)
+        slices_down = -(-self.inter // self.ks_down)
+        f32 = dict(dtype=torch.float32, device=device)
+        qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
+        self.qkv = torch.empty(rows, qkv_width, dtype=self.dtype, device=device)
+        self.q = torch.empty(rows, self.heads, self.head_dim, dtype=self.dtype, device=device)
+        self.po = torch.empty(slices_o, rows, self.hidden, **f32)
+        self.act = torch.empty(rows, self.inter, dtype=self.dtype, device=device)
+        self.pd = torch.empty(slices_down, rows, self.hidden, **f32)
+        self.out = torch.empty(rows, self.hidden, dtype=self.dtype, device=device)
         self.counters = torch.zeros(2, dtype=torch.int32, device=device)
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
-        self.times = torch.zeros(self.stages_before_layers + 5 * len(model.layers) + 1, dtype=torch.int64, device=device)
-        self.model_constexprs = dict(
-            H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2,
-            BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), PAGE=self.page, QK_NORM=self.qk_norm,
-            DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
-            WIDE=any(wide_offsets(cache[0]) for cache in kv_caches),
-            dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype])
-
-    def _fit_grid(self, num_programs: int | None, configure) -> None:
-        """The grid: ``num_programs``, or ``programs_per_sm`` an SM where the GPU holds them all at once, else one an SM
-        (one program under the interpreter). ``configure(programs)`` sets the launch up for a grid."""
-        device = self.table.device
+        self.times = torch.zeros(5 * len(model.layers) + 1, dtype=torch.int64, device=device)
+        self.constexprs = dict(
+            ROWS=rows, BR=triton.next_power_of_2(rows), H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
+            GU_ROWS=self.gate_up_rows, GU_TILE=triton.next_power_of_2(self.gate_up_rows), D_ROWS=self.down_rows,
+            D_TILE=triton.next_power_of_2(self.down_rows), HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down,
+            KS_TILE=triton.next_power_of_2(self.ks_down), SPLIT_D=slices_down,
+            BLOCK_G=max(16, triton.next_power_of_2(self.heads // self.kv_heads)), BLOCK_N=settings["block_n"],
+            PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
+            WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
+            PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
+            TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
+        )
         if device.type != "cuda":
-            configure(num_programs or 1)
+            self._configure(num_programs or 1, settings["splits"])
             return
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        configure(num_programs or self.programs_per_sm * sms)
+        self._configure(num_programs or self.programs_per_sm * sms, settings["splits"])
         held = self._programs_held(device, sms)
         if self.num_programs > held:
             if num_programs is not None:
                 raise ValueError(f"persistent decode: num_programs ({num_programs}) exceeds the {held} the GPU holds at "
                                  "once: its barriers would wait for programs that never start")
-            configure(sms)  # one an SM always fits: a compiled program fits an SM
+            self._configure(sms, settings["splits"])  # one an SM always fits: a compiled program fits an SM
+
+    def _configure(self, num_programs: int, splits: int | None) -> None:
+        """The grid, and the context's slices a (row, kv head) (as many as fill it), with their scratch."""
+        self.num_programs = num_programs
+        self.splits = splits or max(1, 1 << (max(1, num_programs // (self.kv_heads * self.rows)).bit_length() - 1))
+        device = self.table.device
+        self.part = torch.empty(self.rows * self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
+        self.lse = torch.empty(self.rows * self.heads * self.splits, dtype=torch.float32, device=device)
+        self.constexprs.update(SPLITS=self.splits, BLOCK_S=triton.next_power_of_2(self.splits))
 
     @staticmethod
     def unsupported(model, kv_caches: list[torch.Tensor]) -> str | None:
@@ -611,13 +683,18 @@ class PersistentPass:
             return "the model needs its embedding and final norm in the cache's dtype"
         return None
 
+    def _arguments(self, input_ids, positions, slot_mapping, block_tables, seq_lens) -> tuple:
+        return (self.table, self.embed, self.final_norm, self.cos, self.sin, input_ids, positions, slot_mapping, block_tables,
+                seq_lens, self.qkv, self.q, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters,
+                self.error, self.times, self.table.shape[0], self.v_offset, self.scale, self.eps, block_tables.stride(0))
+
     def _programs_held(self, device: torch.device, sms: int) -> int:
         """How many programs of this launch the GPU holds at once, from the compiled kernel's registers and shared
         memory and the SM's (as Triton's driver reports them). A grid beyond it would never finish its barriers."""
         from triton.runtime import driver
 
         step = torch.zeros(self.rows, dtype=torch.long, device=device)
-        kernel = self.kernel.warmup(
+        kernel = _persistent_decode_kernel.warmup(
             *self._arguments(step, step, step, torch.zeros(self.rows, 1, dtype=torch.int32, device=device), step.int()),
             grid=(self.num_programs,), **self.launch, **self.constexprs)
         kernel._init_handles()
@@ -634,14 +711,14 @@ class PersistentPass:
         it; ``block_tables``: a row a sequence)."""
         if input_ids.shape[0] != self.rows:
             raise ValueError(f"persistent decode: a launch for {self.rows} rows got {input_ids.shape[0]} tokens")
-        self.kernel[(self.num_programs,)](
+        _persistent_decode_kernel[(self.num_programs,)](
             *self._arguments(input_ids, positions, slot_mapping, block_tables, seq_lens), **self.launch, **self.constexprs)
         return self.out
 
     def stage_us(self) -> list[float]:
-        """With ``timed``: the last pass's five stages of a layer, each one's mean over the layers in microseconds (qkv,
+        """With ``timed``: the last pass's five stages, each one's mean over the layers in microseconds (qkv,
         attention, o_proj, gate_up, down; each up to the barrier after it)."""
-        ends = self.times.tolist()[self.stages_before_layers:]
+        ends = self.times.tolist()
         steps = [(b - a) / 1e3 for a, b in zip(ends, ends[1:])]
         return [sum(steps[i::5]) / len(steps[i::5]) for i in range(5)]
 
@@ -650,101 +727,3 @@ class PersistentPass:
         results are wrong."""
         if int(self.error.item()):
             raise RuntimeError("persistent decode: a grid barrier timed out; its programs were not all resident")
-
-
-class PersistentDecode(PersistentPass):
-    """The one-launch pass of one to ``MAX_ROWS`` sequences, each program holding every row's residual stream. The
-    launch's defaults are the fastest measured (benchmarks/README.md, "A lone request's decode pass as one
-    persistent kernel", on an H200, and the twenty-third to twenty-sixth sessions, on an H100): two programs an SM of 4
-    warps where the GPU holds them at once (else one an SM), 32 keys a step in an attention loop of 5 stages, qkv_proj's
-    and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and down_proj's in units of 4,
-    each attention unit's query in registers and its cache's first tile asked into L2 (``PERSISTENT_CONFIG``). The
-    arguments exist for tests and benchmarks: ``preload`` (the products whose first weight tile each program reads ahead
-    between the barrier's arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter),
-    ``splits`` (slices of the context a kv head; default: as many as fill the programs), ``block_n``, ``num_warps``,
-    ``num_stages``, ``attention_stages`` (the attention loop's own, else ``num_stages``), the units' sizes
-    (``rows_per_unit`` of qkv_proj and o_proj, ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K,
-    ``down_rows_per_unit`` and the width ``down_slice`` of down_proj's slices of K), and ``timed`` (GPU only: each pass
-    records when each stage ended, ``stage_us``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
-    ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
-    attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
-    ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) left unset take
-    ``PERSISTENT_CONFIG``'s; a size or a count of 0 is the launch's own choice, as there."""
-
-    kernel = _persistent_decode_kernel
-
-    def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
-                 block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
-                 timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
-                 heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
-                 down_slice: int | None = None, preload: int | None = None,
-                 kv_ahead: int | None = None, q_in_registers: bool | None = None, rows: int = 1) -> None:
-        super().__init__(model, kv_caches, rows, MAX_ROWS)
-        given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
-                     down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
-                     kv_ahead=kv_ahead, q_in_registers=q_in_registers)
-        # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
-        settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
-        device = kv_caches[0].device
-        on_gpu = device.type == "cuda"
-        if kv_ahead is None and not on_gpu:
-            settings["kv_ahead"] = 0  # the default asks a GPU's L2: off on the CPU, where asking for it is refused
-        if settings["kv_ahead"] and not on_gpu:
-            raise ValueError(f"persistent decode: kv_ahead ({settings['kv_ahead']}) asks a GPU's L2 for the cache's "
-                             "lines: GPU only")
-        self.launch = dict(num_warps=num_warps, num_stages=num_stages)
-        # A unit's weight tile is at most 16K elements: 32 KiB of bf16, 64 registers a thread at 4 warps.
-        self.bn = min(rows_per_unit or max(16, min(64, 16384 // self.hidden)), self.hidden)  # column blocks of H
-        # gate_up_proj and down_proj take units of their own size (``mlp_rows_per_unit``, 4 by default), of any number
-        # of rows and down_proj's K in slices of any width, each read in a tile of the next power of 2: where every
-        # product had 8-row units, o_proj lost more than the others gained (3.1 to 5.4 us a layer on an H100: each
-        # unit combines its heads' attention slices again; benchmarks/README.md, twenty-third session).
-        self.gate_up_rows = settings["mlp_rows_per_unit"] or self.bn
-        self.down_rows = settings["down_rows_per_unit"] or self.gate_up_rows
-        # down_proj's K in as few even slices as keep a unit's tile within 32K elements, each a multiple of 16 wide:
-        # with 4-row units Qwen3-0.6B's 3,072 is one slice (a tile of 4,096 columns, three quarters used).
-        widest = max(16, 32768 // triton.next_power_of_2(self.down_rows))
-        self.ks_down = settings["down_slice"] or 16 * -(-self.inter // (16 * -(-self.inter // widest)))
-        self.heads_per_slice = heads_per_slice or min(triton.next_power_of_2(self.heads), max(1, 512 // self.head_dim))
-        for name, value in (("block_n", settings["block_n"]), ("rows_per_unit", self.bn),
-                            ("heads_per_slice", self.heads_per_slice)):
-            if not _power_of_2(value):
-                raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
-        for name, value, limit in (("mlp_rows_per_unit", self.gate_up_rows, self.inter),
-                                   ("down_rows_per_unit", self.down_rows, self.hidden),
-                                   ("down_slice", self.ks_down, self.inter)):
-            if not 1 <= value <= limit:
-                raise ValueError(f"persistent decode: {name} must be from 1 to {limit}, got {value}")
-        slices_o = -(-self.heads // self.heads_per_slice)
-        slices_down = -(-self.inter // self.ks_down)
-        f32 = dict(dtype=torch.float32, device=device)
-        qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
-        self.qkv = torch.empty(rows, qkv_width, dtype=self.dtype, device=device)
-        self.q = torch.empty(rows, self.heads, self.head_dim, dtype=self.dtype, device=device)
-        self.po = torch.empty(slices_o, rows, self.hidden, **f32)
-        self.act = torch.empty(rows, self.inter, dtype=self.dtype, device=device)
-        self.pd = torch.empty(slices_down, rows, self.hidden, **f32)
-        self.out = torch.empty(rows, self.hidden, dtype=self.dtype, device=device)
-        self.constexprs = dict(
-            self.model_constexprs, ROWS=rows, BR=triton.next_power_of_2(rows), BN=self.bn,
-            GU_ROWS=self.gate_up_rows, GU_TILE=triton.next_power_of_2(self.gate_up_rows), D_ROWS=self.down_rows,
-            D_TILE=triton.next_power_of_2(self.down_rows), HPS=self.heads_per_slice, SPLIT_O=slices_o, KS_D=self.ks_down,
-            KS_TILE=triton.next_power_of_2(self.ks_down), SPLIT_D=slices_down, BLOCK_N=settings["block_n"],
-            ATTENTION_STAGES=settings["attention_stages"] or None, PRELOAD=settings["preload"],
-            KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]), TIMED=timed,
-        )
-        self._fit_grid(num_programs, lambda programs: self._configure(programs, settings["splits"]))
-
-    def _configure(self, num_programs: int, splits: int | None) -> None:
-        """The grid, and the context's slices a (row, kv head) (as many as fill it), with their scratch."""
-        self.num_programs = num_programs
-        self.splits = splits or max(1, 1 << (max(1, num_programs // (self.kv_heads * self.rows)).bit_length() - 1))
-        device = self.table.device
-        self.part = torch.empty(self.rows * self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
-        self.lse = torch.empty(self.rows * self.heads * self.splits, dtype=torch.float32, device=device)
-        self.constexprs.update(SPLITS=self.splits, BLOCK_S=triton.next_power_of_2(self.splits))
-
-    def _arguments(self, input_ids, positions, slot_mapping, block_tables, seq_lens) -> tuple:
-        return (self.table, self.embed, self.final_norm, self.cos, self.sin, input_ids, positions, slot_mapping, block_tables,
-                seq_lens, self.qkv, self.q, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters,
-                self.error, self.times, self.table.shape[0], self.v_offset, self.scale, self.eps, block_tables.stride(0))
