@@ -2,10 +2,12 @@
 # Thirty-first session, command 2: the batched one-launch pass's launch settings (its products took 10 / 5 / 13 / 6 us
 # a layer in command 1, against 3.7 / 3.1 / 7.6 / 4.5 in the one-row pass): deeper pipelines and wider K steps at 4
 # and 16 rows; 32 rows again after the block barrier (race) fix; the kernel and engine GPU tests.
+# The pass was dropped from the tree after command 1: this command applies its diff first (dropped_persistent_batch.diff).
 # Carry [".devlite"]; results under $OUT/r. $1: the commit.
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc TRITON_CACHE_DIR=/tmp/tcache
 t0=$(date +%s); left() { local l=$(( ${1:-580} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
 mkdir -p $OUT/r/pass; R=$OUT/r
+git apply benchmarks/results/s31/dropped_persistent_batch.diff 2>/dev/null || patch -s -p1 < benchmarks/results/s31/dropped_persistent_batch.diff
 [ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
 P=benchmarks/scripts/persistent_decode_pass.py
