@@ -34,11 +34,11 @@ def model_and_random_caches(path: str, num_blocks: int, seed: int):
     return model, caches, generator
 
 
-def prefilled_sequences(model, caches, generator, contexts, num_blocks: int):
-    """Sequences of ``contexts`` tokens, each in 11 shuffled pages of the caches, their prompts' keys and values
-    stored by the model's own pass: the pages (a row a sequence), each sequence's ids (its prompt and one token more)
-    and its next token's (positions, metadata)."""
-    pages = (torch.randperm(num_blocks - 1, generator=generator)[:11 * len(contexts)] + 1).to(torch.int32)
+def prefilled_sequences(model, caches, generator, contexts):
+    """Sequences of ``contexts`` tokens, each in 11 shuffled pages of the caches (never the null block 0), their
+    prompts' keys and values stored by the model's own pass: the pages (a row a sequence), each sequence's ids (its
+    prompt and one token more) and its next token's (positions, metadata)."""
+    pages = (torch.randperm(caches[0].shape[1] - 1, generator=generator)[:11 * len(contexts)] + 1).to(torch.int32)
     pages = pages.reshape(len(contexts), 11).to(DEVICE)
     ids = [torch.randint(3, model.config.vocab_size, (c + 1,), generator=generator).to(DEVICE) for c in contexts]
     steps = []
@@ -50,9 +50,9 @@ def prefilled_sequences(model, caches, generator, contexts, num_blocks: int):
     return pages, ids, steps
 
 
-def launch_inputs(order, contexts, pages, ids, steps) -> list[torch.Tensor]:
+def launch_inputs(order, pages, ids, steps) -> list[torch.Tensor]:
     """A launch's inputs for the next tokens of the sequences in ``order`` (``prefilled_sequences``'s)."""
-    return [torch.cat(parts) for parts in zip(*[(ids[i][contexts[i]:], steps[i][0], steps[i][1].slot_mapping,
+    return [torch.cat(parts) for parts in zip(*[(ids[i][-1:], steps[i][0], steps[i][1].slot_mapping,
                                                  pages[i:i + 1], steps[i][1].seq_lens_tensor) for i in order])]
 
 
@@ -117,13 +117,13 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
     tokens, and rows past ``MAX_ROWS`` are refused by name."""
     model, caches, generator = model_and_random_caches(qwen3_dir, num_blocks=40, seed=1)
     contexts = (150, 1, 37)
-    pages, ids, steps = prefilled_sequences(model, caches, generator, contexts, num_blocks=40)
+    pages, ids, steps = prefilled_sequences(model, caches, generator, contexts)
     checked = 0
     for order in ([0, 2], [1, 0, 2], [2, 1, 0]):
         expected_caches = [c.clone() for c in caches]
         with torch.inference_mode():
             expected = [model(ids[i][contexts[i]:], steps[i][0], expected_caches, steps[i][1])[0] for i in order]
-        step = launch_inputs(order, contexts, pages, ids, steps)
+        step = launch_inputs(order, pages, ids, steps)
         for launch in (dict(splits=1, block_n=16, rows_per_unit=16, mlp_rows_per_unit=8, heads_per_slice=1,
                             down_slice=32), dict(splits=3, preload=0, kv_ahead=0, q_in_registers=False), {}):
             # The caches' copies named by nothing but the launch, which holds what its addresses point into.
