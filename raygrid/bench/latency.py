@@ -170,13 +170,13 @@ def summarize(runs: list[BatchTiming], output_len: int) -> dict:
 
 def _token_gaps(gaps: list[list[float] | None]) -> dict | None:
     """Where a request's time after its first token goes, from each run's gaps between token arrivals (None where
-    the backend does not see them): their median and slowest over all runs, and the median first and last gap of a
-    run (a cost at either end of a request shows there, and not in the median)."""
+    the backend does not see them): their median, mean and slowest over all runs, and the median first and last gap
+    of a run (a cost at either end of a request shows there, and not in the median; one stall shows in the mean)."""
     gaps = [g for g in gaps if g]
     if not gaps:
         return None
     every = np.concatenate(gaps) * 1e3
-    return {"median": round(float(np.median(every)), 4), "max": round(float(every.max()), 4),
+    return {"median": round(float(np.median(every)), 4), "mean": round(float(every.mean()), 4), "max": round(float(every.max()), 4),
             "first": round(float(np.median([g[0] for g in gaps])) * 1e3, 4),
             "last": round(float(np.median([g[-1] for g in gaps])) * 1e3, 4), "count": int(every.size)}
 
