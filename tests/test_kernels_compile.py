@@ -163,22 +163,35 @@ def run_persistent_decode_once(dtype: torch.dtype) -> None:
     from transformers import Qwen3Config
 
     from raygrid.kernels.persistent_decode import PersistentDecode
-    from raygrid.models.qwen3 import Qwen3ForCausalLM
 
-    config = Qwen3Config(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
-    model = Qwen3ForCausalLM(config).to(dtype)
-    for module in model.modules():
-        if hasattr(module, "cos_cache"):
-            module.float()
+    model = qwen3_for_one_launch(Qwen3Config(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                                             num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                             max_position_embeddings=64), dtype)
     for param in model.parameters():
         param.data.zero_()
     caches = [torch.zeros(2, 4, 16, 2, 16, dtype=dtype)]
     for rows in (1, 2):  # one row's launch, and the rows' (the engine takes both)
-        ids = torch.full((rows,), 3)
-        PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2, down_slice=32,
-                         rows=rows)(ids, ids.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
-                                    torch.full((rows,), 4, dtype=torch.int32))
+        decode_step(PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2,
+                                     down_slice=32, rows=rows), rows)
+
+
+def qwen3_for_one_launch(config, dtype: torch.dtype):
+    """raygrid's Qwen3 of ``config`` in ``dtype``, its rotary tables left in float32 as the loader leaves them."""
+    from raygrid.models.qwen3 import Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM(config).to(dtype)
+    for module in model.modules():
+        if hasattr(module, "cos_cache"):
+            module.float()
+    return model
+
+
+def decode_step(runner, rows: int) -> None:
+    """One decode step of ``rows`` requests through a one-launch pass: token 3 at position 3 of each, its key and
+    value to slot 19, a context of 4 tokens in a table of two pages."""
+    ids = torch.full((rows,), 3)
+    runner(ids, ids.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
+           torch.full((rows,), 4, dtype=torch.int32))
 
 
 def without_interpreter(command: list[str], stdin: str = "") -> dict:

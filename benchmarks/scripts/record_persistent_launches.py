@@ -22,18 +22,14 @@ import torch  # noqa: E402
 from transformers import Qwen3Config  # noqa: E402
 
 from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
-from raygrid.models.qwen3 import Qwen3ForCausalLM  # noqa: E402
-from tests.test_kernels_compile import record_launches  # noqa: E402
+from tests.test_kernels_compile import decode_step, qwen3_for_one_launch, record_launches  # noqa: E402
 
 
 def main() -> None:
     variants = json.loads(sys.argv[1])
     config = Qwen3Config(vocab_size=256, hidden_size=1024, intermediate_size=3072, num_hidden_layers=2,
                          num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096)
-    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    for module in model.modules():
-        if hasattr(module, "cos_cache"):
-            module.float()  # the rotary tables stay float32, as the loader leaves them
+    model = qwen3_for_one_launch(config, torch.bfloat16)
     caches = [torch.zeros(2, 8, 64, 8, 128, dtype=torch.bfloat16) for _ in range(2)]
 
     def launch_each() -> None:
@@ -45,9 +41,7 @@ def main() -> None:
             # the slices an H100's 264 programs give each (row, kv head), as the engine's launch takes them
             runner = PersistentDecode(model, caches, **{"splits": max(1, 32 // rows), **variant})
             runner.constexprs["KV_AHEAD"] = kv_ahead
-            step = torch.full((rows,), 3)
-            runner(step, step.clone(), torch.full((rows,), 19), torch.zeros(rows, 2, dtype=torch.int32),
-                   torch.full((rows,), 4, dtype=torch.int32))
+            decode_step(runner, rows)
 
     with pytest.MonkeyPatch.context() as monkeypatch:
         json.dump(record_launches(monkeypatch, launch_each, run=False), sys.stdout)
