@@ -165,7 +165,7 @@ def test_cli_bench_latency_times_each_prompt_length(tmp_path, qwen3_dir, backend
             assert gaps["first"] <= gaps["max"] and gaps["last"] <= gaps["max"]
             # A request's gaps add up to its time after its first token, so over the two runs (whose medians are
             # their means) the mean gap is the mean time per token, however unevenly a stall spreads them.
-            assert gaps["median"] <= gaps["max"] and 5 * gaps["mean"] == pytest.approx(e2e - ttft, abs=0.01)
+            assert 5 * gaps["mean"] == pytest.approx(e2e - ttft, abs=0.01)
             # every step after a lone request's first token decodes the whole batch
             assert (steps["count"], steps["median"], steps["max"]) == (gaps["count"], gaps["median"], gaps["max"])
         # The floor is a GPU's memory bandwidth, measured where the benchmark runs: a CPU run has none.

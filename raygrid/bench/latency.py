@@ -176,7 +176,8 @@ def _token_gaps(gaps: list[list[float] | None]) -> dict | None:
     if not gaps:
         return None
     every = np.concatenate(gaps) * 1e3
-    return {"median": round(float(np.median(every)), 4), "mean": round(float(every.mean()), 4), "max": round(float(every.max()), 4),
+    return {"median": round(float(np.median(every)), 4), "mean": round(float(every.mean()), 4),
+            "max": round(float(every.max()), 4),
             "first": round(float(np.median([g[0] for g in gaps])) * 1e3, 4),
             "last": round(float(np.median([g[-1] for g in gaps])) * 1e3, 4), "count": int(every.size)}
 
