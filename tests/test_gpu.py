@@ -357,7 +357,7 @@ def test_the_benchmarks_copy_bandwidth_is_this_gpus_and_keeps_no_memory():
     assert copy_bandwidth(torch.device("cpu")) is None
 
 
-def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(qwen3_head128_dir, tokenizer):
+def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(qwen3_head128_dir, tokenizer, monkeypatch):
     """Triton compiles a variant of a kernel for each dtype, constexpr and (unless told not to) each integer that
     is 1 or a multiple of 16. On an H200 one takes 0.4 to 2 s, which a user's requests would wait for if a step
     launched a variant that the engine's start (memory profile, graph captures) had not. Requests here bring
@@ -365,12 +365,16 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(qwen3
     steps, and sampling by temperature alone, with top-p, greedy and with logprobs, then every sampling feature of
     the execution-mode tests (``params_per_prompt``), a grammar's among them. Heads of 128, as the real models': the
     memory profile's pass of the whole budget then takes the Gluon kernel of long prompts, and the Triton kernel's
-    launches of shorter prompts must be compiled by other passes."""
+    launches of shorter prompts must be compiled by other passes. Last, a step past the graphs' sizes whose leading
+    decode rows go to the decode kernel (``paged_attention_split``): on an H100, W1's first such step compiled the
+    prefill kernel for its inputs read from row 45 on (not 16-byte aligned) and the decode kernel for rows started
+    in batch order, 2 s while its requests waited."""
     import importlib
 
     from triton import knobs
     from triton.runtime.jit import JITFunction
 
+    from raygrid.kernels import triton_attention
     from tests.test_execution_modes import params_per_prompt
 
     kernels = [obj for name in ("triton_attention", "gluon_attention", "triton_ops", "triton_linear", "triton_sampling", "persistent_decode")
@@ -399,6 +403,20 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(qwen3
         features = params_per_prompt(stop_token=5)
         outputs = llm.generate([{"prompt_token_ids": prompts[4]}] * len(features), features, use_tqdm=False)
         assert all(o.outputs[0].token_ids for o in outputs)
+        # 48 running; three stop after two tokens, and three new prompts of 2,350 tokens (none cached) join the other
+        # 45's decodes in one step. Those rows go to the decode kernel from 8 on here (64 by default, which a step of
+        # 48 never reaches); 45 rows split their contexts as the 48-row graph does (9 slices on 132 SMs).
+        monkeypatch.setitem(triton_attention.PREFILL_TILE_CHOICE, "split_decode_rows", 8)
+        splits = []
+        split = triton_attention.paged_attention_split
+        monkeypatch.setattr(triton_attention, "paged_attention_split",
+                            lambda *args, **kwargs: splits.append(args[6]) or split(*args, **kwargs))
+        fresh = [[(11 * i + 5 * j) % (len(tokenizer) - 3) + 3 for j in range(n)] for i, n in enumerate((1200, 1000, 150))]
+        running = [SamplingParams(temperature=0.8, max_tokens=2 if i < 3 else 8, ignore_eos=True) for i in range(48)]
+        outputs = llm.generate([{"prompt_token_ids": prompts[5]}] * 48 + [{"prompt_token_ids": p} for p in fresh],
+                               running + [plain] * 3, use_tqdm=False)
+        assert [len(o.outputs[0].token_ids) for o in outputs] == [p.max_tokens for p in running + [plain] * 3]
+        assert 45 in splits, splits
     finally:
         knobs.runtime.jit_cache_hook = None
         llm.shutdown()

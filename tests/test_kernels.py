@@ -485,7 +485,7 @@ def test_split_attention_of_a_step_with_decode_rows_first_matches_the_reference(
     one, a one-query chunk after them) by the prefill kernel into the same output, equal to the reference; rows the
     prefill kernel's grid covers before its first sequence are left to the decode kernel's values. Then the engine's
     path: ``ops.paged_attention`` with the step's ``prompt_launch_for`` (on the CPU told to take the Triton kernels,
-    which the interpreter runs, and to split from the 5 decode rows there)."""
+    which the interpreter runs, and to split from the 5 decode rows there), those rows started longest first."""
     from raygrid.kernels import ops, triton_attention
     from raygrid.kernels.triton_attention import paged_attention_split, prompt_launch_for
     from raygrid.models.layers.attention import AttentionMetadata
@@ -508,7 +508,8 @@ def test_split_attention_of_a_step_with_decode_rows_first_matches_the_reference(
     assert launch.decode_rows == decodes
     meta = AttentionMetadata(slot_mapping=None, block_tables=tables, seq_lens=seq_lens, query_start_loc=starts,
                              max_query_len=max(q for _, q in cases), seq_lens_tensor=lens,
-                             query_start_loc_tensor=query_starts, prompt_launch=launch)
+                             query_start_loc_tensor=query_starts, prompt_launch=launch,
+                             decode_order=torch.argsort(-lens[:decodes], stable=True).to(torch.int32))  # as staged
     splits = []  # the decode rows of each split launch ops makes
     monkeypatch.setattr(triton_attention, "paged_attention_split",
                         lambda *a, **k: splits.append(a[6]) or paged_attention_split(*a, **k))

@@ -305,11 +305,17 @@ class ModelRunner:
         sources = None
         if len(unknown):
             sources = np.fromiter((self.prev_sampled_index[batch.req_ids[row]] for row in row_of_token[unknown].tolist()), dtype=np.int64)
+        # Past the mixed graphs' sizes a step's prompt attention runs eagerly, and its launches follow the batch's
+        # lengths; up to them the graphs' one launch (short tiles) saves more host time than other launches would.
+        prompt_launch = (ops.prompt_launch_for(query_start_loc, seq_lens)
+                         if total > MIXED_MAX_TOKENS and ops.use_triton(self.staging.device_bytes) else None)
+        # The decode kernel starts its rows longest first: a decode step's, or a prompt step's leading decode rows
+        decode_rows = n if total == n else prompt_launch.decode_rows if prompt_launch is not None else 0
         staged = self.staging.stage(
             input_ids=input_ids, positions=positions, slot_mapping=slot_mapping, logits_indices=cu[sample_rows] - 1,
             placeholder_index=unknown if len(unknown) else None, placeholder_source=sources, seq_lens=seq_lens,
-            decode_order=np.argsort(-seq_lens, kind="stable") if total == n else None, query_start_loc=query_start_loc,
-            block_tables=batch.block_table[:n])
+            decode_order=np.argsort(-seq_lens[:decode_rows], kind="stable") if decode_rows else None,
+            query_start_loc=query_start_loc, block_tables=batch.block_table[:n])
         input_ids_dev = staged["input_ids"]
         if len(unknown):
             input_ids_dev[staged["placeholder_index"]] = self.prev_sampled[staged["placeholder_source"]].to(input_ids_dev.dtype)
@@ -322,10 +328,7 @@ class ModelRunner:
             seq_lens_tensor=staged["seq_lens"],
             query_start_loc_tensor=staged["query_start_loc"],
             decode_order=staged.get("decode_order"),
-            # Past the mixed graphs' sizes a step's prompt attention runs eagerly, and its launches follow the batch's
-            # lengths; up to them the graphs' one launch (short tiles) saves more host time than other launches would.
-            prompt_launch=(ops.prompt_launch_for(query_start_loc, seq_lens)
-                           if total > MIXED_MAX_TOKENS and ops.use_triton(input_ids_dev) else None),
+            prompt_launch=prompt_launch,
         )
         return input_ids_dev, staged["positions"], meta, staged["logits_indices"], sample_rows, seq_lens[sample_rows]
 

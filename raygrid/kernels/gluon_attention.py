@@ -36,6 +36,7 @@ import functools
 import torch
 
 from raygrid.kernels.prefill_parts import online_softmax, program_tile
+from raygrid.kernels.variants import unaligned
 
 try:
     from triton.experimental import gluon
@@ -87,9 +88,10 @@ if gluon is not None:
             s = gl.where(keep, s, float("-inf"))
         return s
 
-    # As triton_attention._prefill_kernel: a step's sequence count or table width of 1 or a multiple of 16 would each
-    # compile a variant of their own while users wait.
-    @gluon.jit(do_not_specialize=["num_seqs", "stride_bt"])
+    # As triton_attention._prefill_kernel: a step's sequence count or table width of 1 or a multiple of 16, or its
+    # tables, lengths and query starts read from a row past the first, would each compile a variant of their own while
+    # users wait.
+    @gluon.jit(do_not_specialize=["num_seqs", "stride_bt"], **unaligned("block_tables_ptr", "seq_lens_ptr", "query_start_ptr"))
     def _prefill_kernel(
         q_desc, k_desc, v_desc, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale, num_seqs,
         stride_ot, stride_oh, stride_bt,

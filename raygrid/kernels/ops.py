@@ -274,7 +274,8 @@ def paged_attention(query, kv_cache, meta, scale: float, out: torch.Tensor | Non
         launch = meta.prompt_launch
         if launch is not None and launch.decode_rows:
             return paged_attention_split(query, kv_cache, meta.block_tables, meta.seq_lens_tensor,
-                                         meta.query_start_loc_tensor, scale, launch.decode_rows, out=out, launch=launch.tiles)
+                                         meta.query_start_loc_tensor, scale, launch.decode_rows, out=out, launch=launch.tiles,
+                                         order=meta.decode_order)
         return paged_attention_prefill(query, kv_cache, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
                                        scale, out=out, launch=None if launch is None else launch.tiles)
     result = paged_attention_ref(query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)

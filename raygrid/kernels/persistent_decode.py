@@ -36,13 +36,12 @@ after another, so the grid there is one program, which does every unit; the barr
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import triton
 import triton.language as tl
 
 from raygrid.kernels.triton_attention import attend_range, overridden, wide_offsets
+from raygrid.kernels.variants import unaligned
 
 # The longest context (this token included) the engine takes this pass for: Qwen3's longest. On an H200 the pass
 # beat the layer-by-layer one at 8k and 16k in every command (1.15 to 1.24x); from 32k to 41k it led in most (1.03
@@ -350,14 +349,8 @@ def _attention_rows(part_ptr, lse_ptr, first_head, HPS: tl.constexpr, NH: tl.con
 
 
 # The step's inputs are read once each, so their addresses' alignment is not worth a variant of its own: a pass
-# launches the variant the engine's start compiled wherever the staged inputs lie (Tritons before 3.3 have no
-# such option, and compile one).
-_STEP_INPUTS = ["ids_ptr", "pos_ptr", "slot_ptr", "block_row_ptr", "seq_len_ptr"]
-_NO_ALIGNMENT = ({"do_not_specialize_on_alignment": _STEP_INPUTS}
-                 if "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters else {})
-
-
-@triton.jit(**_NO_ALIGNMENT)
+# launches the variant the engine's start compiled wherever the staged inputs lie.
+@triton.jit(**unaligned("ids_ptr", "pos_ptr", "slot_ptr", "block_row_ptr", "seq_len_ptr"))
 def _persistent_decode_kernel(
     table_ptr, embed_ptr, final_norm_ptr, cos_ptr, sin_ptr, ids_ptr, pos_ptr, slot_ptr, block_row_ptr, seq_len_ptr,
     qkv_ptr, q_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr, times_ptr,

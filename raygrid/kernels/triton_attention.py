@@ -28,6 +28,7 @@ from raygrid.kernels import gluon_attention
 from raygrid.kernels.prefill_parts import online_softmax, program_tile
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import ROUND_BEFORE_FP8_CAST, round_to_e4m3
+from raygrid.kernels.variants import unaligned
 
 
 @triton.jit
@@ -316,8 +317,11 @@ def _prefill_tile_halves(
 
 
 # num_seqs and the block table's width vary from step to step. Left to Triton, a value of 1 or a multiple of 16
-# would each compile a variant of their own in the middle of serving (about 2 s on an H200), for no gain here.
-@triton.jit(do_not_specialize=["num_seqs", "stride_bt"])
+# would each compile a variant of their own in the middle of serving (about 2 s on an H200), for no gain here. So
+# would the sequences' tables, lengths and query starts where a step's leading decode rows go to the decode kernel
+# (``paged_attention_split``): this kernel reads them from row d on, 16-byte aligned only where d is a multiple of 4.
+# Their loads are scalars (kernels/variants.py).
+@triton.jit(do_not_specialize=["num_seqs", "stride_bt"], **unaligned("block_tables_ptr", "seq_lens_ptr", "query_start_ptr"))
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale, num_seqs,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
@@ -617,13 +621,13 @@ def prompt_launch_for(query_start_loc: list[int], seq_lens: list[int]) -> Prompt
 
 
 def paged_attention_split(query, kv_cache, block_tables, seq_lens, query_start_loc, scale, decode_rows: int,
-                          out=None, launch: dict | None = None):
+                          out=None, launch: dict | None = None, order: torch.Tensor | None = None):
     """``paged_attention_prefill`` of a batch whose first ``decode_rows`` sequences bring one query each (rows
-    ``0 .. decode_rows``), in two launches: those rows by the decode kernel, the other sequences by the prefill kernel
-    with ``launch``'s tiles."""
+    ``0 .. decode_rows``), in two launches: those rows by the decode kernel (started in ``order``, as
+    ``paged_attention_decode``), the other sequences by the prefill kernel with ``launch``'s tiles."""
     out = torch.empty_like(query) if out is None else out
     d = decode_rows
-    paged_attention_decode(query[:d], kv_cache, block_tables[:d], seq_lens[:d], scale, out=out[:d])
+    paged_attention_decode(query[:d], kv_cache, block_tables[:d], seq_lens[:d], scale, out=out[:d], order=order)
     return paged_attention_prefill(query, kv_cache, block_tables[d:], seq_lens[d:], query_start_loc[d:], scale, out=out,
                                    launch=launch)
 

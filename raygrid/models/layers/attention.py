@@ -27,7 +27,8 @@ class AttentionMetadata:
     # The same on the device, for the kernels (and CUDA graphs, which cannot read Python lists).
     seq_lens_tensor: torch.Tensor | None = None  # [B] int32
     query_start_loc_tensor: torch.Tensor | None = None  # [B + 1] int32
-    # Decode steps: the rows by context length, longest first [B] int32 (the decode kernel starts them in this order).
+    # The rows the decode kernel runs by context length, longest first, int32 (it starts them in this order): a decode
+    # step's [B], or a prompt step's leading decode rows (``prompt_launch.decode_rows``) where they have a launch of their own.
     decode_order: torch.Tensor | None = None
     # A step with prompt tokens: its leading decode rows to the decode kernel, and the prefill kernel's tiles for the
     # rest, from the batch's lengths (ops.prompt_launch_for: a GPU's steps past the mixed graphs' sizes). None: one
