@@ -15,7 +15,7 @@ echo "fix: tests exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed|^E
 TRITON_CACHE_DIR=$(mktemp -d) timeout $(left 300) python3 benchmarks/scripts/triton_compiles.py $R/compiles_cold_fix.json > $R/compiles_cold_fix.log 2>&1
 echo "compiles exit $?"; python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['summary']; print({k: (v['variants'], v.get('output_tok_s')) for k, v in d.items()})" $R/compiles_cold_fix.json
 tar -czf $OUT/results.tgz -C $OUT r
-mkdir -p /tmp/base && git archive HEAD raygrid | tar -x -C /tmp/base && cp -r tests /tmp/base/ && cp -r .devlite /tmp/base/
+mkdir -p /tmp/base && tar -xzf .devlite/base_raygrid.tgz -C /tmp/base && cp -r tests benchmarks /tmp/base/  # base_raygrid.tgz: git archive 4079895 raygrid
 (cd /tmp/base && PYTHONPATH=/tmp/site:/tmp/base TRITON_CACHE_DIR=/tmp/tc_base timeout $(left 420) python3 -m pytest -p no:cacheprovider -q tests/test_gpu.py -k "kernel_variants_the_engine_compiled" > $R/tests_base.txt 2>&1)
 echo "base (HEAD without the fix): test exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed" $R/tests_base.txt | tail -1; grep -oE "[0-9]+ variants compiled while serving" $R/tests_base.txt | head -1
 grep -oE "_(prefill|decode)_kernel [^]]*\]" $R/tests_base.txt | cut -c1-200 | head -4
