@@ -10,13 +10,13 @@ R=$OUT/r; mkdir -p $R; REPO=$PWD
 [ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
 K="kernel_variants_the_engine_compiled or decode_rows_go_to_the_decode_kernel"
-TRITON_CACHE_DIR=/tmp/tc_fix timeout $(left 200) python3 -m pytest -p no:cacheprovider -q --durations=5 tests/test_gpu.py -k "$K" > $R/tests_fix.txt 2>&1
+TRITON_CACHE_DIR=/tmp/tc_fix timeout $(left 150) python3 -m pytest -p no:cacheprovider -q --durations=5 tests/test_gpu.py -k "$K" > $R/tests_fix.txt 2>&1
 echo "fix: tests exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed|^E " $R/tests_fix.txt | head -5 | cut -c1-300
-TRITON_CACHE_DIR=$(mktemp -d) timeout $(left 300) python3 benchmarks/scripts/triton_compiles.py $R/compiles_cold_fix.json > $R/compiles_cold_fix.log 2>&1
+TRITON_CACHE_DIR=$(mktemp -d) timeout $(left 230) python3 benchmarks/scripts/triton_compiles.py $R/compiles_cold_fix.json > $R/compiles_cold_fix.log 2>&1
 echo "compiles exit $?"; python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['summary']; print({k: (v['variants'], v.get('output_tok_s')) for k, v in d.items()})" $R/compiles_cold_fix.json
 tar -czf $OUT/results.tgz -C $OUT r
 mkdir -p /tmp/base && tar -xzf .devlite/base_raygrid.tgz -C /tmp/base && cp -r tests benchmarks /tmp/base/  # base_raygrid.tgz: git archive 4079895 raygrid
-(cd /tmp/base && PYTHONPATH=/tmp/site:/tmp/base TRITON_CACHE_DIR=/tmp/tc_base timeout $(left 420) python3 -m pytest -p no:cacheprovider -q tests/test_gpu.py -k "kernel_variants_the_engine_compiled" > $R/tests_base.txt 2>&1)
+(cd /tmp/base && PYTHONPATH=/tmp/site:/tmp/base TRITON_CACHE_DIR=/tmp/tc_base timeout $(left 320) python3 -m pytest -p no:cacheprovider -q tests/test_gpu.py -k "kernel_variants_the_engine_compiled" > $R/tests_base.txt 2>&1)
 echo "base (HEAD without the fix): test exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed" $R/tests_base.txt | tail -1; grep -oE "[0-9]+ variants compiled while serving" $R/tests_base.txt | head -1
 grep -oE "_(prefill|decode)_kernel [^]]*\]" $R/tests_base.txt | cut -c1-200 | head -4
 tar -czf $OUT/results.tgz -C $OUT r
@@ -24,7 +24,7 @@ out=$R; . benchmarks/scripts/runs.sh
 lat="bench latency --model random-qwen3-0.6b --dtype bfloat16 --output-len 16 --input-len 32768 --num-iters 3"
 for side in fix base; do
   dir=$REPO; [ $side = base ] && dir=/tmp/base
-  [ $(left 560) -lt 40 ] && break
-  (cd $dir && TRITON_CACHE_DIR=/tmp/tc_$side timeout $(left 560) bash -c "$(declare -f rg run); out=$R; run lat_$side $lat" | grep -E "^input|exit")
+  [ $(left 380) -lt 40 ] && break
+  (cd $dir && TRITON_CACHE_DIR=/tmp/tc_$side timeout $(left 380) bash -c "$(declare -f rg run); out=$R; run lat_$side $lat" | grep -E "^input|exit")
 done
 tar -czf $OUT/results.tgz -C $OUT r
