@@ -2,8 +2,9 @@
 # Thirty-third session, command 1 (after s27_h100/command_7.sh on this session's first machine showed W1's first run
 # on a fresh machine at 15,617 output tok/s, one prompt step 2.39 s, and triton_compiles.py found a _prefill_kernel and
 # a _decode_kernel variant compiled during W1): the fix (prefill inputs unaligned, split decode rows ordered) through
-# the compile test and the split test, the compile test on the tree before it (must fail), triton_compiles.py on an
-# empty cache, and a 32k prompt on both trees. Carry [".devlite"]; results under $OUT/r. $1: the commit.
+# the compile test and the split test; the compile test on the tree before it (must fail); triton_compiles.py on an
+# empty cache; a 32k prompt on both trees. In that order: what the run's limit cuts comes last.
+# Carry [".devlite"] (with base_raygrid.tgz: git archive 4079895 raygrid); results under $OUT/r. $1: the commit.
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc
 t0=$(date +%s); left() { local l=$(( ${1:-560} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
 R=$OUT/r; mkdir -p $R; REPO=$PWD
@@ -12,13 +13,18 @@ nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
 K="kernel_variants_the_engine_compiled or decode_rows_go_to_the_decode_kernel"
 TRITON_CACHE_DIR=/tmp/tc_fix timeout $(left 150) python3 -m pytest -p no:cacheprovider -q --durations=5 tests/test_gpu.py -k "$K" > $R/tests_fix.txt 2>&1
 echo "fix: tests exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed|^E " $R/tests_fix.txt | head -5 | cut -c1-300
-TRITON_CACHE_DIR=$(mktemp -d) timeout $(left 230) python3 benchmarks/scripts/triton_compiles.py $R/compiles_cold_fix.json > $R/compiles_cold_fix.log 2>&1
-echo "compiles exit $?"; python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['summary']; print({k: (v['variants'], v.get('output_tok_s')) for k, v in d.items()})" $R/compiles_cold_fix.json
 tar -czf $OUT/results.tgz -C $OUT r
-mkdir -p /tmp/base && tar -xzf .devlite/base_raygrid.tgz -C /tmp/base && cp -r tests benchmarks /tmp/base/  # base_raygrid.tgz: git archive 4079895 raygrid
-(cd /tmp/base && PYTHONPATH=/tmp/site:/tmp/base TRITON_CACHE_DIR=/tmp/tc_base timeout $(left 320) python3 -m pytest -p no:cacheprovider -q tests/test_gpu.py -k "kernel_variants_the_engine_compiled" > $R/tests_base.txt 2>&1)
-echo "base (HEAD without the fix): test exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed" $R/tests_base.txt | tail -1; grep -oE "[0-9]+ variants compiled while serving" $R/tests_base.txt | head -1
+mkdir -p /tmp/base && tar -xzf .devlite/base_raygrid.tgz -C /tmp/base && cp -r tests benchmarks /tmp/base/
+(cd /tmp/base && PYTHONPATH=/tmp/site:/tmp/base TRITON_CACHE_DIR=/tmp/tc_base timeout $(left 240) python3 -m pytest -p no:cacheprovider -q \
+  tests/test_gpu.py -k "kernel_variants_the_engine_compiled" > $R/tests_base.txt 2>&1)
+echo "base (4079895): test exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed" $R/tests_base.txt | tail -1
+grep -oE "[0-9]+ variants compiled while serving" $R/tests_base.txt | head -1
 grep -oE "_(prefill|decode)_kernel [^]]*\]" $R/tests_base.txt | cut -c1-200 | head -4
+tar -czf $OUT/results.tgz -C $OUT r
+TRITON_CACHE_DIR=$(mktemp -d) timeout $(left 320) python3 benchmarks/scripts/triton_compiles.py $R/compiles_cold_fix.json > $R/compiles_cold_fix.log 2>&1
+echo "compiles exit $?"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['summary']; print({k: (v['variants'], v.get('output_tok_s')) for k, v in d.items()})" \
+  $R/compiles_cold_fix.json
 tar -czf $OUT/results.tgz -C $OUT r
 out=$R; . benchmarks/scripts/runs.sh
 lat="bench latency --model random-qwen3-0.6b --dtype bfloat16 --output-len 16 --input-len 32768 --num-iters 3"
