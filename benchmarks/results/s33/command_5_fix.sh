@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Thirty-third session, command 1 (after s27_h100/command_7.sh on this session's first machine showed W1's first run
+# Thirty-third session, call 5 (after s27_h100/command_7.sh on this session's first machine showed W1's first run
 # on a fresh machine at 15,617 output tok/s, one prompt step 2.39 s, and triton_compiles.py found a _prefill_kernel and
 # a _decode_kernel variant compiled during W1): the fix (prefill inputs unaligned, split decode rows ordered) through
 # the compile test; the compile test on the tree before it (must fail); triton_compiles.py on an
