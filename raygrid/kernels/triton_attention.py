@@ -478,11 +478,22 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
     stays valid whatever the sequence lengths)."""
     if device.type != "cuda" or num_seqs == 0:
         return 1
-    sms = _num_sms(device)
-    if num_seqs * num_kv_heads >= sms:
+    return splits_on(_num_sms(device), num_seqs, num_kv_heads, programs_per_sm, max_splits)
+
+
+def splits_on(sms: int, num_seqs: int, num_kv_heads: int, programs_per_sm: int | None = None,
+              max_splits: int | None = None) -> int:
+    """``decode_splits`` on a GPU of ``sms`` SMs. The batch counts as the least of 1, 2, 4, 8 and the multiples of 16
+    that holds it: the decode graphs' sizes (engine/cuda_graphs.capture_sizes; the largest, which may be no multiple
+    of 16, counts as the next one). So a launch of any other size, eager, takes the slices of a graph the engine's
+    start captured, and Triton has compiled its variant. A step's leading decode rows (``paged_attention_split``) would
+    otherwise compile one while the step's requests wait: with one kv head a GPU and 132 SMs, 66 to 79 rows take 6
+    slices, which no graph's size does."""
+    rows = 1 << (num_seqs - 1).bit_length() if num_seqs <= 8 else -(-num_seqs // 16) * 16
+    if rows * num_kv_heads >= sms:
         return 1
     wanted = (programs_per_sm or DECODE_SPLIT_POLICY["programs_per_sm"]) * sms
-    return max(1, min(max_splits or DECODE_SPLIT_POLICY["max_splits"], triton.cdiv(wanted, num_seqs * num_kv_heads)))
+    return max(1, min(max_splits or DECODE_SPLIT_POLICY["max_splits"], triton.cdiv(wanted, rows * num_kv_heads)))
 
 
 # The decode kernel's launch: block_n keys a step, fp8_block_n over an FP8 cache (the same 16 KiB tile of keys).
