@@ -4,7 +4,9 @@
 # a _decode_kernel variant compiled during W1): the fix (prefill inputs unaligned, split decode rows ordered) through
 # the compile test; the compile test on the tree before it (must fail); triton_compiles.py on an
 # empty cache; a 32k prompt on both trees. In that order: what the run's limit cuts comes last.
-# Carry [".devlite"] (with base_raygrid.tgz: git archive 4079895 raygrid); results under $OUT/r. $1: the commit.
+# Before the call, on this machine: bash benchmarks/scripts/device_bundle.sh; git archive 4079895 raygrid | gzip >
+# .devlite/base_raygrid.tgz (the device's copy of the tree has no history). Carry [".devlite"]; results under $OUT/r.
+# $1: the commit.
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc
 t0=$(date +%s); left() { local l=$(( ${1:-560} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
 R=$OUT/r; mkdir -p $R; REPO=$PWD
