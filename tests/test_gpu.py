@@ -366,9 +366,9 @@ def test_requests_launch_only_kernel_variants_the_engine_compiled_at_start(qwen3
     the execution-mode tests (``params_per_prompt``), a grammar's among them. Heads of 128, as the real models': the
     memory profile's pass of the whole budget then takes the Gluon kernel of long prompts, and the Triton kernel's
     launches of shorter prompts must be compiled by other passes. Last, a step past the graphs' sizes whose leading
-    decode rows go to the decode kernel (``paged_attention_split``): on an H100, W1's first such step compiled the
-    prefill kernel for its inputs read from row 45 on (not 16-byte aligned) and the decode kernel for rows started
-    in batch order, 2 s while its requests waited."""
+    decode rows go to the decode kernel (``paged_attention_split``), the other sequences' inputs read from row 45 on:
+    on an H100, W1's first such step compiled the prefill kernel for inputs off 16-byte alignment and the decode
+    kernel for rows started in batch order, 2 s while its requests waited."""
     import importlib
 
     from triton import knobs

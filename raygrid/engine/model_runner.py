@@ -309,7 +309,7 @@ class ModelRunner:
         # lengths; up to them the graphs' one launch (short tiles) saves more host time than other launches would.
         prompt_launch = (ops.prompt_launch_for(query_start_loc, seq_lens)
                          if total > MIXED_MAX_TOKENS and ops.use_triton(self.staging.device_bytes) else None)
-        # The decode kernel starts its rows longest first: a decode step's, or a prompt step's leading decode rows
+        # The decode kernel starts its rows longest first: a decode step's, or a prompt step's leading decode rows.
         decode_rows = n if total == n else prompt_launch.decode_rows if prompt_launch is not None else 0
         staged = self.staging.stage(
             input_ids=input_ids, positions=positions, slot_mapping=slot_mapping, logits_indices=cu[sample_rows] - 1,
