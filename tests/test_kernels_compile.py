@@ -229,6 +229,30 @@ def test_every_kernel_builds_for_the_gpu(monkeypatch):
     assert every_kernel() - set(result["built"]) == set(), "kernels no launch here reached: add a call to exercise_every_kernel"
 
 
+UNSPECIALIZED = textwrap.dedent('''
+    import importlib, json, sys
+    from triton.runtime.jit import JITFunction
+    wrong = []
+    for module in sys.argv[1:]:
+        for name, kernel in vars(importlib.import_module(f"raygrid.kernels.{module}")).items():
+            if isinstance(kernel, JITFunction):
+                for option in ("do_not_specialize", "do_not_specialize_on_alignment"):
+                    for arg in getattr(kernel, option, []):
+                        index = kernel.arg_names.index(arg) if arg in kernel.arg_names else None
+                        if index is None or kernel.params[index].is_constexpr:
+                            wrong.append(f"{module}.{name}: {option} names {arg!r}, "
+                                         + ("a constexpr" if index is not None else "no argument of it"))
+    json.dump(wrong, sys.stdout)
+''')
+
+
+def test_every_argument_left_unspecialized_is_one_of_its_kernel():
+    """Triton takes ``do_not_specialize`` and ``do_not_specialize_on_alignment`` (kernels/variants.py) as names and
+    ignores a name its kernel has no argument of: a kernel argument renamed would quietly compile a variant per
+    value or alignment again, in the middle of serving. Read where the kernels are compiled, not interpreted."""
+    assert without_interpreter(["-c", UNSPECIALIZED, *KERNEL_MODULES, "gluon_attention"]) == []
+
+
 GLUON_BUILD = textwrap.dedent('''
     import json, sys
     from triton.backends.compiler import GPUTarget
