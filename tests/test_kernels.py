@@ -517,19 +517,26 @@ def test_split_attention_of_a_step_with_decode_rows_first_matches_the_reference(
     assert splits == [decodes]
 
 
-def test_a_decode_launch_of_any_size_slices_contexts_as_the_graph_it_would_pad_to():
+def test_a_decode_launch_of_any_size_launches_as_the_graph_it_would_pad_to():
     """Eager decode launches (a step's leading decode rows, ``paged_attention_split``) come in any size, and the
-    number of context slices is a constexpr of the kernel: each size must take the slices of the decode graph it
-    would pad to, whose variant the engine's start compiled. Over SM counts, kv heads a GPU and largest batches."""
+    number of context slices is a constexpr of the kernel, as are the keys a step over an FP8 cache (with its warps):
+    each size must launch as the decode graph it would pad to, whose variant the engine's start compiled. Over SM
+    counts, kv heads a GPU and largest batches."""
     from raygrid.engine.cuda_graphs import capture_sizes
-    from raygrid.kernels.triton_attention import splits_on
+    from raygrid.kernels.triton_attention import fp8_launch_on, splits_on
 
-    for sms, kv_heads, max_batch in [(132, 1, 256), (132, 2, 100), (132, 8, 48), (148, 1, 200), (78, 1, 37)]:
+    def launch(sms, rows, kv_heads):
+        splits = splits_on(sms, rows, kv_heads)
+        return splits, fp8_launch_on(sms, rows, kv_heads, splits)
+
+    for sms, kv_heads, max_batch in [(132, 1, 256), (132, 2, 100), (132, 8, 300), (148, 1, 200), (78, 1, 37)]:
         sizes = capture_sizes(max_batch)
         for rows in range(1, max_batch + 1):
             graph = next(s for s in sizes if s >= rows)
-            assert splits_on(sms, rows, kv_heads) == splits_on(sms, graph, kv_heads), (sms, kv_heads, rows, graph)
+            assert launch(sms, rows, kv_heads) == launch(sms, graph, kv_heads), (sms, kv_heads, rows, graph)
     assert [splits_on(132, rows, 1) for rows in (1, 8, 64, 66, 80, 132)] == [64, 50, 7, 5, 5, 1]
+    # 8 kv heads: 128 keys and 4 warps below 6 programs an SM, 64 and 2 below 10, then 32 and 1
+    assert [fp8_launch_on(132, rows, 8, 1) for rows in (96, 97, 112, 165, 176)] == [(128, 4), (64, 2), (64, 2), (32, 1), (32, 1)]
 
 
 def test_gluon_prefill_takes_long_16bit_prompts_on_pages_of_whole_tiles():

@@ -481,15 +481,20 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
     return splits_on(_num_sms(device), num_seqs, num_kv_heads, programs_per_sm, max_splits)
 
 
+def graph_rows(num_seqs: int) -> int:
+    """The batch size a decode launch of ``num_seqs`` rows is shaped for (its slices, and over an FP8 cache its keys a
+    step and warps, are constexprs): the least of 1, 2, 4, 8 and the multiples of 16 that holds it, the decode graphs'
+    sizes (engine/cuda_graphs.capture_sizes; the largest, which may be no multiple of 16, counts as the next one). So
+    an eager launch of any size launches as a graph the engine's start captured, a variant Triton has compiled. A
+    step's leading decode rows (``paged_attention_split``) would otherwise compile one while the step's requests wait:
+    with one kv head a GPU and 132 SMs, 66 to 79 rows would take 6 slices, which no graph's size does."""
+    return 1 << (num_seqs - 1).bit_length() if num_seqs <= 8 else -(-num_seqs // 16) * 16
+
+
 def splits_on(sms: int, num_seqs: int, num_kv_heads: int, programs_per_sm: int | None = None,
               max_splits: int | None = None) -> int:
-    """``decode_splits`` on a GPU of ``sms`` SMs. The batch counts as the least of 1, 2, 4, 8 and the multiples of 16
-    that holds it: the decode graphs' sizes (engine/cuda_graphs.capture_sizes; the largest, which may be no multiple
-    of 16, counts as the next one). So a launch of any other size, eager, takes the slices of a graph the engine's
-    start captured, and Triton has compiled its variant. A step's leading decode rows (``paged_attention_split``) would
-    otherwise compile one while the step's requests wait: with one kv head a GPU and 132 SMs, 66 to 79 rows take 6
-    slices, which no graph's size does."""
-    rows = 1 << (num_seqs - 1).bit_length() if num_seqs <= 8 else -(-num_seqs // 16) * 16
+    """``decode_splits`` on a GPU of ``sms`` SMs, for the batch's ``graph_rows``."""
+    rows = graph_rows(num_seqs)
     if rows * num_kv_heads >= sms:
         return 1
     wanted = (programs_per_sm or DECODE_SPLIT_POLICY["programs_per_sm"]) * sms
@@ -515,10 +520,11 @@ DECODE_CONFIG = overridden(dict(block_n=64, fp8_block_n=128, num_warps=4, num_st
                                  fp8_medium_from=6), "RAYGRID_DECODE_CONFIG")
 
 
-def _fp8_launch(num_seqs: int, num_kv_heads: int, splits: int, device: torch.device) -> tuple[int, int]:
-    """Keys a step and warps of a decode launch over an FP8 cache: the more programs an SM (unsplit), the narrower."""
-    if splits == 1 and device.type == "cuda":
-        per_sm = num_seqs * num_kv_heads / _num_sms(device)
+def fp8_launch_on(sms: int | None, num_seqs: int, num_kv_heads: int, splits: int) -> tuple[int, int]:
+    """Keys a step and warps of a decode launch over an FP8 cache on a GPU of ``sms`` SMs (None: no GPU): the more
+    programs an SM (unsplit, the batch's ``graph_rows``), the narrower."""
+    if splits == 1 and sms:
+        per_sm = graph_rows(num_seqs) * num_kv_heads / sms
         for tier, launch in (("fp8_narrow_from", (32, 1)), ("fp8_medium_from", (64, 2))):
             if 0 < DECODE_CONFIG[tier] <= per_sm:
                 return launch
@@ -660,7 +666,8 @@ def paged_attention_decode(query, kv_cache, block_tables, seq_lens, scale, out=N
     out = torch.empty_like(query) if out is None else out
     splits = decode_splits(num_seqs, num_kv_heads, query.device) if num_splits is None else num_splits
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    launch_n, launch_warps = (_fp8_launch(num_seqs, num_kv_heads, splits, query.device) if fp8
+    launch_n, launch_warps = (fp8_launch_on(_num_sms(query.device) if query.device.type == "cuda" else None, num_seqs,
+                                            num_kv_heads, splits) if fp8
                               else (DECODE_CONFIG["block_n"], DECODE_CONFIG["num_warps"]))
     block_n = launch_n if block_n is None else block_n
     num_warps = launch_warps if num_warps is None else num_warps
