@@ -44,6 +44,7 @@ class ModelRunner:
         self.model = model
         self.device = device
         self.dtype = dtype
+        self.triton = ops.use_triton(torch.empty(0, device=device))  # the GPU's kernels, not the torch references
         self.pp = get_pp_group()
         self.block_size = config.cache.block_size
         self.kv_dtype = dtype if config.cache.cache_dtype == "auto" else torch.float8_e4m3fn
@@ -144,7 +145,7 @@ class ModelRunner:
         reference reads the metadata's Python lists). Mixed graphs stop at MIXED_MAX_TOKENS: a longer step's GPU time
         leaves the piecewise graphs' host time hidden."""
         pieces = [] if self.expert_parallel else piecewise_sizes(self.config.scheduler.max_num_batched_tokens)
-        mixed = [s for s in pieces if s <= MIXED_MAX_TOKENS] if ops.use_triton(torch.empty(0, device=self.device)) else []
+        mixed = [s for s in pieces if s <= MIXED_MAX_TOKENS] if self.triton else []
         return capture_sizes(self.max_graph_batch), mixed, pieces
 
     @property
@@ -169,7 +170,7 @@ class ModelRunner:
         """The one-launch decode pass for this model and cache, a launch for each batch of 1 to
         ``PERSISTENT_CONFIG["max_rows"]`` requests, each compiled and checked by a pass over the null block (block 0,
         which nothing reads); none where the engine's arguments, the device or the model rule it out."""
-        if not (self.config.model.persistent_decode and self.device.type == "cuda" and ops.use_triton(kv_caches[0])):
+        if not (self.config.model.persistent_decode and self.triton):
             return {}
         from raygrid.kernels.persistent_decode import PERSISTENT_CONFIG, PersistentDecode  # Triton: only with a GPU
 
@@ -308,7 +309,7 @@ class ModelRunner:
         # Past the mixed graphs' sizes a step's prompt attention runs eagerly, and its launches follow the batch's
         # lengths; up to them the graphs' one launch (short tiles) saves more host time than other launches would.
         prompt_launch = (ops.prompt_launch_for(query_start_loc, seq_lens)
-                         if total > MIXED_MAX_TOKENS and ops.use_triton(self.staging.device_bytes) else None)
+                         if total > MIXED_MAX_TOKENS and self.triton else None)
         # The decode kernel starts its rows longest first: a decode step's, or a prompt step's leading decode rows.
         decode_rows = n if total == n else prompt_launch.decode_rows if prompt_launch is not None else 0
         staged = self.staging.stage(
