@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Thirty-fourth session, call 1 (the budget left room for one call after eleven refusals): the thirty-third
+# session's command_5_fix.sh cut down, then the first part of command_2_sweep.sh. (1) The compile test on this tree
+# (must pass) and on 4079895 (must fail: the step whose leading decode rows go to the decode kernel compiled
+# variants there); (2) triton_compiles.py on an empty cache with this tree (W1 must compile nothing); (3) the skinny
+# kernel's row tiles against cuBLAS at 256 and 128 rows (sweep_skinny_linear.py) in what time is left.
+# Before the call: bash benchmarks/scripts/device_bundle.sh; git archive 4079895 raygrid | gzip >
+# .devlite/base_raygrid.tgz. Carry [".devlite"]; results under $OUT/r. $1: the commit.
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc
+t0=$(date +%s); left() { local l=$(( ${1:-560} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
+R=$OUT/r; mkdir -p $R; REPO=$PWD
+[ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1
+nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
+K="kernel_variants_the_engine_compiled"
+TRITON_CACHE_DIR=/tmp/tc_fix timeout $(left 150) python3 -m pytest -p no:cacheprovider -q --durations=5 tests/test_gpu.py -k "$K" > $R/tests_fix.txt 2>&1
+echo "fix: tests exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed|^E " $R/tests_fix.txt | head -5 | cut -c1-300
+tar -czf $OUT/results.tgz -C $OUT r
+mkdir -p /tmp/base && tar -xzf .devlite/base_raygrid.tgz -C /tmp/base && cp -r tests benchmarks /tmp/base/
+(cd /tmp/base && PYTHONPATH=/tmp/site:/tmp/base TRITON_CACHE_DIR=/tmp/tc_base timeout $(left 270) python3 -m pytest -p no:cacheprovider -q \
+  tests/test_gpu.py -k "$K" > $R/tests_base.txt 2>&1)
+echo "base (4079895): test exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed" $R/tests_base.txt | tail -1
+grep -oE "_(prefill|decode)_kernel [^]]*\]" $R/tests_base.txt | cut -c1-200 | head -4
+tar -czf $OUT/results.tgz -C $OUT r
+TRITON_CACHE_DIR=$(mktemp -d) timeout $(left 370) python3 benchmarks/scripts/triton_compiles.py $R/compiles_cold_fix.json > $R/compiles_cold_fix.log 2>&1
+echo "compiles exit $? ($(( $(date +%s) - t0 )) s)"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['summary']; print({k: (v['variants'], v.get('output_tok_s')) for k, v in d.items()})" \
+  $R/compiles_cold_fix.json
+tar -czf $OUT/results.tgz -C $OUT r
+budget=$(( $(left 560) - 25 ))
+[ $budget -gt 30 ] && TRITON_CACHE_DIR=/tmp/tcache timeout $(left 575) python3 benchmarks/scripts/sweep_skinny_linear.py \
+  --output-json $R/sweep_rows.json --budget-s $budget --rows 256 128 > $R/sweep_rows.txt 2>&1
+echo "sweep exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "M=|layer chain" $R/sweep_rows.txt | cut -c1-200
+tar -czf $OUT/results.tgz -C $OUT r
