@@ -11,7 +11,7 @@ layers (qkv, o, gate_up, down; 28 layers) with cuBLAS, the default launches and 
 
 Stage 1 tries split-K, columns a program and the K tile (and above 16 rows the row tile) at 4 warps and 4 stages;
 stage 2 tries warps and stages (and above 16 rows the K tile) for stage 1's best. ``--budget-s`` stops trying
-launches when it has run that long.
+launches when it has run that long, each row count's shapes given an equal share.
 
     python benchmarks/scripts/sweep_skinny_linear.py --output-json sweep.json [--rows 1 16 64 128 256]
 """
@@ -116,10 +116,13 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=240.0)
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 16])
     args = parser.parse_args()
-    deadline = time.monotonic() + args.budget_s
+    end = time.monotonic() + args.budget_s
     results, chains = [], {}
-    for m in args.rows:
-        rows = [sweep_shape(name, n, k, m, deadline) for name, (n, k) in SHAPES.items()]
+    for i, m in enumerate(args.rows):
+        rows = []
+        for j, (name, (n, k)) in enumerate(SHAPES.items()):  # what is left of the budget, shared by what is left
+            left = len(SHAPES) * (len(args.rows) - i) - j
+            rows.append(sweep_shape(name, n, k, m, time.monotonic() + (end - time.monotonic()) / left))
         results += rows
         chains[f"m{m}"] = layer_chain(m, {r["shape"]: r["best"] for r in rows if "best" in r})
         print(f"layer chain M={m}: {chains[f'm{m}']}", flush=True)
