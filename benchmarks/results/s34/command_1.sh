@@ -5,9 +5,11 @@
 # variants there); (2) triton_compiles.py on an empty cache with this tree (W1 must compile nothing); (3) the skinny
 # kernel's row tiles against cuBLAS at 256 and 128 rows (sweep_skinny_linear.py) in what time is left.
 # Before the call: bash benchmarks/scripts/device_bundle.sh; git archive 4079895 raygrid | gzip >
-# .devlite/base_raygrid.tgz. Carry [".devlite"]; results under $OUT/r. $1: the commit.
+# .devlite/base_raygrid.tgz. Carry [".devlite"]; results under $OUT/r. $1: the commit; $2: the seconds the call
+# may run (560 by default; parts past it are cut).
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc
-t0=$(date +%s); left() { local l=$(( ${1:-560} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
+T=${2:-560}; t0=$(date +%s)
+left() { local e=${1:-560}; [ $e -gt $T ] && e=$T; local l=$(( e - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
 R=$OUT/r; mkdir -p $R; REPO=$PWD
 [ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
