@@ -947,10 +947,9 @@ def test_fused_moe_replays_in_a_cuda_graph_with_new_routing():
 
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_skinny_linear(with_bias):
-    """Decode batches' linear layers against F.linear: 1 to 16 rows in one row tile, and more rows in several (the
-    last partly empty), K a multiple of the K tile or not, K whole in a program or sliced over several (split-K: the
-    last program of a tile sums the slices, and leaves its counter at 0 for the next launch, which the repeated
-    launches check; each row tile has a counter of its own)."""
+    """Small decode batches' linear layers against F.linear: 1 to 16 rows, K a multiple of the K tile or not, K
+    whole in a program or sliced over several (split-K: the last program of a column block sums the slices, and
+    leaves its counter at 0 for the next launch, which the repeated launches check)."""
     from raygrid.kernels.triton_linear import skinny_linear
 
     dtype = torch.bfloat16 if ON_GPU else torch.float32
@@ -958,19 +957,13 @@ def test_skinny_linear(with_bias):
     for n, k in shapes:
         weight = torch.randn(n, k, dtype=dtype, device=DEVICE) / k**0.5
         bias = torch.randn(n, dtype=dtype, device=DEVICE) if with_bias else None
-        for m, split_k, block_m in [(1, 1, None), (3, 1, None), (16, 1, None), (1, 3, None), (16, 2, None),
-                                    (5, 3, None), (1, 3, None), (40, 1, 16), (40, 3, 16), (33, 2, 16), (40, 3, 16)]:
+        for m, split_k in [(1, 1), (3, 1), (16, 1), (1, 3), (16, 2), (5, 3), (1, 3)]:
             x = torch.randn(m, k, dtype=dtype, device=DEVICE)
             expected = torch.nn.functional.linear(x.float(), weight.float(), None if bias is None else bias.float())
-            got = skinny_linear(x, weight, bias, block_m=block_m, block_n=16, block_k=64 if not ON_GPU else None,
-                                split_k=split_k)
+            got = skinny_linear(x, weight, bias, block_n=16, block_k=64 if not ON_GPU else None, split_k=split_k)
             torch.testing.assert_close(got.float(), expected, **tol(dtype))
-    if ON_GPU:  # the launches W1's decode batches take by default, tensor-core row tiles of 64 and more
-        weight = torch.randn(1024, 3072, dtype=dtype, device=DEVICE) / 3072**0.5
-        for m in (17, 100, 256):
-            x = torch.randn(m, 3072, dtype=dtype, device=DEVICE)
-            torch.testing.assert_close(skinny_linear(x, weight).float(), torch.nn.functional.linear(x, weight).float(),
-                                       **tol(dtype))
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        skinny_linear(torch.randn(17, 64, dtype=dtype, device=DEVICE), torch.randn(8, 64, dtype=dtype, device=DEVICE))
 
 
 @pytest.mark.skipif(not ON_GPU, reason="on CPU ops.linear runs fp8_linear_ref itself")

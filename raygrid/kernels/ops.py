@@ -28,11 +28,10 @@ if TYPE_CHECKING:
     from raygrid.kernels.triton_attention import PromptLaunch
 
 _TRITON_ALLOWED = os.environ.get("RAYGRID_USE_TRITON", "1") != "0"
-# Rows up to which linear layers use the skinny kernel (16, triton_linear.SKINNY_MAX_M, by default; 0 turns it
-# off; more takes row tiles, for measuring them against cuBLAS), and the largest weight it takes: on an H200 cuBLAS
-# already streams weights of 16M elements and more (the 8B shape's) at 2 to 3.4 TB/s, and the skinny kernel gained
-# nothing there (benchmarks/README.md).
-_SKINNY_MAX_M = int(os.environ.get("RAYGRID_SKINNY_MAX_M", "16"))
+# Rows up to which linear layers use the skinny kernel (triton_linear.SKINNY_MAX_M; 0 turns it off), and
+# the largest weight it takes: on an H200 cuBLAS already streams weights of 16M elements and more (the 8B
+# shape's) at 2 to 3.4 TB/s, and the skinny kernel gained nothing there (benchmarks/README.md).
+_SKINNY_MAX_M = min(16, int(os.environ.get("RAYGRID_SKINNY_MAX_M", "16")))
 _SKINNY_MAX_WEIGHT = 8 * 1024 * 1024
 
 

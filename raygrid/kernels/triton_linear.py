@@ -1,11 +1,10 @@
-"""A Triton kernel for the linear layers of decode batches: ``y = x @ w.T (+ bias)``. Up to ``SKINNY_MAX_M`` rows
-of ``x`` such a product only has to read the weights once, and it is bound by that read. cuBLAS tiles it for many
-rows, so too few thread blocks share the read and reductions over K are split and summed by a second kernel. Here
-each program owns ``BLOCK_N`` output columns of one row tile (one tile of 16 up to ``SKINNY_MAX_M`` rows), over the
-whole of K or, for a weight too narrow to give every SM a program, over a slice of it (split-K): the slices' sums
-then meet in float32, added up by whichever program of the tile finishes last, in the same launch. Larger batches
-take several row tiles a column block (``ops.linear`` sends them to cuBLAS unless ``RAYGRID_SKINNY_MAX_M`` says
-otherwise). The reference is ``torch.nn.functional.linear``."""
+"""A Triton kernel for the linear layers of small decode batches: ``y = x @ w.T (+ bias)`` with at most
+``SKINNY_MAX_M`` rows of ``x``. Such a product only has to read the weights once, and it is bound by that
+read. cuBLAS tiles it for many rows, so too few thread blocks share the read and reductions over K are
+split and summed by a second kernel. Here each program owns ``BLOCK_N`` output columns, over the whole of K or,
+for a weight too narrow to give every SM a program, over a slice of it (split-K): the slices' sums then meet in
+float32, added up by whichever program of the column block finishes last, in the same launch. The reference is
+``torch.nn.functional.linear``."""
 
 from __future__ import annotations
 
@@ -15,24 +14,23 @@ import triton.language as tl
 
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 
-SKINNY_MAX_M = 16  # rows (tokens) up to which one row tile of 16 takes them all; tl.dot needs 16 rows anyway
+SKINNY_MAX_M = 16  # rows (tokens) up to which the kernel replaces cuBLAS; tl.dot needs 16 rows anyway
 
 
 @triton.jit
 def _skinny_linear_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, partial_ptr, arrivals_ptr, M, N, K, k_per_split, stride_xm, stride_wn, stride_ym,
-    split_stride, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
+    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, PDL: tl.constexpr,
 ):
-    """Program (n, s, m) sums the ``BLOCK_M`` x ``BLOCK_N`` output tile (m, n) over the s-th of ``SPLIT_K`` slices
-    of K. With one slice it stores it. With several, each stores its float32 partial sums (``split_stride`` apart),
-    and the program that arrives last at the tile's counter (``arrivals``) adds them all up, stores the output and
-    sets the counter back to 0 for the next launch. The row tiles of a column block come after one another in the
-    grid's order, so all but the first find its weights in L2."""
+    """Program (n, s) sums ``BLOCK_N`` output columns over the s-th of ``SPLIT_K`` slices of K. With one slice
+    it stores them. With several, each stores its float32 partial sums, and the program that arrives last at the
+    columns' counter (``arrivals``) adds them all up, stores the output and sets the counter back to 0 for the
+    next launch."""
     pdl_wait(PDL)
-    pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = tl.arange(0, BLOCK_M)
     row_ok = rows < M
     col_ok = cols < N
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -49,36 +47,31 @@ def _skinny_linear_kernel(
         acc = tl.dot(x, tl.trans(w), acc)
     out_mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT_K > 1:
-        partials = partial_ptr + rows[:, None] * N + cols[None, :]  # [SPLIT_K, row tiles x BLOCK_M, N] float32
-        tl.store(partials + pid_k * split_stride, acc, mask=out_mask)
+        partials = partial_ptr + rows[:, None] * N + cols[None, :]  # [SPLIT_K, BLOCK_M, N] float32
+        tl.store(partials + pid_k * BLOCK_M * N, acc, mask=out_mask)
         tl.debug_barrier()  # every thread's stores before the one thread's release (the atomic below)
-        counter = arrivals_ptr + pid_m * tl.num_programs(0) + pid_n
-        arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")  # after the store, before the loads
+        arrived = tl.atomic_add(arrivals_ptr + pid_n, 1, sem="acq_rel", scope="gpu")  # after the store, before the loads
         if arrived == SPLIT_K - 1:
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for split in tl.static_range(SPLIT_K):
-                acc += tl.load(partials + split * split_stride, mask=out_mask, other=0.0, cache_modifier=".cg")
+                acc += tl.load(partials + split * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
             if HAS_BIAS:
                 acc += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask)
-            tl.atomic_xchg(counter, 0)
+            tl.atomic_xchg(arrivals_ptr + pid_n, 0)
     else:
         if HAS_BIAS:
             acc += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
-def skinny_config(n: int, k: int, m: int = 1) -> dict:
+def skinny_config(n: int, k: int) -> dict:
     """Columns a program, slices of K and the pipeline for an [N, K] weight: chosen on an H200 by
     benchmarks/scripts/sweep_skinny_linear.py, chains of 28 launches over 28 weights in a CUDA graph
     (benchmarks/README.md). Each best launch had about one program an SM: 32 columns a program, 64 for the widest
     weights, and a narrow weight (N <= 2048: Qwen3-0.6B's o and down) sliced in 4 over K, which took its launch from
-    6.0 to 4.6 us and from 8.2 to 5.4 us. Above ``SKINNY_MAX_M`` rows: tiles of 64 x 64, narrow weights in 2 slices
-    (not yet swept)."""
-    if m > SKINNY_MAX_M:
-        return dict(block_m=64, block_n=64, block_k=64, split_k=2 if n <= 2048 else 1, num_warps=4, num_stages=4)
-    return dict(block_m=16, block_n=64 if n > 4096 else 32, block_k=128, split_k=4 if n <= 2048 else 1, num_warps=4,
-                num_stages=4)
+    6.0 to 4.6 us and from 8.2 to 5.4 us."""
+    return dict(block_n=64 if n > 4096 else 32, block_k=128, split_k=4 if n <= 2048 else 1, num_warps=4, num_stages=4)
 
 
 # Per device: one arrival counter per column block of a split-K launch, all 0 between launches (the last program of
@@ -97,31 +90,31 @@ def _arrivals(device: torch.device) -> torch.Tensor | None:
     return counters
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, block_m: int | None = None,
-                  block_n: int | None = None, block_k: int | None = None, split_k: int | None = None,
-                  num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
-    """``x [M, K] @ weight[N, K].T + bias``; launch settings default to skinny_config. ``block_m`` rows a program
-    (16 up to SKINNY_MAX_M rows), ``split_k`` slices K over that many programs a tile (more programs for a narrow
-    weight)."""
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, block_n: int | None = None,
+                  block_k: int | None = None, split_k: int | None = None, num_warps: int | None = None,
+                  num_stages: int | None = None) -> torch.Tensor:
+    """``x [M, K] @ weight[N, K].T + bias`` for M <= SKINNY_MAX_M; launch settings default to skinny_config.
+    ``split_k`` slices K over that many programs a column block (more programs for a narrow weight)."""
     m, k = x.shape
     n = weight.shape[0]
+    if m > SKINNY_MAX_M:
+        raise ValueError(f"skinny_linear takes at most {SKINNY_MAX_M} rows (got {m})")
     x = x if x.stride(-1) == 1 else x.contiguous()
-    config = skinny_config(n, k, m)
-    block_m, block_n, block_k = block_m or config["block_m"], block_n or config["block_n"], block_k or config["block_k"]
+    config = skinny_config(n, k)
+    block_n, block_k = block_n or config["block_n"], block_k or config["block_k"]
     split_k = split_k or config["split_k"]
-    column_blocks, row_tiles = triton.cdiv(n, block_n), triton.cdiv(m, block_m)
-    arrivals = (_arrivals(x.device) if split_k > 1 and column_blocks * row_tiles <= _MAX_COLUMN_BLOCKS else None)
+    column_blocks = triton.cdiv(n, block_n)
+    arrivals = _arrivals(x.device) if split_k > 1 and column_blocks <= _MAX_COLUMN_BLOCKS else None
     if arrivals is None:
         split_k = 1
     k_per_split = triton.cdiv(triton.cdiv(k, block_k), split_k) * block_k
     split_k = triton.cdiv(k, k_per_split)  # no empty slice
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    partials = (torch.empty(split_k, row_tiles * block_m, n, dtype=torch.float32, device=x.device) if split_k > 1
-                else y)
-    _skinny_linear_kernel[(column_blocks, split_k, row_tiles)](
+    partials = torch.empty(split_k, 16, n, dtype=torch.float32, device=x.device) if split_k > 1 else y
+    _skinny_linear_kernel[(column_blocks, split_k)](
         x, weight, bias if bias is not None else weight, y, partials, arrivals if split_k > 1 else y, m, n, k,
-        k_per_split, x.stride(0), weight.stride(0), y.stride(0), row_tiles * block_m * n,
-        HAS_BIAS=bias is not None, EVEN_K=k % k_per_split == 0, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        k_per_split, x.stride(0), weight.stride(0), y.stride(0),
+        HAS_BIAS=bias is not None, EVEN_K=k % k_per_split == 0, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k,
         SPLIT_K=split_k, num_warps=num_warps or config["num_warps"], num_stages=num_stages or config["num_stages"],
         **pdl_launch(x.device),
     )

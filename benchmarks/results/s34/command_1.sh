@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Thirty-fourth session, call 1 (the budget left room for one call after eleven refusals): the thirty-third
-# session's command_5_fix.sh cut down, then the first part of command_2_sweep.sh. (1) The compile test on this tree
-# (must pass) and on 4079895 (must fail: the step whose leading decode rows go to the decode kernel compiled
-# variants there); (2) triton_compiles.py on an empty cache with this tree (W1 must compile nothing); (3) the skinny
-# kernel's row tiles against cuBLAS at 256 and 128 rows (sweep_skinny_linear.py) in what time is left.
+# Thirty-fourth session, call 1 (the budget left room for one call after many refusals): the thirty-third
+# session's command_5_fix.sh with a time limit of its own. (1) The compile test on this tree (must pass) and on
+# 4079895 (must fail: the step whose leading decode rows go to the decode kernel compiled variants there);
+# (2) triton_compiles.py on an empty cache with this tree (W1 must compile nothing); (3) a 32k prompt on both trees
+# (the prefill kernels' pointers no longer specialized on alignment) in what time is left.
 # Before the call: bash benchmarks/scripts/device_bundle.sh; git archive 4079895 raygrid | gzip >
 # .devlite/base_raygrid.tgz. Carry [".devlite"]; results under $OUT/r. $1: the commit; $2: the seconds the call
 # may run (560 by default; parts past it are cut).
@@ -28,8 +28,11 @@ echo "compiles exit $? ($(( $(date +%s) - t0 )) s)"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['summary']; print({k: (v['variants'], v.get('output_tok_s')) for k, v in d.items()})" \
   $R/compiles_cold_fix.json
 tar -czf $OUT/results.tgz -C $OUT r
-budget=$(( $(left 560) - 25 ))
-[ $budget -gt 30 ] && TRITON_CACHE_DIR=/tmp/tcache timeout $(left 575) python3 benchmarks/scripts/sweep_skinny_linear.py \
-  --output-json $R/sweep_rows.json --budget-s $budget --rows 256 128 > $R/sweep_rows.txt 2>&1
-echo "sweep exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "M=|layer chain" $R/sweep_rows.txt | cut -c1-200
-tar -czf $OUT/results.tgz -C $OUT r
+out=$R; . benchmarks/scripts/runs.sh
+lat="bench latency --model random-qwen3-0.6b --dtype bfloat16 --output-len 16 --input-len 32768 --num-iters 3"
+for n in 1 2; do for side in fix base; do
+  dir=$REPO; [ $side = base ] && dir=/tmp/base
+  [ $(left 560) -lt 40 ] && break 2
+  (cd $dir && TRITON_CACHE_DIR=/tmp/tc_$side timeout $(left 560) bash -c "$(declare -f rg run); out=$R; run lat_${side}_$n $lat" | grep -E "^input|exit")
+  tar -czf $OUT/results.tgz -C $OUT r
+done; done
