@@ -232,6 +232,25 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
+def test_the_engine_starts_and_generates_on_a_cpu_without_triton(qwen3_dir):
+    """Triton is a GPU dependency (the CPU wheel of torch does not bring it; only the test extra installs it here):
+    an engine on a CPU must start and generate with no Triton to import, every kernel module it reaches importing
+    Triton only where a GPU runs. In a fresh interpreter where ``import triton`` fails."""
+    script = f"""
+import sys
+sys.modules["triton"] = None  # import triton now raises ImportError
+from raygrid import LLM, SamplingParams
+engine = LLM(model={qwen3_dir!r}, device="cpu", dtype="float32", max_model_len=128)
+out = engine.generate(["Hello there"], SamplingParams(max_tokens=4, temperature=0.8, top_p=0.9, seed=1))
+assert len(out[0].outputs[0].token_ids) == 4
+engine.shutdown()
+assert not any(name.startswith("triton.") for name in sys.modules)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
 def test_a_hold_whose_collection_finalizes_an_earlier_holder_does_not_deadlock():
     """An engine's hold freezes the engine itself, but not what holds it later: a dropped engine whose last owner is a
     reference cycle made after its hold goes when the next collection frees that cycle, and its finalizer releases

@@ -37,16 +37,18 @@ from typing import Callable, ContextManager, TypeVar
 import torch
 
 from raygrid.kernels import ops
+from raygrid.kernels.variants import graph_rows
 from raygrid.models.layers.attention import AttentionMetadata
 
 logger = logging.getLogger(__name__)
 
 
 def capture_sizes(max_batch: int) -> list[int]:
-    sizes = [s for s in (1, 2, 4, 8) if s <= max_batch]
-    sizes += list(range(16, max_batch + 1, 16))
-    if sizes[-1] != max_batch:
-        sizes.append(max_batch)
+    """The decode batch sizes graphs are captured at: those the decode kernel's launches are shaped for
+    (``variants.graph_rows``: 1, 2, 4, 8, then multiples of 16) below ``max_batch``, and ``max_batch``."""
+    sizes = [1]
+    while sizes[-1] < max_batch:
+        sizes.append(min(graph_rows(sizes[-1] + 1), max_batch))
     return sizes
 
 

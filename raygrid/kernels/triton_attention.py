@@ -28,7 +28,7 @@ from raygrid.kernels import gluon_attention
 from raygrid.kernels.prefill_parts import online_softmax, program_tile
 from raygrid.kernels.pdl import pdl_launch, pdl_wait
 from raygrid.kernels.triton_quant import ROUND_BEFORE_FP8_CAST, round_to_e4m3
-from raygrid.kernels.variants import unaligned
+from raygrid.kernels.variants import graph_rows, unaligned
 
 
 @triton.jit
@@ -479,16 +479,6 @@ def decode_splits(num_seqs: int, num_kv_heads: int, device: torch.device, progra
     if device.type != "cuda" or num_seqs == 0:
         return 1
     return splits_on(_num_sms(device), num_seqs, num_kv_heads, programs_per_sm, max_splits)
-
-
-def graph_rows(num_seqs: int) -> int:
-    """The batch size a decode launch of ``num_seqs`` rows is shaped for (its slices, and over an FP8 cache its keys a
-    step and warps, are constexprs): the least of 1, 2, 4, 8 and the multiples of 16 that holds it, the decode graphs'
-    sizes (engine/cuda_graphs.capture_sizes; the largest, which may be no multiple of 16, counts as the next one). So
-    an eager launch of any size launches as a graph the engine's start captured, a variant Triton has compiled. A
-    step's leading decode rows (``paged_attention_split``) would otherwise compile one while the step's requests wait:
-    with one kv head a GPU and 132 SMs, 66 to 79 rows would take 6 slices, which no graph's size does."""
-    return 1 << (num_seqs - 1).bit_length() if num_seqs <= 8 else -(-num_seqs // 16) * 16
 
 
 def splits_on(sms: int, num_seqs: int, num_kv_heads: int, programs_per_sm: int | None = None,
