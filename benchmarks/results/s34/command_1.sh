@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Thirty-fourth session, call 1 (the budget left room for one call after many refusals): the thirty-third
-# session's command_5_fix.sh with a time limit of its own. (1) The compile test on this tree (must pass) and on
+# Written in the thirty-fourth session, which got no machine (not yet run): the thirty-third session's
+# command_5_fix.sh with a time limit of its own, for a call made with little budget left. (1) The compile test on this tree (must pass) and on
 # 4079895 (must fail: the step whose leading decode rows go to the decode kernel compiled variants there);
 # (2) triton_compiles.py on an empty cache with this tree (W1 must compile nothing); (3) a 32k prompt on both trees
 # (the prefill kernels' pointers no longer specialized on alignment) in what time is left.
