@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Written in the thirty-fourth session, which got no machine (not yet run): the thirty-third session's
-# command_5_fix.sh with a time limit of its own, for a call made with little budget left. (1) The compile test on this tree (must pass) and on
-# 4079895 (must fail: the step whose leading decode rows go to the decode kernel compiled variants there);
+# command_5_fix.sh with a time limit of its own, for a call made with little budget left. (1) The compile test
+# on this tree (must pass) and on 4079895 (must fail: the step whose leading decode rows go to the decode kernel
+# compiled variants there);
 # (2) triton_compiles.py on an empty cache with this tree (W1 must compile nothing); (3) a 32k prompt on both trees
 # (the prefill kernels' pointers no longer specialized on alignment) in what time is left.
 # Before the call: bash benchmarks/scripts/device_bundle.sh; git archive 4079895 raygrid | gzip >
