@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Written in the thirty-fourth session, which got no machine (not yet run): the thirty-third session's
-# command_5_fix.sh with a time limit of its own, for a call made with little budget left. (1) The compile test
-# on this tree (must pass) and on 4079895 (must fail: the step whose leading decode rows go to the decode kernel
-# compiled variants there);
-# (2) triton_compiles.py on an empty cache with this tree (W1 must compile nothing); (3) a 32k prompt on both trees
-# (the prefill kernels' pointers no longer specialized on alignment) in what time is left.
+# The GPU check of the thirty-third session's fix (kernel variants compiled during W1 on a fresh machine), written
+# then as its call 5 and given a time limit in the thirty-fourth; neither session got a machine, so not yet run.
+# (1) The compile test on this tree (must pass) and on 4079895 (must fail: the step whose leading decode rows go to
+# the decode kernel compiled variants there); (2) triton_compiles.py on an empty cache with this tree (W1 must
+# compile nothing); (3) a 32k prompt on both trees, alternating (the prefill kernels' pointers no longer specialized
+# on alignment), in what time is left.
 # Before the call: bash benchmarks/scripts/device_bundle.sh; git archive 4079895 raygrid | gzip >
 # .devlite/base_raygrid.tgz. Carry [".devlite"]; results under $OUT/r. $1: the commit; $2: the seconds the call
 # may run (560 by default; parts past it are cut).
@@ -22,6 +22,7 @@ mkdir -p /tmp/base && tar -xzf .devlite/base_raygrid.tgz -C /tmp/base && cp -r t
 (cd /tmp/base && PYTHONPATH=/tmp/site:/tmp/base TRITON_CACHE_DIR=/tmp/tc_base timeout $(left 270) python3 -m pytest -p no:cacheprovider -q \
   tests/test_gpu.py -k "$K" > $R/tests_base.txt 2>&1)
 echo "base (4079895): test exit $? ($(( $(date +%s) - t0 )) s)"; grep -E "passed|failed" $R/tests_base.txt | tail -1
+grep -oE "[0-9]+ variants compiled while serving" $R/tests_base.txt | head -1
 grep -oE "_(prefill|decode)_kernel [^]]*\]" $R/tests_base.txt | cut -c1-200 | head -4
 tar -czf $OUT/results.tgz -C $OUT r
 TRITON_CACHE_DIR=$(mktemp -d) timeout $(left 370) python3 benchmarks/scripts/triton_compiles.py $R/compiles_cold_fix.json > $R/compiles_cold_fix.log 2>&1
