@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Thirty-sixth session, command 2 (the same warm H100 as command 1, typed into the device tool as one line): part 2 of
+# s30/next_device_command.sh (the two-row one-launch pass at 1,024, 2,048 and 20,000 tokens a row), then the split
+# threshold sweep again at 64 and 96 decode rows and once at 128.
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=eb2e2bf PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc TRITON_CACHE_DIR=/tmp/tcache; mkdir -p $OUT/r; R=$OUT/r; nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt; timeout 300 python3 benchmarks/scripts/persistent_decode_pass.py $R/rows2.json --rows 2 --contexts 1024 2048 20000 > $R/rows2.log 2>&1; echo "rows2 exit $?"; tail -4 $R/rows2.log | cut -c1-400; for d in 64 96 128; do timeout 100 python3 benchmarks/scripts/sweep_mixed_attention.py --quick --decodes $d --context 700 --prompts 14 --prompt-len 560 --output-json $R/d${d}_again.json > $R/d${d}_again.txt 2>&1; echo "== $d"; grep -E "tma=True|^split|^decode kernel alone" $R/d${d}_again.txt | cut -c1-110; done; tar -czf $OUT/results.tgz -C $OUT r
