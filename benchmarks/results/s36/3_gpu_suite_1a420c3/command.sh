@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Thirty-sixth session: command_3.sh found an H100 (and ran nothing); on that warm H100, the GPU suite on the tree.
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=1a420c3 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc TRITON_CACHE_DIR=/tmp/tcache; mkdir -p $OUT/r; R=$OUT/r; [ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1; nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt; timeout 420 python3 -m pytest -p no:cacheprovider -q --durations=8 tests/test_persistent_decode.py tests/test_gpu.py tests/test_graph_buffers.py > $R/gpu_suite.txt 2>&1; echo "suite exit $?"; tail -14 $R/gpu_suite.txt
