@@ -553,7 +553,7 @@ SHORT_QUERIES = 64  # below this many queries per sequence on average, the short
 # an H100 (700-token contexts beside 14 prompts of 560 tokens, sweep_mixed_attention.py) the split took 206.5 us a
 # layer with 129 decode rows and 319.0 with 250, against 245.4 and 393.1 for the best one launch; with 16 it lost,
 # 107.2 against 97.2 (the long tiles carry a few decode rows in the prompts' shadow). Swept on an H100 (thirty-sixth
-# session): 32, 64 and 96 rows lost 4.8, 0.7 and 2.5%, 128 won 15%; 64 stays until an H200 is swept (about 1 ms of W1).
+# session): 32 rows lost 4.8%; 64, 80 and 96 -0.7, +4.7 and -2.5% (a wash); 112 to 192 won 14 to 16%. The H200: not yet.
 # RAYGRID_PREFILL_TILE_CHOICE (JSON) overrides these, for A/B runs.
 PREFILL_TILE_CHOICE = overridden(dict(rule="cost", long_tile_cost=1.64, split_decode_rows=64),
                                  "RAYGRID_PREFILL_TILE_CHOICE")
