@@ -14,6 +14,8 @@ in a CUDA graph, so that L2 holds none of a layer when it is read; ``kernel_timi
 - ``rows``: a program per slice reads whole [BLOCK_N / kv_heads, kv_heads * head_dim] rows: the same bytes a tile,
   contiguous.
 - ``hnd``: the cache laid out [blocks, kv_heads, page, head_dim], a program per (kv head, slice): each tile contiguous.
+- ``tma``: ``head``'s tiles by bulk copies (tensor descriptors over [slots, kv_heads * head_dim] rows, as the engine's
+  decode launch takes them; Hopper only), where the others gather rows with per-thread loads.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ import triton
 import triton.language as tl
 
 from raygrid.bench.kernel_timing import chain_us
+
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # a Triton without host-side descriptors
+    TensorDescriptor = None
 
 
 @triton.jit
@@ -51,6 +58,30 @@ def _read_kernel(k_ptr, v_ptr, out_ptr, tokens_per_prog, TOKEN_STRIDE: tl.conste
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
 
 
+@triton.jit
+def _read_tma_kernel(k_desc, v_desc, out_ptr, tokens_per_prog, NKV: tl.constexpr, BLOCK_N: tl.constexpr,
+                     D: tl.constexpr, STAGES: tl.constexpr):
+    """``_read_kernel``'s head case with each [BLOCK_N, D] tile of one kv head brought by one bulk copy."""
+    pid = tl.program_id(0)
+    head = pid % NKV
+    lo = (pid // NKV) * tokens_per_prog
+    acc = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    for start in tl.range(lo, lo + tokens_per_prog, BLOCK_N, num_stages=STAGES):
+        k = k_desc.load([start, head * D])
+        v = v_desc.load([start, head * D])
+        acc += k.to(tl.float32) + v.to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
+
+
+def _tma_launch(cache, out, grid: int, per_prog: int, block_n: int, stages: int, args):
+    """One layer's launch of the bulk-copy case over ``cache`` ([2, tokens * kv_heads * head_dim]: K, then V)."""
+    rows, width = args.tokens, args.kv_heads * args.head_dim
+    k_desc, v_desc = (TensorDescriptor(half.view(rows, width), [rows, width], [width, 1], [block_n, args.head_dim])
+                      for half in (cache[0], cache[1]))
+    return lambda: _read_tma_kernel[(grid,)](k_desc, v_desc, out, per_prog, NKV=args.kv_heads, BLOCK_N=block_n,
+                                             D=args.head_dim, STAGES=stages, num_warps=4, num_stages=stages)
+
+
 def run_case(case: str, units: int, block_n: int, stages: int, caches, out, args) -> dict:
     """One launch shape over every layer: microseconds a layer and the rate of the bytes its programs read."""
     nkv, d, page, tokens = args.kv_heads, args.head_dim, args.page, args.tokens
@@ -69,6 +100,11 @@ def run_case(case: str, units: int, block_n: int, stages: int, caches, out, args
     grid = slices * heads
     read = grid * per_prog * width * 2 * 2  # K and V, 2 bytes an element
     try:
+        if case == "tma":
+            if TensorDescriptor is None:
+                raise RuntimeError("this Triton has no host-side tensor descriptors")
+            us = chain_us([_tma_launch(c, out, grid, per_prog, block_n, stages, args) for c in caches])
+            return dict(row, grid=grid, us_a_layer=round(us, 2), tb_s=round(read / us / 1e6, 3))
         launches = [lambda c=c: _read_kernel[(grid,)](c[0], c[1], out, per_prog, PAGE=page, PAGE_STRIDE=page * nkv * d, NKV=nkv,
                                                         STAGES=stages, num_warps=4, num_stages=stages, **kw)
                     for c in caches]
@@ -86,7 +122,8 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--page", type=int, default=64)
-    parser.add_argument("--cases", nargs="+", default=["head", "rows", "hnd"], choices=["head", "rows", "hnd"])
+    parser.add_argument("--cases", nargs="+", default=["head", "rows", "hnd", "tma"],
+                        choices=["head", "rows", "hnd", "tma"])
     parser.add_argument("--quick", action="store_true", help="only two programs an SM, 64 keys a tile, 2 and 3 stages")
     args = parser.parse_args()
     dev = torch.device("cuda")

@@ -2,7 +2,8 @@
 # Thirty-sixth session, for an H200 only (an H100 ran command 1's questions already; on one this exits at once):
 # (1) command 1's depth variants of the one-launch pass, at 8k and 32k, each twice with the default between;
 # (2) kv_read_probe.py, never run on an H200: how fast programs shaped like the pass's attention stage read a
-# layer's cache with no arithmetic, by access shape, against a copy (on an H100 every shape read at the copy's rate);
+# layer's cache with no arithmetic, by access shape, against a copy (on an H100 every shape read at the copy's rate),
+# now also by bulk copies (its ``tma`` case, as the engine's decode launch reads; the pass gathers rows instead);
 # (3) the split threshold sweep at 64, 96 and 128 decode rows.
 # Carry [".devlite"]; results under $OUT/r. $1: the commit; $2 "short" (for a call with little device time left):
 # each variant once, kv_read_probe.py --quick, the split at 96 and 128 rows only.
