@@ -34,6 +34,8 @@ try:
 except ImportError:  # a Triton without host-side descriptors
     TensorDescriptor = None
 
+CASES = ("head", "rows", "hnd", "tma")
+
 
 @triton.jit
 def _read_kernel(k_ptr, v_ptr, out_ptr, tokens_per_prog, TOKEN_STRIDE: tl.constexpr,
@@ -74,10 +76,14 @@ def _read_tma_kernel(k_desc, v_desc, out_ptr, tokens_per_prog, NKV: tl.constexpr
 
 
 def _tma_launch(cache, out, grid: int, per_prog: int, block_n: int, stages: int, args):
-    """One layer's launch of the bulk-copy case over ``cache`` ([2, tokens * kv_heads * head_dim]: K, then V)."""
+    """One layer's launch of the bulk-copy case over ``cache`` ([2, tokens * kv_heads * head_dim]: K, then V), with
+    descriptors shaped as ``triton_attention._cache_descriptors`` shapes the engine's. Not that function itself: it
+    refuses tiles longer than a page, which a cache with its pages in order, as here, can still take."""
+    if TensorDescriptor is None:
+        raise RuntimeError("this Triton has no host-side tensor descriptors")
     rows, width = args.tokens, args.kv_heads * args.head_dim
     k_desc, v_desc = (TensorDescriptor(half.view(rows, width), [rows, width], [width, 1], [block_n, args.head_dim])
-                      for half in (cache[0], cache[1]))
+                      for half in cache)
     return lambda: _read_tma_kernel[(grid,)](k_desc, v_desc, out, per_prog, NKV=args.kv_heads, BLOCK_N=block_n,
                                              D=args.head_dim, STAGES=stages, num_warps=4, num_stages=stages)
 
@@ -101,13 +107,11 @@ def run_case(case: str, units: int, block_n: int, stages: int, caches, out, args
     read = grid * per_prog * width * 2 * 2  # K and V, 2 bytes an element
     try:
         if case == "tma":
-            if TensorDescriptor is None:
-                raise RuntimeError("this Triton has no host-side tensor descriptors")
-            us = chain_us([_tma_launch(c, out, grid, per_prog, block_n, stages, args) for c in caches])
-            return dict(row, grid=grid, us_a_layer=round(us, 2), tb_s=round(read / us / 1e6, 3))
-        launches = [lambda c=c: _read_kernel[(grid,)](c[0], c[1], out, per_prog, PAGE=page, PAGE_STRIDE=page * nkv * d, NKV=nkv,
-                                                        STAGES=stages, num_warps=4, num_stages=stages, **kw)
-                    for c in caches]
+            launches = [_tma_launch(c, out, grid, per_prog, block_n, stages, args) for c in caches]
+        else:
+            launches = [lambda c=c: _read_kernel[(grid,)](c[0], c[1], out, per_prog, PAGE=page, PAGE_STRIDE=page * nkv * d,
+                                                            NKV=nkv, STAGES=stages, num_warps=4, num_stages=stages, **kw)
+                        for c in caches]
         us = chain_us(launches)
     except Exception as error:  # noqa: BLE001 - a launch that does not fit is reported, not fatal
         return dict(row, error=f"{type(error).__name__}: {str(error)[:200]}")
@@ -122,8 +126,7 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--page", type=int, default=64)
-    parser.add_argument("--cases", nargs="+", default=["head", "rows", "hnd", "tma"],
-                        choices=["head", "rows", "hnd", "tma"])
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     parser.add_argument("--quick", action="store_true", help="only two programs an SM, 64 keys a tile, 2 and 3 stages")
     args = parser.parse_args()
     dev = torch.device("cuda")
