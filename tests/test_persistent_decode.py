@@ -64,7 +64,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
     its wait (all five; none): one program does every unit here, so its later units read their tiles in the stage.
-    Units of rows and slices of K that are not powers of 2. The query's rotated halves joined in registers (the
+    Units of rows and slices of K that are not powers of 2. gate_up_proj's next unit's tiles read while the current
+    one's are summed (``mlp_ahead``) and not. The query's rotated halves joined in registers (the
     default) and stored and read back (``q_in_registers=False``). And the launch the engine makes, every argument left
     to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units over down_proj's K whole,
     wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead, the query in registers, and on a GPU
@@ -92,8 +93,10 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             odd = dict(units, mlp_rows_per_unit=12, down_rows_per_unit=24, down_slice=48)
             # The query through global memory and no cache tile asked ahead (both on by default, kv_ahead GPU only).
             plain = dict(kv_ahead=0, q_in_registers=False)
-            launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=0, **plain, **units),
-                        dict(splits=2, preload=31, **odd), dict(splits=3, **plain, **odd), {}]
+            # Two of them read gate_up_proj's next unit's tiles before summing the current one's (``mlp_ahead``),
+            # the first unit's read ahead of the barrier's wait (preload 31) or in the stage (preload 0).
+            launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=0, mlp_ahead=True, **plain, **units),
+                        dict(splits=2, preload=31, mlp_ahead=True, **odd), dict(splits=3, **plain, **odd), {}]
             if DEVICE.type == "cuda":  # asking L2 for the cache's lines is inline PTX
                 launches.append(dict(splits=3, kv_ahead=2, **units))
             for launch in launches:

@@ -45,7 +45,8 @@ def main() -> None:
     times: dict[str, list[float]] = {label: [] for *_, label in PARTS}
     for module, cls_name, method, label in PARTS:
         time_calls(getattr(importlib.import_module(f"raygrid.engine.{module}"), cls_name), method, times[label], scale=1e6)
-    llm = LLM(model=args.model or str(tiny_model(4096)), max_model_len=args.input_len + args.output_len + 8)
+    max_len = args.input_len + args.output_len + 8
+    llm = LLM(model=args.model or str(tiny_model(max(4096, max_len))), max_model_len=max_len)
     ids = [random.randrange(llm.llm_engine.processor.vocab_size) for _ in range(args.input_len)]
     result = {"input_len": args.input_len, "output_len": args.output_len, "git_commit": git_commit(), "us": {}}
     for temperature in (0.0, 1.0):

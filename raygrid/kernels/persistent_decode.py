@@ -94,7 +94,7 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # multiplies every weight tile again on the CUDA cores, and the rows' streams spill (296 bytes at 2 rows, 748 at 4).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, max_rows=2),
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=False, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -361,7 +361,7 @@ def _persistent_decode_kernel(
     SPLIT_O: tl.constexpr, KS_D: tl.constexpr, KS_TILE: tl.constexpr, SPLIT_D: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
-    PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr,
+    PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, MLP_AHEAD: tl.constexpr,
     TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers for ``ROWS`` sequences' one token each (``BR``: the next power of 2), every
@@ -451,10 +451,21 @@ def _persistent_decode_kernel(
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, ROWS, BR, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
+        if MLP_AHEAD:  # the program's first unit's tiles; each later unit's are asked for a unit ahead, below
+            wg = _unit_tile(gate_pre, pid, pid, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
+            wu = _unit_tile(up_pre, pid, pid, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
+                            PRELOAD & 16)
         for u in range(pid, U_GATE_UP, G):
-            # both tiles asked for before either is summed
-            wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
-            wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
+            if MLP_AHEAD:
+                # the next unit's tiles asked for before this one's are summed (rows past I, past the last unit, read
+                # nothing)
+                wg_next = _tile(w_gu, (u + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
+                wu_next = _tile(w_gu + I * H, (u + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
+            else:
+                # both tiles asked for before either is summed
+                wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
+                wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
+                                PRELOAD & 16)
             for b in tl.static_range(ROWS):
                 xb = _row(x, b, BR)
                 gate, rows = _tile_times(wg, u * GU_ROWS, xb, GU_TILE)
@@ -463,6 +474,8 @@ def _persistent_decode_kernel(
                 silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
                 tl.store(act_ptr + b * I + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype),
                          mask=(rows < I) & (tl.arange(0, GU_TILE) < GU_ROWS))
+            if MLP_AHEAD:
+                wg, wu = wg_next, wu_next
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
@@ -536,7 +549,8 @@ class PersistentDecode:
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
-                 kv_ahead: int | None = None, q_in_registers: bool | None = None, rows: int = 1) -> None:
+                 kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: bool | None = None,
+                 rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -545,7 +559,7 @@ class PersistentDecode:
         self.rows = rows
         given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
                      down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
-                     kv_ahead=kv_ahead, q_in_registers=q_in_registers)
+                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead)
         # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
         settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
         on_gpu = kv_caches[0].device.type == "cuda"
@@ -621,6 +635,7 @@ class PersistentDecode:
             PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
             PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
+            MLP_AHEAD=bool(settings["mlp_ahead"]),
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
