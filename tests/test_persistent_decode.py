@@ -64,8 +64,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
     its wait (all five; none): one program does every unit here, so its later units read their tiles in the stage.
-    Units of rows and slices of K that are not powers of 2. gate_up_proj's next unit's tiles read while the current
-    one's are summed (``mlp_ahead``) and not. The query's rotated halves joined in registers (the
+    Units of rows and slices of K that are not powers of 2. gate_up_proj's tiles of a later unit read while the
+    current one's are summed (``mlp_ahead`` 1 and 2) and not. The query's rotated halves joined in registers (the
     default) and stored and read back (``q_in_registers=False``). And the launch the engine makes, every argument left
     to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units over down_proj's K whole,
     wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead, the query in registers, and on a GPU
@@ -93,10 +93,10 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             odd = dict(units, mlp_rows_per_unit=12, down_rows_per_unit=24, down_slice=48)
             # The query through global memory and no cache tile asked ahead (both on by default, kv_ahead GPU only).
             plain = dict(kv_ahead=0, q_in_registers=False)
-            # Two of them read gate_up_proj's next unit's tiles before summing the current one's (``mlp_ahead``),
-            # the first unit's read ahead of the barrier's wait (preload 31) or in the stage (preload 0).
-            launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=0, mlp_ahead=True, **plain, **units),
-                        dict(splits=2, preload=31, mlp_ahead=True, **odd), dict(splits=3, **plain, **odd), {}]
+            # Two of them read gate_up_proj's tiles of the unit after next or of the next before summing the current
+            # one's (``mlp_ahead`` 2, 1), the first unit's read ahead of the barrier's wait (preload 31) or in the stage.
+            launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=0, mlp_ahead=2, **plain, **units),
+                        dict(splits=2, preload=31, mlp_ahead=1, **odd), dict(splits=3, **plain, **odd), {}]
             if DEVICE.type == "cuda":  # asking L2 for the cache's lines is inline PTX
                 launches.append(dict(splits=3, kv_ahead=2, **units))
             for launch in launches:
@@ -148,7 +148,8 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):
     """Heads narrower than a tensor-core product, experts, FP8 weights: each refused with its reason; a model it
-    takes is refused nothing. Without a GPU, asking L2 for the cache's lines (``kv_ahead``) is refused by name."""
+    takes is refused nothing. Without a GPU, asking L2 for the cache's lines (``kv_ahead``) is refused by name, as is
+    reading gate_up_proj's tiles more than two units ahead."""
     def reason(path, **kwargs):
         model = load_model(path, load_hf_config(path), torch.float32, DEVICE, **kwargs)
         attn = model.layers[0].self_attn
@@ -167,10 +168,13 @@ def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir
             PersistentDecode(model, caches, kv_ahead=2)
         with pytest.raises(ValueError, match=r"block_n must be a power of 2, got 24"):
             PersistentDecode(model, caches, block_n=24)
+        with pytest.raises(ValueError, match=r"mlp_ahead must be 0, 1 or 2 units, got 3"):
+            PersistentDecode(model, caches, mlp_ahead=3)
         # Unset settings take PERSISTENT_CONFIG's, 0 the launch's own: gate_up_proj's units then qkv_proj's size.
         default, own = PersistentDecode(model, caches), PersistentDecode(model, caches, mlp_rows_per_unit=0)
         assert default.gate_up_rows == PERSISTENT_CONFIG["mlp_rows_per_unit"] and own.gate_up_rows == own.bn
         assert default.constexprs["Q_REGS"] is PERSISTENT_CONFIG["q_in_registers"]
+        assert default.constexprs["MLP_AHEAD"] == PERSISTENT_CONFIG["mlp_ahead"]
         assert default.constexprs["KV_AHEAD"] == 0  # on the CPU the default asks for no tile
 
 

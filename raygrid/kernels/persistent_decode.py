@@ -94,7 +94,7 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # multiplies every weight tile again on the CUDA cores, and the rows' streams spill (296 bytes at 2 rows, 748 at 4).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, mlp_ahead=False, max_rows=2),
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=0, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -451,16 +451,20 @@ def _persistent_decode_kernel(
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, ROWS, BR, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
-        if MLP_AHEAD:  # the program's first unit's tiles; each later unit's are asked for a unit ahead, below
+        if MLP_AHEAD > 0:  # the program's first unit's tiles (and with 2, its second's); later units' are asked for
+            # MLP_AHEAD units ahead, below
             wg = _unit_tile(gate_pre, pid, pid, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
             wu = _unit_tile(up_pre, pid, pid, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
                             PRELOAD & 16)
+        if MLP_AHEAD > 1:
+            wg1 = _tile(w_gu, (pid + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
+            wu1 = _tile(w_gu + I * H, (pid + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
         for u in range(pid, U_GATE_UP, G):
-            if MLP_AHEAD:
-                # the next unit's tiles asked for before this one's are summed (rows past I, past the last unit, read
+            if MLP_AHEAD > 0:
+                # a later unit's tiles asked for before this one's are summed (rows past I, past the last unit, read
                 # nothing)
-                wg_next = _tile(w_gu, (u + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
-                wu_next = _tile(w_gu + I * H, (u + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
+                wg_next = _tile(w_gu, (u + MLP_AHEAD * G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
+                wu_next = _tile(w_gu + I * H, (u + MLP_AHEAD * G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
             else:
                 # both tiles asked for before either is summed
                 wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
@@ -474,8 +478,10 @@ def _persistent_decode_kernel(
                 silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
                 tl.store(act_ptr + b * I + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype),
                          mask=(rows < I) & (tl.arange(0, GU_TILE) < GU_ROWS))
-            if MLP_AHEAD:
+            if MLP_AHEAD == 1:
                 wg, wu = wg_next, wu_next
+            if MLP_AHEAD == 2:
+                wg, wu, wg1, wu1 = wg1, wu1, wg_next, wu_next
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
@@ -549,7 +555,7 @@ class PersistentDecode:
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
-                 kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: bool | None = None,
+                 kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: int | None = None,
                  rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
@@ -596,6 +602,8 @@ class PersistentDecode:
                             ("heads_per_slice", self.heads_per_slice)):
             if not _power_of_2(value):
                 raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
+        if settings["mlp_ahead"] not in (0, 1, 2):
+            raise ValueError(f"persistent decode: mlp_ahead must be 0, 1 or 2 units, got {settings['mlp_ahead']!r}")
         for name, value, limit in (("mlp_rows_per_unit", self.gate_up_rows, self.inter),
                                    ("down_rows_per_unit", self.down_rows, self.hidden),
                                    ("down_slice", self.ks_down, self.inter)):
@@ -635,7 +643,7 @@ class PersistentDecode:
             PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
             PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
-            MLP_AHEAD=bool(settings["mlp_ahead"]),
+            MLP_AHEAD=int(settings["mlp_ahead"]),
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
