@@ -64,11 +64,12 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
     back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
     its wait (all five; none): one program does every unit here, so its later units read their tiles in the stage.
-    Units of rows and slices of K that are not powers of 2. gate_up_proj's tiles of a later unit read while the
-    current one's are summed (``mlp_ahead`` 1 and 2) and not. The query's rotated halves joined in registers (the
-    default) and stored and read back (``q_in_registers=False``). And the launch the engine makes, every argument left
+    Units of rows and slices of K that are not powers of 2. gate_up_proj's next unit's tiles asked for while the
+    current one's are summed (the default) and not (``mlp_ahead=False``). The query's rotated halves joined in
+    registers (the default) and stored and read back (``q_in_registers=False``). And the launch the engine makes, every argument left
     to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units over down_proj's K whole,
-    wider than the model's, qkv's, o_proj's and down_proj's tiles read ahead, the query in registers, and on a GPU
+    wider than the model's, every product's first tile read ahead, gate_up_proj's tiles a unit ahead, the query in
+    registers, and on a GPU
     each attention unit's first cache tile asked into L2 before its query is made ready). On a GPU, also two tiles
     asked ahead (``kv_ahead=2``)."""
     num_blocks = 24
@@ -91,12 +92,13 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             # of down_proj's (tiles of 32; the last of the hidden size's 64 rows holds 16) over K in slices of 48
             # (tiles of 64; the last slice narrower).
             odd = dict(units, mlp_rows_per_unit=12, down_rows_per_unit=24, down_slice=48)
-            # The query through global memory and no cache tile asked ahead (both on by default, kv_ahead GPU only).
-            plain = dict(kv_ahead=0, q_in_registers=False)
-            # Two of them read gate_up_proj's tiles of the unit after next or of the next before summing the current
-            # one's (``mlp_ahead`` 2, 1), the first unit's read ahead of the barrier's wait (preload 31) or in the stage.
-            launches = [dict(splits=1, preload=31, **units), dict(splits=3, preload=0, mlp_ahead=2, **plain, **units),
-                        dict(splits=2, preload=31, mlp_ahead=1, **odd), dict(splits=3, **plain, **odd), {}]
+            # The query through global memory, no cache tile asked ahead, and each of gate_up_proj's units' tiles asked
+            # for after the last unit's sum (all three on by default, kv_ahead GPU only).
+            plain = dict(kv_ahead=0, q_in_registers=False, mlp_ahead=False)
+            # gate_up_proj's next unit's tiles asked for first (``mlp_ahead``, the default) and not, with the first
+            # unit's read ahead of the barrier's wait (preload 31) or in the stage (preload 0).
+            launches = [dict(splits=1, preload=31, mlp_ahead=False, **units), dict(splits=3, preload=0, **units),
+                        dict(splits=2, preload=31, **odd), dict(splits=3, **plain, **odd), {}]
             if DEVICE.type == "cuda":  # asking L2 for the cache's lines is inline PTX
                 launches.append(dict(splits=3, kv_ahead=2, **units))
             for launch in launches:
@@ -128,7 +130,8 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
             expected = [model(ids[i][contexts[i]:], steps[i][0], expected_caches, steps[i][1])[0] for i in order]
         step = launch_inputs(order, pages, ids, steps)
         for launch in (dict(splits=1, block_n=16, rows_per_unit=16, mlp_rows_per_unit=8, heads_per_slice=1,
-                            down_slice=32), dict(splits=3, preload=0, kv_ahead=0, q_in_registers=False), {}):
+                            down_slice=32),
+                       dict(splits=3, preload=0, kv_ahead=0, q_in_registers=False, mlp_ahead=False), {}):
             # The caches' copies named by nothing but the launch, which holds what its addresses point into.
             runner = PersistentDecode(model, [c.clone() for c in caches], rows=len(order), **launch)
             ours = runner.held[1]
@@ -148,8 +151,7 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
 
 def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir, qwen3_dir):
     """Heads narrower than a tensor-core product, experts, FP8 weights: each refused with its reason; a model it
-    takes is refused nothing. Without a GPU, asking L2 for the cache's lines (``kv_ahead``) is refused by name, as is
-    reading gate_up_proj's tiles more than two units ahead."""
+    takes is refused nothing. Without a GPU, asking L2 for the cache's lines (``kv_ahead``) is refused by name."""
     def reason(path, **kwargs):
         model = load_model(path, load_hf_config(path), torch.float32, DEVICE, **kwargs)
         attn = model.layers[0].self_attn
@@ -168,13 +170,11 @@ def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir
             PersistentDecode(model, caches, kv_ahead=2)
         with pytest.raises(ValueError, match=r"block_n must be a power of 2, got 24"):
             PersistentDecode(model, caches, block_n=24)
-        with pytest.raises(ValueError, match=r"mlp_ahead must be 0, 1 or 2 units, got 3"):
-            PersistentDecode(model, caches, mlp_ahead=3)
         # Unset settings take PERSISTENT_CONFIG's, 0 the launch's own: gate_up_proj's units then qkv_proj's size.
         default, own = PersistentDecode(model, caches), PersistentDecode(model, caches, mlp_rows_per_unit=0)
         assert default.gate_up_rows == PERSISTENT_CONFIG["mlp_rows_per_unit"] and own.gate_up_rows == own.bn
         assert default.constexprs["Q_REGS"] is PERSISTENT_CONFIG["q_in_registers"]
-        assert default.constexprs["MLP_AHEAD"] == PERSISTENT_CONFIG["mlp_ahead"]
+        assert default.constexprs["MLP_AHEAD"] is PERSISTENT_CONFIG["mlp_ahead"]
         assert default.constexprs["KV_AHEAD"] == 0  # on the CPU the default asks for no tile
 
 

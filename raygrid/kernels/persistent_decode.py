@@ -92,9 +92,17 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # 1,341.7 / 2,263.9 against 1,211.7 / 1,400.6 / 2,284.1; 3 rows 1,266.0 / 1,757.7 / 3,198.8 against 1,213.5 / 1,546.3 /
 # 2,890.3; 4 rows 2,178.3 / 2,814.1 / 4,686.2 against 1,213.1 / 1,709.1 / 3,501.8 (thirtieth session). Each row
 # multiplies every weight tile again on the CUDA cores, and the rows' streams spill (296 bytes at 2 rows, 748 at 4).
+# ``mlp_ahead``: gate_up_proj is the one product whose programs take several units each (768 of 4 rows over 264
+# programs at Qwen3-0.6B's width), and each unit's tiles came only after the last unit's sum. Asking for the next
+# unit's tiles first, with gate's and up's first tiles read ahead of the barrier's wait too (preload 31), took
+# gate_up from 9.2 to 7.2 us a layer (o_proj, at whose barrier those are asked for, 2.95 to 3.6) and the pass, on an
+# H100, from 694 to 655 us at 512 tokens, 984 to 947 at 8,192, 1,900 to 1,861 at 32,768, with the same bits (two
+# machine starts); a token at 32k 2.086 to 2.044 ms end to end. Two units ahead lost (1,915 us at 32k: 68 bytes of
+# spills against 56); the next unit's tiles alone gave 1,877 (benchmarks/README.md, thirty-seventh session).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
-                                    down_slice=0, splits=0, preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, mlp_ahead=0, max_rows=2),
+                                    down_slice=0, splits=0,
+                                    preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_GATE | PRELOAD_UP | PRELOAD_DOWN,
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -451,20 +459,16 @@ def _persistent_decode_kernel(
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, ROWS, BR, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
-        if MLP_AHEAD > 0:  # the program's first unit's tiles (and with 2, its second's); later units' are asked for
-            # MLP_AHEAD units ahead, below
+        if MLP_AHEAD:  # the program's first unit's tiles; each later unit's are asked for a unit ahead, below
             wg = _unit_tile(gate_pre, pid, pid, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
             wu = _unit_tile(up_pre, pid, pid, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
                             PRELOAD & 16)
-        if MLP_AHEAD > 1:
-            wg1 = _tile(w_gu, (pid + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
-            wu1 = _tile(w_gu + I * H, (pid + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
         for u in range(pid, U_GATE_UP, G):
-            if MLP_AHEAD > 0:
-                # a later unit's tiles asked for before this one's are summed (rows past I, past the last unit, read
+            if MLP_AHEAD:
+                # the next unit's tiles asked for before this one's are summed (rows past I, past the last unit, read
                 # nothing)
-                wg_next = _tile(w_gu, (u + MLP_AHEAD * G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
-                wu_next = _tile(w_gu + I * H, (u + MLP_AHEAD * G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
+                wg_next = _tile(w_gu, (u + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
+                wu_next = _tile(w_gu + I * H, (u + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
             else:
                 # both tiles asked for before either is summed
                 wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
@@ -478,10 +482,8 @@ def _persistent_decode_kernel(
                 silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
                 tl.store(act_ptr + b * I + rows, (silu * up.to(dtype).to(tl.float32)).to(dtype),
                          mask=(rows < I) & (tl.arange(0, GU_TILE) < GU_ROWS))
-            if MLP_AHEAD == 1:
+            if MLP_AHEAD:
                 wg, wu = wg_next, wu_next
-            if MLP_AHEAD == 2:
-                wg, wu, wg1, wu1 = wg1, wu1, wg_next, wu_next
         _arrive(counter_ptr)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
@@ -534,7 +536,9 @@ class PersistentDecode:
     persistent kernel", on an H200, and the twenty-third to twenty-sixth sessions, on an H100): two programs an SM of 4
     warps where the GPU holds them at once (else one an SM), 32 keys a step in an attention loop of 5 stages, qkv_proj's
     and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and down_proj's in units of 4,
-    each attention unit's query in registers and its cache's first tile asked into L2 (``PERSISTENT_CONFIG``). The
+    every product's first weight tile read ahead of its barrier's wait and gate_up_proj's next unit's tiles asked for
+    while the current one's are summed, each attention unit's query in registers and its cache's first tile asked into
+    L2 (``PERSISTENT_CONFIG``). The
     arguments exist for tests and benchmarks: ``preload`` (the products whose first weight tile each program reads ahead
     between the barrier's arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter),
     ``splits`` (slices of the context a kv head; default: as many as fill the programs), ``block_n``, ``num_warps``,
@@ -544,7 +548,8 @@ class PersistentDecode:
     records when each stage ended, ``stage_us``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
     ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
     attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
-    ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) left unset take
+    ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) and ``mlp_ahead``
+    (gate_up_proj's next unit's tiles asked for before the current one's are summed) left unset take
     ``PERSISTENT_CONFIG``'s; a size or a count of 0 is the launch's own choice, as there."""
 
     max_context = MAX_CONTEXT
@@ -555,7 +560,7 @@ class PersistentDecode:
                  timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
-                 kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: int | None = None,
+                 kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: bool | None = None,
                  rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
@@ -602,8 +607,6 @@ class PersistentDecode:
                             ("heads_per_slice", self.heads_per_slice)):
             if not _power_of_2(value):
                 raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
-        if settings["mlp_ahead"] not in (0, 1, 2):
-            raise ValueError(f"persistent decode: mlp_ahead must be 0, 1 or 2 units, got {settings['mlp_ahead']!r}")
         for name, value, limit in (("mlp_rows_per_unit", self.gate_up_rows, self.inter),
                                    ("down_rows_per_unit", self.down_rows, self.hidden),
                                    ("down_slice", self.ks_down, self.inter)):
@@ -643,7 +646,7 @@ class PersistentDecode:
             PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
             PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
-            MLP_AHEAD=int(settings["mlp_ahead"]),
+            MLP_AHEAD=bool(settings["mlp_ahead"]),
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
