@@ -46,9 +46,10 @@ from raygrid.kernels.variants import unaligned
 # The longest context (this token included) the engine takes this pass for: Qwen3's longest. On an H200 the pass
 # beat the layer-by-layer one at 8k and 16k in every command (1.15 to 1.24x); from 32k to 41k it led in most (1.03
 # to 1.10x) and trailed once (0.96x at 32,832). End to end a token at 32k took 1.91 to 1.93 ms against 2.07.
-# Attention's share grows with the context, and the layer-by-layer pass's split decode launch reads the cache faster
-# (about 4.4 against 3.4 TB/s; benchmarks/README.md), so longer contexts keep that pass. For a few rows the
-# bound is on their contexts together: the keys the attention stage reads.
+# (The layer-by-layer pass's split decode launch was once said to read the cache faster, 4.4 against 3.4 TB/s, but
+# that figure was a subtraction of two passes; measured alone at 32k it read at 3.46, about the pass's stage's rate:
+# benchmarks/README.md, thirty-seventh session.) For a few rows the bound is on their contexts together: the keys the
+# attention stage reads.
 MAX_CONTEXT = 40960
 # The most rows (sequences, one token each) one launch takes: each program holds every row's residual stream and
 # normed input in registers (two of ``rows * hidden / 128`` floats a thread at 4 warps), and every weight tile it reads
