@@ -35,7 +35,7 @@ import functools
 
 import torch
 
-from raygrid.kernels.prefill_parts import online_softmax, online_softmax_fma, program_tile
+from raygrid.kernels.prefill_parts import online_softmax, program_tile
 from raygrid.kernels.variants import unaligned
 
 try:
@@ -95,7 +95,7 @@ if gluon is not None:
     def _prefill_kernel(
         q_desc, k_desc, v_desc, block_tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale, num_seqs,
         stride_ot, stride_oh, stride_bt,
-        QUERIES_PER_KV: gl.constexpr, PAGE: gl.constexpr, STAGES: gl.constexpr, FMA_EXP: gl.constexpr = 0,
+        QUERIES_PER_KV: gl.constexpr, PAGE: gl.constexpr, STAGES: gl.constexpr,
     ):
         """One program per (pair of query heads of one kv head, tile of ``TOKENS`` query tokens), numbered as
         ``triton_attention._prefill_kernel``'s programs: the same grid, the same padding rules (spare tiles and
@@ -171,12 +171,7 @@ if gluon is not None:
             sb = warpgroup_mma(qb_smem, k_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
             sa = warpgroup_mma_wait(num_outstanding=1, deps=(sa,))  # the second half's scores run on
             start = j * N
-            if FMA_EXP == 3:
-                pa, ma, la, alpha_a = online_softmax_fma(_masked(sa, start, q_pos, end, unmasked_end, N, s_layout), ma,
-                                                         la, qk_scale)
-            else:
-                pa, ma, la, alpha_a = online_softmax(_masked(sa, start, q_pos, end, unmasked_end, N, s_layout), ma, la,
-                                                     qk_scale)
+            pa, ma, la, alpha_a = online_softmax(_masked(sa, start, q_pos, end, unmasked_end, N, s_layout), ma, la, qk_scale)
             acca = acca * gl.expand_dims(gl.convert_layout(alpha_a, rows_o), 1)
             mbarrier.wait(v_bars.index(slot), phase)
             if start + N > seq_len:  # the last page's slots past the sequence hold anything (NaN too): 0 x NaN is not 0
@@ -187,19 +182,7 @@ if gluon is not None:
                 _barrier()
             acca = warpgroup_mma(gl.convert_layout(pa.to(dtype), p_layout), v_tile, acca, is_async=True)
             sb = warpgroup_mma_wait(num_outstanding=1, deps=(sb,))  # the first half's product with V runs on
-            if FMA_EXP == 1 or FMA_EXP == 3:
-                pb, mb, lb, alpha_b = online_softmax_fma(_masked(sb, start, q_pos, end, unmasked_end, N, s_layout), mb,
-                                                         lb, qk_scale)
-            elif FMA_EXP == 2:
-                if j % 2 == 1:
-                    pb, mb, lb, alpha_b = online_softmax_fma(_masked(sb, start, q_pos, end, unmasked_end, N, s_layout),
-                                                             mb, lb, qk_scale)
-                else:
-                    pb, mb, lb, alpha_b = online_softmax(_masked(sb, start, q_pos, end, unmasked_end, N, s_layout), mb,
-                                                         lb, qk_scale)
-            else:
-                pb, mb, lb, alpha_b = online_softmax(_masked(sb, start, q_pos, end, unmasked_end, N, s_layout), mb, lb,
-                                                     qk_scale)
+            pb, mb, lb, alpha_b = online_softmax(_masked(sb, start, q_pos, end, unmasked_end, N, s_layout), mb, lb, qk_scale)
             accb = accb * gl.expand_dims(gl.convert_layout(alpha_b, rows_o), 1)
             accb = warpgroup_mma(gl.convert_layout(pb.to(dtype), p_layout), v_tile, accb, is_async=True)
             acca, accb = warpgroup_mma_wait(num_outstanding=0, deps=(acca, accb))

@@ -35,27 +35,3 @@ def online_softmax(s, m_i, l_i, qk_scale):
     p = tl.exp2(s * qk_scale - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     return p, m_new, l_i * alpha + tl.sum(p, 1), alpha
-
-
-@triton.jit
-def exp2_fma(x):
-    """2**x for x <= 0 without the special-function unit, on the FMA and integer units (FlashAttention 4's way of
-    taking part of a softmax's exponentials off that unit): x = j + r with j = round(x) and |r| <= 1/2; 2**r from a
-    degree-3 polynomial (relative error under 7.5e-5, fitted for relative error on [-1/2, 1/2]); 2**j added to its
-    exponent. x below -125 (-inf included) gives 2**-125, where ``tl.exp2`` gives about 0: no difference once a
-    probability is summed or rounded to 16 bits beside the row's largest, which is 1."""
-    x = tl.maximum(x, -125.0)
-    shifted = x + 12582912.0  # 1.5 * 2**23: x rounded to an integer, held in the mantissa's low bits
-    r = x - (shifted - 12582912.0)
-    p = ((0.05517166 * r + 0.24261113) * r + 0.69326097) * r + 0.99992806
-    return (p.to(tl.int32, bitcast=True) + (shifted.to(tl.int32, bitcast=True) << 23)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def online_softmax_fma(s, m_i, l_i, qk_scale):
-    """``online_softmax`` with the probabilities raised by ``exp2_fma``."""
-    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-    p = exp2_fma(s * qk_scale - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    return p, m_new, l_i * alpha + tl.sum(p, 1), alpha
-
