@@ -539,8 +539,9 @@ class PersistentDecode:
     and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and down_proj's in units of 4,
     every product's first weight tile read ahead of its barrier's wait and gate_up_proj's next unit's tiles asked for
     while the current one's are summed, each attention unit's query in registers and its cache's first tile asked into
-    L2 (``PERSISTENT_CONFIG``). The arguments exist for tests and benchmarks: ``preload`` (the products whose first weight tile each program reads ahead
-    between the barrier's arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter),
+    L2 (``PERSISTENT_CONFIG``, the twenty-fourth to thirty-seventh sessions). The arguments exist for tests and
+    benchmarks: ``preload`` (the products whose first weight tile each program reads ahead between the barrier's
+    arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter),
     ``splits`` (slices of the context a kv head; default: as many as fill the programs), ``block_n``, ``num_warps``,
     ``num_stages``, ``attention_stages`` (the attention loop's own, else ``num_stages``), the units' sizes
     (``rows_per_unit`` of qkv_proj and o_proj, ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K,
