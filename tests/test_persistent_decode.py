@@ -58,20 +58,19 @@ def launch_inputs(order, pages, ids, steps) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("name", ["qwen3", "llama"])
 def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_heads_dir):
-    """Contexts of 1, 37 and 150 tokens in shuffled pages (keys a step: 16, so 150 takes 10 steps), with the
-    context in 1 and in 3 slices (any number, not only powers of 2), and products in units of 16 rows (qkv_proj,
-    o_proj) and of 8 (gate_up_proj, down_proj) over slices of K (one head of o_proj's, 32 of down_proj's): the hidden
-    state and the stored key and value agree with the model's pass to float32's rounding; the barrier counters are
-    back at 0 and no barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and
-    its wait (all five; none): one program does every unit here, so its later units read their tiles in the stage.
-    Units of rows and slices of K that are not powers of 2. gate_up_proj's next unit's tiles asked for while the
-    current one's are summed (the default) and not (``mlp_ahead=False``). The query's rotated halves joined in
-    registers (the default) and stored and read back (``q_in_registers=False``). And the launch the engine makes, every argument left
-    to ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units over down_proj's K whole,
-    wider than the model's, every product's first tile read ahead, gate_up_proj's tiles a unit ahead, the query in
-    registers, and on a GPU
-    each attention unit's first cache tile asked into L2 before its query is made ready). On a GPU, also two tiles
-    asked ahead (``kv_ahead=2``)."""
+    """Contexts of 1, 37 and 150 tokens in shuffled pages (keys a step: 16, so 150 takes 10 steps), with the context in
+    1 and in 3 slices (any number, not only powers of 2), and products in units of 16 rows (qkv_proj, o_proj) and of 8
+    (gate_up_proj, down_proj) over slices of K (one head of o_proj's, 32 of down_proj's): the hidden state and the
+    stored key and value agree with the model's pass to float32's rounding; the barrier counters are back at 0 and no
+    barrier timed out. Each product's first weight tile read ahead between a barrier's arrival and its wait (all five;
+    none): one program does every unit here, so its later units read their tiles in the stage. Units of rows and slices
+    of K that are not powers of 2. gate_up_proj's next unit's tiles asked for while the current one's are summed (the
+    default) and not (``mlp_ahead=False``). The query's rotated halves joined in registers (the default) and stored and
+    read back (``q_in_registers=False``). And the launch the engine makes, every argument left to ``PERSISTENT_CONFIG``
+    (32 keys a step, 5 attention stages, 4-row gate_up/down units over down_proj's K whole, wider than the model's,
+    every product's first tile read ahead, gate_up_proj's tiles a unit ahead, the query in registers, and on a GPU each
+    attention unit's first cache tile asked into L2 before its query is made ready). On a GPU, also two tiles asked
+    ahead (``kv_ahead=2``)."""
     num_blocks = 24
     model, caches, generator = model_and_random_caches({"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name],
                                                        num_blocks, seed=0)
