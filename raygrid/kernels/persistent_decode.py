@@ -103,7 +103,8 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0,
                                     preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_GATE | PRELOAD_UP | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, max_rows=2),
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, slice_min=0, half_parts=False,
+                                    max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -287,11 +288,25 @@ def _kv_into_l2(cache_ptr, v_offset, table_row_ptr, kvh, lo, hi, KEYS: tl.conste
 
 
 @triton.jit
+def _slice_keys(seq_len, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_MIN: tl.constexpr):
+    """The keys of each of a context's slices (the last one's may be fewer, later ones none): an even share of
+    ``SPLITS``, rounded up to whole tiles of ``BLOCK_N``, and at least ``SLICE_MIN`` (a multiple of ``BLOCK_N``)."""
+    return tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, SLICE_MIN)
+
+
+@triton.jit
+def _slices_used(seq_len, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_MIN: tl.constexpr):
+    """How many of a context's slices hold keys (``_slice_keys``)."""
+    return tl.cdiv(seq_len, _slice_keys(seq_len, SPLITS, BLOCK_N, SLICE_MIN))
+
+
+@triton.jit
 def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr,
-                  ATTENTION_STAGES: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, dtype: tl.constexpr):
+                  ATTENTION_STAGES: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, SLICE_MIN: tl.constexpr,
+                  dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
@@ -299,7 +314,7 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     ``Q_REGS`` are joined into one in registers. With ``KV_AHEAD``, the slice's first tiles are asked into L2 before
     the query is made ready, so that their round trip overlaps that work (the loop's own loads start only after it)."""
     D: tl.constexpr = 2 * HALF
-    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
+    per_split = _slice_keys(seq_len, SPLITS, BLOCK_N, SLICE_MIN)
     lo = split * per_split
     hi = tl.minimum(seq_len, lo + per_split)
     if KV_AHEAD > 0:
@@ -332,26 +347,27 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     row = (kvh * GROUP + groups) * SPLITS + split
     lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.maximum(l_i, 1e-30)), float("-inf"))
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-    tl.store(part_ptr + row[:, None] * D + full[None, :], out, mask=gmask)
+    tl.store(part_ptr + row[:, None] * D + full[None, :], out.to(part_ptr.dtype.element_ty), mask=gmask)
     tl.store(lse_ptr + row, lse, mask=groups < GROUP)
 
 
 @triton.jit
-def _attention_rows(part_ptr, lse_ptr, first_head, HPS: tl.constexpr, NH: tl.constexpr, D: tl.constexpr,
+def _attention_rows(part_ptr, lse_ptr, first_head, used, HPS: tl.constexpr, NH: tl.constexpr, D: tl.constexpr,
                     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, dtype: tl.constexpr):
     """Attention's output for heads ``first_head .. +HPS`` as one vector ``[HPS * D]`` in ``dtype``: each head's
-    slices weighted by their share of the softmax."""
+    slices weighted by their share of the softmax. Only the first ``used`` slices are read: those past the context
+    hold nothing (at 512 tokens half of them, with 32-key tiles over 32 slices)."""
     heads = first_head + tl.arange(0, HPS)
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, D)
-    mask = (heads < NH)[:, None] & (splits < SPLITS)[None, :]
+    mask = (heads < NH)[:, None] & (splits < tl.minimum(used, SPLITS))[None, :]
     lse = tl.load(lse_ptr + heads[:, None] * SPLITS + splits[None, :], mask=mask, other=float("-inf"),
                   cache_modifier=".cg")
     top = tl.max(lse, 1)
     weight = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top)[:, None])
     rows = heads[:, None] * SPLITS + splits[None, :]
     part = tl.load(part_ptr + rows[:, :, None] * D + dims[None, None, :], mask=mask[:, :, None], other=0.0,
-                   cache_modifier=".cg")
+                   cache_modifier=".cg").to(tl.float32)
     total = tl.sum(weight, 1)
     out = tl.sum(weight[:, :, None] * part, 1) / tl.where(total == 0.0, 1.0, total)[:, None]
     return tl.reshape(out.to(dtype).to(tl.float32), (HPS * D,))
@@ -371,7 +387,7 @@ def _persistent_decode_kernel(
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
     PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, MLP_AHEAD: tl.constexpr,
-    TIMED: tl.constexpr, dtype: tl.constexpr,
+    SLICE_MIN: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers for ``ROWS`` sequences' one token each (``BR``: the next power of 2), every
     program resident (see the module's docstring for the stages). Each weight tile a program reads serves every row.
@@ -393,6 +409,8 @@ def _persistent_decode_kernel(
     cols = tl.arange(0, H)
     if ROWS == 1:
         seq_len0, pos0, slot0 = tl.load(seq_len_ptr), tl.load(pos_ptr), tl.load(slot_ptr)
+    else:  # the rows' contexts, for the combine in stage 3
+        lens = tl.load(seq_len_ptr + r, mask=r < ROWS, other=1)
     _record_time(times_ptr, 0, pid, TIMED)
     ids = tl.load(ids_ptr + r, mask=r < ROWS, other=0)
     h = tl.load(embed_ptr + ids[:, None] * H + cols[None, :], mask=(r < ROWS)[:, None], other=0.0).to(tl.float32)
@@ -431,7 +449,7 @@ def _persistent_decode_kernel(
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr + b * NH * SPLITS * D,
                           lse_ptr + b * NH * SPLITS, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, KV_AHEAD,
-                          Q_REGS, dtype)
+                          Q_REGS, SLICE_MIN, dtype)
         _arrive(counter_ptr)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_row, o_col = (pid % COL_BLOCKS) * BN, (pid // COL_BLOCKS) * HPS * D  # the program's first unit
@@ -442,14 +460,21 @@ def _persistent_decode_kernel(
             s = u // COL_BLOCKS
             # The first row's input asked for before the weight tile, as the one-row pass always did: after it, ptxas
             # spilled 196 bytes in the one-row launch (none this way; Triton 3.9 for sm_90, thirtieth session).
-            attn0 = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
+            # the slices that hold keys (made here from the context: a count kept live from the start spilled)
+            if ROWS == 1:
+                len0 = seq_len0
+            else:
+                len0 = tl.sum(tl.where(r == 0, lens, 0))
+            used0 = _slices_used(len0, SPLITS, BLOCK_N, SLICE_MIN)
+            attn0 = _attention_rows(part_ptr, lse_ptr, s * HPS, used0, HPS, NH, D, SPLITS, BLOCK_S, dtype)
             w = _unit_tile(o_pre, u, pid, w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D,
                            BN, HPS * D, PRELOAD & 2)
             for b in tl.static_range(ROWS):
                 attn = attn0
                 if b > 0:
-                    attn = _attention_rows(part_ptr + b * NH * SPLITS * D, lse_ptr + b * NH * SPLITS, s * HPS, HPS, NH,
-                                           D, SPLITS, BLOCK_S, dtype)
+                    attn = _attention_rows(part_ptr + b * NH * SPLITS * D, lse_ptr + b * NH * SPLITS, s * HPS,
+                                           _slices_used(tl.sum(tl.where(r == b, lens, 0)), SPLITS, BLOCK_N, SLICE_MIN),
+                                           HPS, NH, D, SPLITS, BLOCK_S, dtype)
                 y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
                 tl.store(po_ptr + (s * ROWS + b) * H + rows, y)
         _arrive(counter_ptr)
@@ -562,7 +587,7 @@ class PersistentDecode:
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
                  kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: bool | None = None,
-                 rows: int = 1) -> None:
+                 slice_min: int | None = None, half_parts: bool | None = None, rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -571,7 +596,8 @@ class PersistentDecode:
         self.rows = rows
         given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
                      down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
-                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead)
+                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead, slice_min=slice_min,
+                     half_parts=half_parts)
         # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
         settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
         on_gpu = kv_caches[0].device.type == "cuda"
@@ -580,6 +606,7 @@ class PersistentDecode:
         if settings["kv_ahead"] and not on_gpu:
             raise ValueError(f"persistent decode: kv_ahead ({settings['kv_ahead']}) asks a GPU's L2 for the cache's "
                              "lines: GPU only")
+        self.half_parts = bool(settings["half_parts"])
         config = model.config
         attn = model.layers[0].self_attn
         device = kv_caches[0].device
@@ -608,6 +635,10 @@ class PersistentDecode:
                             ("heads_per_slice", self.heads_per_slice)):
             if not _power_of_2(value):
                 raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
+        slice_min = settings["slice_min"] or settings["block_n"]
+        if slice_min % settings["block_n"]:
+            raise ValueError(f"persistent decode: slice_min must be a multiple of block_n ({settings['block_n']}), "
+                             f"got {slice_min}")
         for name, value, limit in (("mlp_rows_per_unit", self.gate_up_rows, self.inter),
                                    ("down_rows_per_unit", self.down_rows, self.hidden),
                                    ("down_slice", self.ks_down, self.inter)):
@@ -647,7 +678,7 @@ class PersistentDecode:
             PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
             PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
-            MLP_AHEAD=bool(settings["mlp_ahead"]),
+            MLP_AHEAD=bool(settings["mlp_ahead"]), SLICE_MIN=slice_min,
             TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
@@ -667,7 +698,8 @@ class PersistentDecode:
         self.num_programs = num_programs
         self.splits = splits or max(1, 1 << (max(1, num_programs // (self.kv_heads * self.rows)).bit_length() - 1))
         device = self.table.device
-        self.part = torch.empty(self.rows * self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
+        self.part = torch.empty(self.rows * self.heads * self.splits, self.head_dim, device=device,
+                                dtype=self.dtype if self.half_parts else torch.float32)
         self.lse = torch.empty(self.rows * self.heads * self.splits, dtype=torch.float32, device=device)
         self.constexprs.update(SPLITS=self.splits, BLOCK_S=triton.next_power_of_2(self.splits))
 
