@@ -12,7 +12,10 @@ forward pass alone (no LM head, no sampling). For each context it also records:
   only what is asked into L2 must give it);
 - ``floor_us``: the pass's bytes (weights outside the embedding, plus the K/V read) at the bandwidth of a
   device-to-device copy on this GPU (``copy_bandwidth_bytes_per_s``, as ``raygrid bench latency`` puts its floor);
-- ``stage_us_one_pass``: from one pass of a timed launch, each stage's mean time a layer, up to its barrier's end.
+- ``stage_us_one_pass``: from one pass of a timed launch, each stage's mean time a layer, up to its barrier's end;
+- with ``--timeline N``, ``barrier_timeline``: N passes of a launch in which every program records when its threads
+  met before each barrier and when it passed it (``timed="programs"``), each stage's figures in us, the mean over the
+  passes and the layers (``barrier_timeline`` below says what each is).
 
     python benchmarks/scripts/persistent_decode_pass.py OUT.json --contexts 512 4096 32768 [--rows 2] [--variant JSON ...]
 
@@ -54,8 +57,47 @@ def decode_inputs(context: int, rows: int, num_blocks: int, device) -> tuple[dic
     return inputs, meta
 
 
+STAGES = ("qkv", "attention", "o_proj", "gate_up", "down")
+
+
+def barrier_timeline(passes: list[torch.Tensor]) -> dict:
+    """Each stage's figures from ``PersistentDecode.program_times`` of several passes (us, the mean over the passes
+    and the layers; a stage runs from the barrier before it, passed, to its own, passed):
+    - ``stage``: the median program's pass of its barrier after the median program's pass of the one before;
+    - ``work``, ``work_max``: from a program's pass of the barrier before to its threads meeting before its arrival
+      at the stage's own, the median program's and the slowest's;
+    - ``last_arrival``: the last program's arrival after the median program's pass of the barrier before;
+    - ``barrier``: the median program's pass after the last program's arrival (what the barrier itself costs);
+    - ``pass_spread``: from the first program's pass to the last's;
+    - ``last_programs``: the programs most often the last to arrive, with how often."""
+    figures = {stage: {key: [] for key in ("stage", "work", "work_max", "last_arrival", "barrier", "pass_spread")}
+               for stage in STAGES}
+    last = {stage: torch.zeros(passes[0].shape[1], dtype=torch.int64) for stage in STAGES}
+    for times in passes:
+        times = times.double() / 1e3
+        for k in range(1, times.shape[0]):
+            stage = STAGES[(k - 1) % 5]
+            before, done, passed = times[k - 1, :, 1], times[k, :, 0], times[k, :, 1]
+            work = done - before
+            f = figures[stage]
+            f["stage"].append((passed.median() - before.median()).item())
+            f["work"].append(work.median().item())
+            f["work_max"].append(work.max().item())
+            f["last_arrival"].append((done.max() - before.median()).item())
+            f["barrier"].append((passed.median() - done.max()).item())
+            f["pass_spread"].append((passed.max() - passed.min()).item())
+            last[stage][int(done.argmax())] += 1
+    summary = {}
+    for stage in STAGES:
+        summary[stage] = {key: sum(values) / len(values) for key, values in figures[stage].items()}
+        counts, programs = last[stage].sort(descending=True)
+        summary[stage]["last_programs"] = [[int(p), int(c)] for p, c in zip(programs[:4], counts[:4]) if c > 0]
+    return summary
+
+
 def run_variant(PersistentDecode, model, caches, inputs: dict, variant: dict, ref: torch.Tensor, ref_kv: list,
-                engine_us: float, replays: int, default: torch.Tensor | None) -> tuple[dict, torch.Tensor]:
+                engine_us: float, replays: int, default: torch.Tensor | None,
+                timeline: int = 0) -> tuple[dict, torch.Tensor]:
     """One launch of ``PersistentDecode(**variant)``: its time, its result against the engine's pass and against the
     default launch's (``default``), and the result."""
     slots = inputs["slot_mapping"].tolist()
@@ -72,13 +114,23 @@ def run_variant(PersistentDecode, model, caches, inputs: dict, variant: dict, re
     timed = PersistentDecode(model, caches, timed=True, **variant)
     timed(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"], inputs["seq_lens"])
     timed.check()
+    extra = {}
+    if timeline:
+        programs = PersistentDecode(model, caches, timed="programs", **variant)
+        passes = []
+        for _ in range(timeline):
+            programs(inputs["ids"], inputs["positions"], inputs["slot_mapping"], inputs["block_tables"],
+                     inputs["seq_lens"])
+            passes.append(programs.program_times())
+        programs.check()
+        extra["barrier_timeline"] = barrier_timeline(passes)
     return dict(variant=variant, us=us, speedup=engine_us / us,
                 max_abs_diff=(first.float() - ref.float()).abs().max().item(), ref_max=ref.float().abs().max().item(),
                 same_argmax=bool(torch.equal(logits[:len(slots)], logits[len(slots):])), kv_max_diff=kv_diff,
                 same_bits_twice=bool(torch.equal(first, second)),
                 same_bits_as_default=None if default is None else bool(torch.equal(first, default)),
                 splits=runner.splits, programs=runner.num_programs,
-                stage_us_one_pass=dict(zip(("qkv", "attention", "o_proj", "gate_up", "down"), timed.stage_us()))), first
+                stage_us_one_pass=dict(zip(STAGES, timed.stage_us())), **extra), first
 
 
 def main() -> None:
@@ -89,6 +141,8 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=50)
     parser.add_argument("--rows", type=int, default=1, help="sequences in the pass, each of the context given")
     parser.add_argument("--kernel-module", default="raygrid.kernels.persistent_decode")
+    parser.add_argument("--timeline", type=int, default=0, metavar="N",
+                        help="also N passes of each launch with every program's barrier times (barrier_timeline)")
     args = parser.parse_args()
     PersistentDecode = importlib.import_module(args.kernel_module).PersistentDecode
     device = torch.device("cuda")
@@ -120,7 +174,7 @@ def main() -> None:
             for variant in variants:
                 try:
                     result, out = run_variant(PersistentDecode, model, caches, inputs, variant, ref, ref_kv,
-                                              row["engine_us"], args.replays, default)
+                                              row["engine_us"], args.replays, default, args.timeline)
                     row["variants"].append(result)
                     default = out if default is None else default
                 except Exception as error:  # a launch that does not compile or fit: recorded, the others still run

@@ -103,17 +103,19 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0,
                                     preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_GATE | PRELOAD_UP | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, slice_min=0, half_parts=False,
-                                    max_rows=2),
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
 @triton.jit
-def _arrive(counter_ptr):
+def _arrive(counter_ptr, times_ptr, barrier, pid, G, TIMED: tl.constexpr):
     """A grid barrier's first half: every program's stores so far made visible to every other (the block's threads
     meet, one thread releases its arrival). Loads issued after it are not ordered by it: weights, which no stage
-    writes, are read here for the stage after the barrier (``PRELOAD``)."""
+    writes, are read here for the stage after the barrier (``PRELOAD``). With ``TIMED`` 2 each program records when
+    its threads met, before its arrival (``_record_time``)."""
     tl.debug_barrier()
+    if TIMED == 2:
+        tl.store(times_ptr + (barrier * G + pid) * 2, _global_ns())
     tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
 
 
@@ -132,21 +134,30 @@ def _wait(counter_ptr, err_ptr, target):
 
 
 @triton.jit
-def _record_time(times_ptr, index, pid, TIMED: tl.constexpr):
-    """With ``TIMED``, program 0 stores the GPU's global timer (ns) at ``times_ptr[index]``."""
-    if TIMED:
+def _global_ns():
+    """The GPU's global timer, in ns."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _record_time(times_ptr, index, pid, G, TIMED: tl.constexpr):
+    """Barrier ``index`` passed (0: the launch's start). ``TIMED`` 1: program 0 stores the global timer (ns) at
+    ``times_ptr[index]``; 2: every program stores it at ``times_ptr[(index * G + pid) * 2 + 1]``, beside the time its
+    threads met before its arrival (``_arrive``), for the barriers' timeline."""
+    if TIMED == 1:
         if pid == 0:
-            now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-            tl.store(times_ptr + index, now)
+            tl.store(times_ptr + index, _global_ns())
+    if TIMED == 2:
+        tl.store(times_ptr + (index * G + pid) * 2 + 1, _global_ns())
 
 
 @triton.jit
 def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
     """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
     sync += 1
-    _arrive(counter_ptr)
+    _arrive(counter_ptr, times_ptr, sync, pid, G, TIMED)
     _wait(counter_ptr, err_ptr, sync * G)
-    _record_time(times_ptr, sync, pid, TIMED)
+    _record_time(times_ptr, sync, pid, G, TIMED)
     return sync
 
 
@@ -156,7 +167,7 @@ def _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.const
     weight tile since."""
     sync += 1
     _wait(counter_ptr, err_ptr, sync * G)
-    _record_time(times_ptr, sync, pid, TIMED)
+    _record_time(times_ptr, sync, pid, G, TIMED)
     return sync
 
 
@@ -288,25 +299,11 @@ def _kv_into_l2(cache_ptr, v_offset, table_row_ptr, kvh, lo, hi, KEYS: tl.conste
 
 
 @triton.jit
-def _slice_keys(seq_len, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_MIN: tl.constexpr):
-    """The keys of each of a context's slices (the last one's may be fewer, later ones none): an even share of
-    ``SPLITS``, rounded up to whole tiles of ``BLOCK_N``, and at least ``SLICE_MIN`` (a multiple of ``BLOCK_N``)."""
-    return tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, SLICE_MIN)
-
-
-@triton.jit
-def _slices_used(seq_len, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_MIN: tl.constexpr):
-    """How many of a context's slices hold keys (``_slice_keys``)."""
-    return tl.cdiv(seq_len, _slice_keys(seq_len, SPLITS, BLOCK_N, SLICE_MIN))
-
-
-@triton.jit
 def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr,
-                  ATTENTION_STAGES: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, SLICE_MIN: tl.constexpr,
-                  dtype: tl.constexpr):
+                  ATTENTION_STAGES: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, dtype: tl.constexpr):
     """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
@@ -314,7 +311,7 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     ``Q_REGS`` are joined into one in registers. With ``KV_AHEAD``, the slice's first tiles are asked into L2 before
     the query is made ready, so that their round trip overlaps that work (the loop's own loads start only after it)."""
     D: tl.constexpr = 2 * HALF
-    per_split = _slice_keys(seq_len, SPLITS, BLOCK_N, SLICE_MIN)
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
     lo = split * per_split
     hi = tl.minimum(seq_len, lo + per_split)
     if KV_AHEAD > 0:
@@ -347,27 +344,26 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     row = (kvh * GROUP + groups) * SPLITS + split
     lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.maximum(l_i, 1e-30)), float("-inf"))
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-    tl.store(part_ptr + row[:, None] * D + full[None, :], out.to(part_ptr.dtype.element_ty), mask=gmask)
+    tl.store(part_ptr + row[:, None] * D + full[None, :], out, mask=gmask)
     tl.store(lse_ptr + row, lse, mask=groups < GROUP)
 
 
 @triton.jit
-def _attention_rows(part_ptr, lse_ptr, first_head, used, HPS: tl.constexpr, NH: tl.constexpr, D: tl.constexpr,
+def _attention_rows(part_ptr, lse_ptr, first_head, HPS: tl.constexpr, NH: tl.constexpr, D: tl.constexpr,
                     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, dtype: tl.constexpr):
     """Attention's output for heads ``first_head .. +HPS`` as one vector ``[HPS * D]`` in ``dtype``: each head's
-    slices weighted by their share of the softmax. Only the first ``used`` slices are read: those past the context
-    hold nothing (at 512 tokens half of them, with 32-key tiles over 32 slices)."""
+    slices weighted by their share of the softmax."""
     heads = first_head + tl.arange(0, HPS)
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, D)
-    mask = (heads < NH)[:, None] & (splits < tl.minimum(used, SPLITS))[None, :]
+    mask = (heads < NH)[:, None] & (splits < SPLITS)[None, :]
     lse = tl.load(lse_ptr + heads[:, None] * SPLITS + splits[None, :], mask=mask, other=float("-inf"),
                   cache_modifier=".cg")
     top = tl.max(lse, 1)
     weight = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top)[:, None])
     rows = heads[:, None] * SPLITS + splits[None, :]
     part = tl.load(part_ptr + rows[:, :, None] * D + dims[None, None, :], mask=mask[:, :, None], other=0.0,
-                   cache_modifier=".cg").to(tl.float32)
+                   cache_modifier=".cg")
     total = tl.sum(weight, 1)
     out = tl.sum(weight[:, :, None] * part, 1) / tl.where(total == 0.0, 1.0, total)[:, None]
     return tl.reshape(out.to(dtype).to(tl.float32), (HPS * D,))
@@ -387,11 +383,12 @@ def _persistent_decode_kernel(
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
     PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, MLP_AHEAD: tl.constexpr,
-    SLICE_MIN: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
+    TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers for ``ROWS`` sequences' one token each (``BR``: the next power of 2), every
     program resident (see the module's docstring for the stages). Each weight tile a program reads serves every row.
-    ``TIMED`` (GPU only): program 0 records the global timer after each barrier into ``times_ptr``, for benchmarks."""
+    ``TIMED`` (GPU only): program 0 records the global timer after each barrier into ``times_ptr`` (1), or every
+    program when it arrives and when it passes (2), for benchmarks."""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     D: tl.constexpr = 2 * HALF
@@ -409,9 +406,7 @@ def _persistent_decode_kernel(
     cols = tl.arange(0, H)
     if ROWS == 1:
         seq_len0, pos0, slot0 = tl.load(seq_len_ptr), tl.load(pos_ptr), tl.load(slot_ptr)
-    else:  # the rows' contexts, for the combine in stage 3
-        lens = tl.load(seq_len_ptr + r, mask=r < ROWS, other=1)
-    _record_time(times_ptr, 0, pid, TIMED)
+    _record_time(times_ptr, 0, pid, G, TIMED)
     ids = tl.load(ids_ptr + r, mask=r < ROWS, other=0)
     h = tl.load(embed_ptr + ids[:, None] * H + cols[None, :], mask=(r < ROWS)[:, None], other=0.0).to(tl.float32)
     sync = 0
@@ -449,8 +444,8 @@ def _persistent_decode_kernel(
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr + b * NH * SPLITS * D,
                           lse_ptr + b * NH * SPLITS, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, KV_AHEAD,
-                          Q_REGS, SLICE_MIN, dtype)
-        _arrive(counter_ptr)
+                          Q_REGS, dtype)
+        _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_row, o_col = (pid % COL_BLOCKS) * BN, (pid // COL_BLOCKS) * HPS * D  # the program's first unit
         o_pre = _read_ahead(w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, PRELOAD & 2)
@@ -460,24 +455,17 @@ def _persistent_decode_kernel(
             s = u // COL_BLOCKS
             # The first row's input asked for before the weight tile, as the one-row pass always did: after it, ptxas
             # spilled 196 bytes in the one-row launch (none this way; Triton 3.9 for sm_90, thirtieth session).
-            # the slices that hold keys (made here from the context: a count kept live from the start spilled)
-            if ROWS == 1:
-                len0 = seq_len0
-            else:
-                len0 = tl.sum(tl.where(r == 0, lens, 0))
-            used0 = _slices_used(len0, SPLITS, BLOCK_N, SLICE_MIN)
-            attn0 = _attention_rows(part_ptr, lse_ptr, s * HPS, used0, HPS, NH, D, SPLITS, BLOCK_S, dtype)
+            attn0 = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
             w = _unit_tile(o_pre, u, pid, w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D,
                            BN, HPS * D, PRELOAD & 2)
             for b in tl.static_range(ROWS):
                 attn = attn0
                 if b > 0:
-                    attn = _attention_rows(part_ptr + b * NH * SPLITS * D, lse_ptr + b * NH * SPLITS, s * HPS,
-                                           _slices_used(tl.sum(tl.where(r == b, lens, 0)), SPLITS, BLOCK_N, SLICE_MIN),
-                                           HPS, NH, D, SPLITS, BLOCK_S, dtype)
+                    attn = _attention_rows(part_ptr + b * NH * SPLITS * D, lse_ptr + b * NH * SPLITS, s * HPS, HPS, NH,
+                                           D, SPLITS, BLOCK_S, dtype)
                 y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
                 tl.store(po_ptr + (s * ROWS + b) * H + rows, y)
-        _arrive(counter_ptr)
+        _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         gate_pre = _read_ahead(w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
         up_pre = _read_ahead(w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
@@ -510,7 +498,7 @@ def _persistent_decode_kernel(
                          mask=(rows < I) & (tl.arange(0, GU_TILE) < GU_ROWS))
             if MLP_AHEAD:
                 wg, wu = wg_next, wu_next
-        _arrive(counter_ptr)
+        _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
         down_pre = _read_ahead(w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, PRELOAD & 8)
@@ -531,7 +519,7 @@ def _persistent_decode_kernel(
                                 cache_modifier=".cg").to(tl.float32)
                 y, rows = _tile_times(w, (u % D_BLOCKS) * D_ROWS, a, D_TILE)
                 tl.store(pd_ptr + (s * ROWS + b) * H + rows, y, mask=(rows < H) & (tl.arange(0, D_TILE) < D_ROWS))
-        _arrive(counter_ptr)
+        _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
         # the next layer's qkv tile (none after the last layer: every row masked)
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         more = tl.where(layer + 1 < LAYERS, QKV, 0)
@@ -571,7 +559,8 @@ class PersistentDecode:
     ``num_stages``, ``attention_stages`` (the attention loop's own, else ``num_stages``), the units' sizes
     (``rows_per_unit`` of qkv_proj and o_proj, ``mlp_rows_per_unit`` of gate_up_proj, ``heads_per_slice`` of o_proj's K,
     ``down_rows_per_unit`` and the width ``down_slice`` of down_proj's slices of K), and ``timed`` (GPU only: each pass
-    records when each stage ended, ``stage_us``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
+    records when each stage ended, ``stage_us``; ``"programs"``: when each program arrived at and passed each barrier,
+    ``program_times``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
     ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
     attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
     ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) and ``mlp_ahead``
@@ -583,11 +572,11 @@ class PersistentDecode:
 
     def __init__(self, model, kv_caches: list[torch.Tensor], num_programs: int | None = None, splits: int | None = None,
                  block_n: int | None = None, num_warps: int = 4, num_stages: int = 2, attention_stages: int | None = None,
-                 timed: bool = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
+                 timed: bool | str = False, rows_per_unit: int | None = None, mlp_rows_per_unit: int | None = None,
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
                  kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: bool | None = None,
-                 slice_min: int | None = None, half_parts: bool | None = None, rows: int = 1) -> None:
+                 rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -596,8 +585,7 @@ class PersistentDecode:
         self.rows = rows
         given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
                      down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
-                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead, slice_min=slice_min,
-                     half_parts=half_parts)
+                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead)
         # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
         settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
         on_gpu = kv_caches[0].device.type == "cuda"
@@ -606,7 +594,6 @@ class PersistentDecode:
         if settings["kv_ahead"] and not on_gpu:
             raise ValueError(f"persistent decode: kv_ahead ({settings['kv_ahead']}) asks a GPU's L2 for the cache's "
                              "lines: GPU only")
-        self.half_parts = bool(settings["half_parts"])
         config = model.config
         attn = model.layers[0].self_attn
         device = kv_caches[0].device
@@ -635,10 +622,6 @@ class PersistentDecode:
                             ("heads_per_slice", self.heads_per_slice)):
             if not _power_of_2(value):
                 raise ValueError(f"persistent decode: {name} must be a power of 2, got {value}")
-        slice_min = settings["slice_min"] or settings["block_n"]
-        if slice_min % settings["block_n"]:
-            raise ValueError(f"persistent decode: slice_min must be a multiple of block_n ({settings['block_n']}), "
-                             f"got {slice_min}")
         for name, value, limit in (("mlp_rows_per_unit", self.gate_up_rows, self.inter),
                                    ("down_rows_per_unit", self.down_rows, self.hidden),
                                    ("down_slice", self.ks_down, self.inter)):
@@ -668,7 +651,9 @@ class PersistentDecode:
         self.out = torch.empty(rows, self.hidden, dtype=self.dtype, device=device)
         self.counters = torch.zeros(2, dtype=torch.int32, device=device)
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
-        self.times = torch.zeros(5 * len(model.layers) + 1, dtype=torch.int64, device=device)
+        if timed not in (False, True, "programs"):
+            raise ValueError(f"persistent decode: timed must be False, True or 'programs', got {timed!r}")
+        self.timed = 2 if timed == "programs" else int(timed)
         self.constexprs = dict(
             ROWS=rows, BR=triton.next_power_of_2(rows), H=self.hidden, I=self.inter, NH=self.heads, NKV=self.kv_heads, HALF=self.head_dim // 2, BN=self.bn,
             GU_ROWS=self.gate_up_rows, GU_TILE=triton.next_power_of_2(self.gate_up_rows), D_ROWS=self.down_rows,
@@ -678,8 +663,8 @@ class PersistentDecode:
             PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
             PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
-            MLP_AHEAD=bool(settings["mlp_ahead"]), SLICE_MIN=slice_min,
-            TIMED=timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
+            MLP_AHEAD=bool(settings["mlp_ahead"]),
+            TIMED=self.timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
             self._configure(num_programs or 1, settings["splits"])
@@ -698,9 +683,11 @@ class PersistentDecode:
         self.num_programs = num_programs
         self.splits = splits or max(1, 1 << (max(1, num_programs // (self.kv_heads * self.rows)).bit_length() - 1))
         device = self.table.device
-        self.part = torch.empty(self.rows * self.heads * self.splits, self.head_dim, device=device,
-                                dtype=self.dtype if self.half_parts else torch.float32)
+        self.part = torch.empty(self.rows * self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
         self.lse = torch.empty(self.rows * self.heads * self.splits, dtype=torch.float32, device=device)
+        barriers = 5 * self.table.shape[0] + 1  # the launch's start, then each barrier
+        self.times = torch.zeros(barriers * (num_programs * 2 if self.timed == 2 else 1), dtype=torch.int64,
+                                 device=device)
         self.constexprs.update(SPLITS=self.splits, BLOCK_S=triton.next_power_of_2(self.splits))
 
     @staticmethod
@@ -769,10 +756,23 @@ class PersistentDecode:
 
     def stage_us(self) -> list[float]:
         """With ``timed``: the last pass's five stages, each one's mean over the layers in microseconds (qkv,
-        attention, o_proj, gate_up, down; each up to the barrier after it)."""
-        ends = self.times.tolist()
+        attention, o_proj, gate_up, down; each up to the barrier after it; program 0's view)."""
+        ends = self.times.tolist() if self.timed == 1 else self.program_times()[:, 0, 1].tolist()
         steps = [(b - a) / 1e3 for a, b in zip(ends, ends[1:])]
         return [sum(steps[i::5]) / len(steps[i::5]) for i in range(5)]
+
+    def program_times(self) -> torch.Tensor:
+        """With ``timed="programs"``: the last pass's timeline, ``[barriers + 1, programs, 2]`` int64 ns from the
+        earliest program's start: for barrier ``k`` (0 the launch's start; then five a layer, each after its stage)
+        when each program's threads met before its arrival (``[k, p, 0]``; none for 0) and when it passed
+        (``[k, p, 1]``)."""
+        if self.timed != 2:
+            raise ValueError("persistent decode: program_times needs timed='programs'")
+        times = self.times.view(-1, self.num_programs, 2).cpu()
+        start = times[0, :, 1].min()
+        times = times - start
+        times[0, :, 0] = 0
+        return times
 
     def check(self) -> None:
         """Raise if a barrier of any pass so far waited past its limit (programs not all resident): those passes'

@@ -4,6 +4,8 @@
 # (slice_min), the slices' partial outputs in the model's dtype (half_parts), 16 slices a kv head; (2) the kernel as it
 # was at 04c63a7 (every slice read), through --kernel-module; (3) the tree again, default and half_parts. pass_excess.py
 # on each record. Carry [".devlite"]; results under $OUT/r. $1: the commit.
+# pd_04c63a7.py was `git show 04c63a7:raygrid/kernels/persistent_decode.py`, put beside this script for the run and
+# removed after it (the tree went back to that kernel).
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc TRITON_CACHE_DIR=/tmp/tcache
 t0=$(date +%s); left() { local l=$(( ${1:-570} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
 mkdir -p $OUT/r; R=$OUT/r; S=benchmarks/results/s38
