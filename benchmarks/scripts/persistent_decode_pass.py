@@ -69,7 +69,8 @@ def barrier_timeline(passes: list[torch.Tensor]) -> dict:
     - ``last_arrival``: the last program's arrival after the median program's pass of the barrier before;
     - ``barrier``: the median program's pass after the last program's arrival (what the barrier itself costs);
     - ``pass_spread``: from the first program's pass to the last's;
-    - ``last_programs``: the programs most often the last to arrive, with how often."""
+    - ``last_programs``: the programs most often the last to arrive, with how often, and the SM each ran on;
+    and ``programs_an_sm``: how many SMs ran 1, 2, ... of the launch's programs; ``sm_of_program``: each one's SM."""
     figures = {stage: {key: [] for key in ("stage", "work", "work_max", "last_arrival", "barrier", "pass_spread")}
                for stage in STAGES}
     last = {stage: torch.zeros(passes[0].shape[1], dtype=torch.int64) for stage in STAGES}
@@ -87,11 +88,16 @@ def barrier_timeline(passes: list[torch.Tensor]) -> dict:
             f["barrier"].append((passed.median() - done.max()).item())
             f["pass_spread"].append((passed.max() - passed.min()).item())
             last[stage][int(done.argmax())] += 1
+    sms = passes[0][0, :, 0]
     summary = {}
     for stage in STAGES:
         summary[stage] = {key: sum(values) / len(values) for key, values in figures[stage].items()}
         counts, programs = last[stage].sort(descending=True)
-        summary[stage]["last_programs"] = [[int(p), int(c)] for p, c in zip(programs[:4], counts[:4]) if c > 0]
+        summary[stage]["last_programs"] = [[int(p), int(c), int(sms[p])] for p, c in zip(programs[:4], counts[:4])
+                                           if c > 0]
+    per_sm = torch.bincount(sms)
+    summary["programs_an_sm"] = {str(n): int((per_sm == n).sum()) for n in per_sm.unique().tolist() if n > 0}
+    summary["sm_of_program"] = sms.tolist()
     return summary
 
 

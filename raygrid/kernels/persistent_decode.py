@@ -149,6 +149,9 @@ def _record_time(times_ptr, index, pid, G, TIMED: tl.constexpr):
             tl.store(times_ptr + index, _global_ns())
     if TIMED == 2:
         tl.store(times_ptr + (index * G + pid) * 2 + 1, _global_ns())
+        if index == 0:  # the slot beside the start holds the program's SM
+            sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+            tl.store(times_ptr + pid * 2, sm.to(tl.int64))
 
 
 @triton.jit
@@ -764,14 +767,14 @@ class PersistentDecode:
     def program_times(self) -> torch.Tensor:
         """With ``timed="programs"``: the last pass's timeline, ``[barriers + 1, programs, 2]`` int64 ns from the
         earliest program's start: for barrier ``k`` (0 the launch's start; then five a layer, each after its stage)
-        when each program's threads met before its arrival (``[k, p, 0]``; none for 0) and when it passed
-        (``[k, p, 1]``)."""
+        when each program's threads met before its arrival (``[k, p, 0]``; for 0, the SM it ran on) and when it
+        passed (``[k, p, 1]``)."""
         if self.timed != 2:
             raise ValueError("persistent decode: program_times needs timed='programs'")
         times = self.times.view(-1, self.num_programs, 2).cpu()
-        start = times[0, :, 1].min()
-        times = times - start
-        times[0, :, 0] = 0
+        sms = times[0, :, 0].clone()
+        times = times - times[0, :, 1].min()
+        times[0, :, 0] = sms
         return times
 
     def check(self) -> None:
