@@ -10,12 +10,14 @@ as they save? This chain answers it without the pass's other work:
     y_l = W_l x_l  (W_l: R x K, bf16; one unit of BN rows a program);  grid barrier;
     x_{l+1} = RMS-normalized sum of y_l's R / K slices of K  (every program folds all of y_l, read from L2)
 
-over ``--layers`` different weights (each read from DRAM), three ways (``MODE``):
+over ``--layers`` different weights (each read from DRAM), four ways (``MODE``):
 - ``none``: each program reads its tile after the barrier (plain loads);
 - ``registers``: between its arrival and its wait (the one-launch pass's read-ahead);
 - ``smem``: by bulk copies into a ring of ``--slots`` tiles of shared memory, asked for as soon as a slot is free,
   so each layer's tile was asked for ``slots`` layers ahead;
-  with 1 slot, the next layer's unit is asked for as soon as this one's is in registers, before the arrival.
+  with 1 slot, the next layer's unit is asked for as soon as this one's is in registers, before the arrival;
+- ``smem_after_arrival``: the same ring, each slot refilled only after the program's arrival (in case copies in
+  flight hold up the arrival's release, as loads before it did in the eighth session).
 
 Each is checked against a float32 torch reference of the same chain and timed as CUDA graph replays; the floor is the
 weights at the card's copy rate. Needs a Hopper GPU and Triton's Gluon (3.6 on the device machine).
@@ -42,7 +44,7 @@ if gluon is not None:  # Gluon's Hopper operations, as the prompt kernel imports
 
 BN = 16  # rows a unit (a program)
 BOX = 256  # a bulk copy's columns (a TMA box side is at most 256)
-MODES = {"none": 0, "registers": 1, "smem": 2}
+MODES = {"none": 0, "registers": 1, "smem": 2, "smem_after_arrival": 3}
 
 if gluon is not None:
 
@@ -72,7 +74,8 @@ if gluon is not None:
                       R: gl.constexpr, K: gl.constexpr, BOX: gl.constexpr, MODE: gl.constexpr, SLOTS: gl.constexpr):
         """The chain over ``LAYERS`` weights, one ``[BN, K]`` unit a program (``K == 4 * BOX``), a grid barrier after
         each layer's product. ``MODE``: 0 the unit read after the barrier, 1 between arrival and wait (registers),
-        2 by bulk copies into a ring of ``SLOTS`` units of shared memory, each asked for once its slot is free."""
+        2 by bulk copies into a ring of ``SLOTS`` units of shared memory, each asked for once its slot is free, 3 the
+        same ring, each slot refilled only after the program's arrival."""
         gl.static_assert(K == 4 * BOX)
         layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[1, 32], warps_per_cta=[4, 1],
                                                 order=[1, 0])
@@ -87,7 +90,7 @@ if gluon is not None:
         bars = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
         for s in gl.static_range(SLOTS):
             mbarrier.init(bars.index(s), count=1)
-        if MODE == 2:
+        if MODE >= 2:
             for s in gl.static_range(SLOTS):
                 _ask(w_desc, ring, s, bars.index(s), s, row0, R, BOX, s < LAYERS)
         n0 = _box(w_ptr, row0, 0, K, BOX, layout)  # layer 0's unit (``registers``)
@@ -107,11 +110,14 @@ if gluon is not None:
                 w0, w1, w2, w3 = (ring.index(slot * 4).load(layout), ring.index(slot * 4 + 1).load(layout),
                                   ring.index(slot * 4 + 2).load(layout), ring.index(slot * 4 + 3).load(layout))
                 _barrier()  # every warp has read the slot: it may be refilled
-                _ask(w_desc, ring, slot, bars.index(slot), layer + SLOTS, row0, R, BOX, layer + SLOTS < LAYERS)
+                if MODE == 2:
+                    _ask(w_desc, ring, slot, bars.index(slot), layer + SLOTS, row0, R, BOX, layer + SLOTS < LAYERS)
             y = _part(w0, x2d, 0, layout) + _part(w1, x2d, 1, layout) + _part(w2, x2d, 2, layout) + _part(w3, x2d, 3, layout)
             gl.store(y_ptr + (layer % 2) * R + rows, y)
             _barrier()
             gl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+            if MODE == 3:  # refilled only once the arrival is made, as the registers' read-ahead
+                _ask(w_desc, ring, slot, bars.index(slot), layer + SLOTS, row0, R, BOX, layer + SLOTS < LAYERS)
             if MODE == 1:
                 ahead = w_ptr + gl.minimum(layer + 1, LAYERS - 1) * R * K
                 n0, n1, n2, n3 = (_box(ahead, row0, 0, K, BOX, layout), _box(ahead, row0, 1, K, BOX, layout),
@@ -183,7 +189,7 @@ def main() -> None:
     shared = torch.cuda.get_device_properties(device).shared_memory_per_multiprocessor
     floor_us = weights[0].numel() * 2 / copy_bandwidth(device) * 1e6
     results = []
-    ways = [("none", 1), ("registers", 1)] + [("smem", s) for s in args.slots
+    ways = [("none", 1), ("registers", 1)] + [(way, s) for s in args.slots for way in ("smem", "smem_after_arrival")
                                                if (s * BN * args.k * 2 + 8192) * resident <= shared]
     for name, slots in ways + ways[::-1]:  # each way twice, the second round in reverse order
         out = torch.zeros(args.k, device=device)

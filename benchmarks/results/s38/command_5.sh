@@ -3,7 +3,7 @@
 # DRAM streaming through its grid barriers when its weights wait in shared memory? benchmarks/scripts/
 # gluon_stream_chain.py: a chain of 56 GEMV layers (R x 1024 bf16 each, 16 rows a program) with a grid barrier after
 # each, the unit read after the barrier, between arrival and wait (registers), or by bulk copies into a ring of 1 to
-# 6 slots of shared memory; R = 4,096 (256 programs, two an SM: up to 3 slots) and R = 2,048 (128 programs, one an
+# 6 slots of shared memory (refilled once read, or only after the arrival); R = 4,096 (256 programs, two an SM: up to 3 slots) and R = 2,048 (128 programs, one an
 # SM). Carry [".devlite"]; results under $OUT/r. $1: the commit.
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc TRITON_CACHE_DIR=/tmp/tcache
 t0=$(date +%s); left() { local l=$(( ${1:-570} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
