@@ -56,6 +56,12 @@ if gluon is not None:
         return gl.load(w_ptr + gl.expand_dims(rows, 1) * K + gl.expand_dims(cols, 0))
 
     @gluon.jit
+    def _unit(w_ptr, row0, K: gl.constexpr, BOX: gl.constexpr, layout: gl.constexpr):
+        """A program's unit of one layer's weight by plain loads, as its four ``[BN, BOX]`` boxes."""
+        return (_box(w_ptr, row0, 0, K, BOX, layout), _box(w_ptr, row0, 1, K, BOX, layout),
+                _box(w_ptr, row0, 2, K, BOX, layout), _box(w_ptr, row0, 3, K, BOX, layout))
+
+    @gluon.jit
     def _ask(w_desc, ring, slot, bar, layer, row0, R: gl.constexpr, BOX: gl.constexpr, pred):
         """Layer ``layer``'s unit into slot ``slot`` of the ring: four bulk copies of ``[BN, BOX]`` on one mbarrier."""
         mbarrier.expect(bar, w_desc.block_type.nbytes * 4, pred=pred)
@@ -93,15 +99,10 @@ if gluon is not None:
         if MODE >= 2:
             for s in gl.static_range(SLOTS):
                 _ask(w_desc, ring, s, bars.index(s), s, row0, R, BOX, s < LAYERS)
-        n0 = _box(w_ptr, row0, 0, K, BOX, layout)  # layer 0's unit (``registers``)
-        n1 = _box(w_ptr, row0, 1, K, BOX, layout)
-        n2 = _box(w_ptr, row0, 2, K, BOX, layout)
-        n3 = _box(w_ptr, row0, 3, K, BOX, layout)
+        n0, n1, n2, n3 = _unit(w_ptr, row0, K, BOX, layout)  # layer 0's unit (``registers``)
         for layer in range(LAYERS):
             if MODE == 0:
-                here = w_ptr + layer * R * K
-                w0, w1, w2, w3 = (_box(here, row0, 0, K, BOX, layout), _box(here, row0, 1, K, BOX, layout),
-                                  _box(here, row0, 2, K, BOX, layout), _box(here, row0, 3, K, BOX, layout))
+                w0, w1, w2, w3 = _unit(w_ptr + layer * R * K, row0, K, BOX, layout)
             elif MODE == 1:
                 w0, w1, w2, w3 = n0, n1, n2, n3
             else:
@@ -119,9 +120,7 @@ if gluon is not None:
             if MODE == 3:  # refilled only once the arrival is made, as the registers' read-ahead
                 _ask(w_desc, ring, slot, bars.index(slot), layer + SLOTS, row0, R, BOX, layer + SLOTS < LAYERS)
             if MODE == 1:
-                ahead = w_ptr + gl.minimum(layer + 1, LAYERS - 1) * R * K
-                n0, n1, n2, n3 = (_box(ahead, row0, 0, K, BOX, layout), _box(ahead, row0, 1, K, BOX, layout),
-                                  _box(ahead, row0, 2, K, BOX, layout), _box(ahead, row0, 3, K, BOX, layout))
+                n0, n1, n2, n3 = _unit(w_ptr + gl.minimum(layer + 1, LAYERS - 1) * R * K, row0, K, BOX, layout)
             target = (layer + 1) * G
             seen = gl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
             spins = 0

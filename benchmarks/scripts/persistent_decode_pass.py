@@ -77,7 +77,7 @@ def barrier_timeline(passes: list[torch.Tensor]) -> dict:
     for times in passes:
         times = times.double() / 1e3
         for k in range(1, times.shape[0]):
-            stage = STAGES[(k - 1) % 5]
+            stage = STAGES[(k - 1) % len(STAGES)]
             before, done, passed = times[k - 1, :, 1], times[k, :, 0], times[k, :, 1]
             work = done - before
             f = figures[stage]

@@ -3,12 +3,7 @@
 # 32,768 tokens, the default and the variants given from $2 on (JSON each), with the SM each program ran on and, for
 # the programs most often last to arrive, the other programs on their SMs. Carry [".devlite"]; results under $OUT/r.
 # $1: the commit, $2...: the variants.
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc TRITON_CACHE_DIR=/tmp/tcache
-t0=$(date +%s); left() { local l=$(( ${1:-570} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
-mkdir -p $OUT/r; R=$OUT/r
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee $R/gpu.txt
-[ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1
-python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)" | tee -a $R/gpu.txt
+. benchmarks/scripts/device_prelude.sh "$1"
 V=(); for v in "${@:2}"; do V+=(--variant "$v"); done
 timeout $(left 400) python3 benchmarks/scripts/persistent_decode_pass.py $R/timeline.json --contexts 512 32768 --timeline 5 \
   "${V[@]}" > $R/timeline.txt 2>&1; echo "timeline exit $?"

@@ -3,14 +3,9 @@
 # DRAM streaming through its grid barriers when its weights wait in shared memory? benchmarks/scripts/
 # gluon_stream_chain.py: a chain of 56 GEMV layers (R x 1024 bf16 each, 16 rows a program) with a grid barrier after
 # each, the unit read after the barrier, between arrival and wait (registers), or by bulk copies into a ring of 1 to
-# 6 slots of shared memory (refilled once read, or only after the arrival); R = 4,096 (256 programs, two an SM: up to 3 slots) and R = 2,048 (128 programs, one an
-# SM). Carry [".devlite"]; results under $OUT/r. $1: the commit.
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD RAYGRID_GIT_COMMIT=$1 PATH=/tmp/site/bin:/usr/local/cuda/bin:$PATH RAYGRID_CACHE=/tmp/rgc TRITON_CACHE_DIR=/tmp/tcache
-t0=$(date +%s); left() { local l=$(( ${1:-570} - ($(date +%s) - t0) )); [ $l -lt 5 ] && l=5; echo $l; }
-mkdir -p $OUT/r; R=$OUT/r
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee $R/gpu.txt
-[ -d /tmp/site ] || bash .devlite/install.sh > /dev/null 2>&1
-python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)" | tee -a $R/gpu.txt
+# 6 slots of shared memory (refilled once read, or only after the arrival); R = 4,096 (256 programs, two an SM: up to
+# 3 slots) and R = 2,048 (128 programs, one an SM). Carry [".devlite"]; results under $OUT/r. $1: the commit.
+. benchmarks/scripts/device_prelude.sh "$1"
 timeout $(left 250) python3 benchmarks/scripts/gluon_stream_chain.py $R/chain_4096.json --rows 4096 --slots 1 2 3 \
   > $R/chain_4096.txt 2>&1; echo "4096 exit $?"; cut -c1-200 $R/chain_4096.txt | tail -12
 timeout $(left 480) python3 benchmarks/scripts/gluon_stream_chain.py $R/chain_2048.json --rows 2048 --slots 1 2 3 4 6 \
