@@ -7,8 +7,9 @@ shared memory any number of stages ahead, and wait for them on an mbarrier only 
 is the one the tenth and twenty-fourth sessions' L2 requests raised: do bytes in flight lengthen the barriers as much
 as they save? This chain answers it without the pass's other work:
 
-    y_l = W_l x_l  (W_l: R x K, bf16; one unit of BN rows a program);  grid barrier;
-    x_{l+1} = RMS-normalized sum of y_l's R / K slices of K  (every program folds all of y_l, read from L2)
+    y_l = W_l x_l  (W_l: R x K, bf16; one unit of BN rows a program), its R / K slices of K summed into a_l by
+          atomic adds;  grid barrier;
+    x_{l+1} = RMS-normalized a_l  (K floats, read from L2 by every program, as the pass reads its hidden state)
 
 over ``--layers`` different weights (each read from DRAM), four ways (``MODE``):
 - ``none``: each program reads its tile after the barrier (plain loads);
@@ -18,6 +19,10 @@ over ``--layers`` different weights (each read from DRAM), four ways (``MODE``):
   with 1 slot, the next layer's unit is asked for as soon as this one's is in registers, before the arrival;
 - ``smem_after_arrival``: the same ring, each slot refilled only after the program's arrival (in case copies in
   flight hold up the arrival's release, as loads before it did in the eighth session).
+
+The first run (thirty-ninth session) had every program fold all of y_l after the barrier (R floats from L2, 4 MB a
+layer at R = 4,096 over the same 16 KB): every way took 12.3 us a layer there (4.4x the floor) and 6.8 at R = 2,048,
+so the fold, not the weights, held the chain; the slices are now summed before the barrier.
 
 Each is checked against a float32 torch reference of the same chain and timed as CUDA graph replays; the floor is the
 weights at the card's copy rate. Needs a Hopper GPU and Triton's Gluon (3.6 on the device machine).
@@ -76,7 +81,7 @@ if gluon is not None:
         return gl.sum(w.to(gl.float32) * gl.expand_dims(xc, 0), axis=1)
 
     @gluon.jit
-    def _chain_kernel(w_ptr, w_desc, x0_ptr, y_ptr, out_ptr, counter_ptr, LAYERS, eps,
+    def _chain_kernel(w_ptr, w_desc, x0_ptr, acc_ptr, out_ptr, counter_ptr, LAYERS, eps,
                       R: gl.constexpr, K: gl.constexpr, BOX: gl.constexpr, MODE: gl.constexpr, SLOTS: gl.constexpr):
         """The chain over ``LAYERS`` weights, one ``[BN, K]`` unit a program (``K == 4 * BOX``), a grid barrier after
         each layer's product. ``MODE``: 0 the unit read after the barrier, 1 between arrival and wait (registers),
@@ -114,7 +119,7 @@ if gluon is not None:
                 if MODE == 2:
                     _ask(w_desc, ring, slot, bars.index(slot), layer + SLOTS, row0, R, BOX, layer + SLOTS < LAYERS)
             y = _part(w0, x2d, 0, layout) + _part(w1, x2d, 1, layout) + _part(w2, x2d, 2, layout) + _part(w3, x2d, 3, layout)
-            gl.store(y_ptr + (layer % 2) * R + rows, y)
+            gl.atomic_add(acc_ptr + layer * K + rows % K, y, sem="relaxed", scope="gpu")  # a_l, zeroed by the host
             _barrier()
             gl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
             if MODE == 3:  # refilled only once the arrival is made, as the registers' read-ahead
@@ -130,9 +135,7 @@ if gluon is not None:
             if seen < target:
                 gl.store(counter_ptr + 2, 1)
             _barrier()
-            fold = gl.load(y_ptr + (layer % 2) * R + x_offs, cache_modifier=".cg")
-            for j in gl.static_range(1, R // K):
-                fold += gl.load(y_ptr + (layer % 2) * R + j * K + x_offs, cache_modifier=".cg")
+            fold = gl.load(acc_ptr + layer * K + x_offs, cache_modifier=".cg")
             x2d = fold * gl.rsqrt(gl.sum(gl.sum(fold * fold, axis=1), axis=0) / K + eps)
         for s in gl.static_range(SLOTS):
             mbarrier.invalidate(bars.index(s))
@@ -182,7 +185,7 @@ def main() -> None:
     x0 = torch.randn(args.k, device=device)
     eps = 1e-6
     expected = reference(weights, x0, eps)
-    y = torch.empty(2, args.rows, device=device)
+    acc = torch.zeros(args.layers, args.k, device=device)  # a_l, zeroed before each launch
     counters = torch.zeros(3, dtype=torch.int32, device=device)  # arrivals, programs out, a barrier timed out
     resident = -(-programs // sms)  # programs an SM
     shared = torch.cuda.get_device_properties(device).shared_memory_per_multiprocessor
@@ -194,7 +197,8 @@ def main() -> None:
         out = torch.zeros(args.k, device=device)
 
         def run():
-            _chain_kernel[(programs,)](flat, desc, x0, y, out, counters, args.layers, eps, R=args.rows, K=args.k,
+            acc.zero_()
+            _chain_kernel[(programs,)](flat, desc, x0, acc, out, counters, args.layers, eps, R=args.rows, K=args.k,
                                        BOX=BOX, MODE=MODES[name], SLOTS=slots, num_warps=4)
 
         try:
