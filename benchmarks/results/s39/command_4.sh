@@ -11,6 +11,6 @@ echo "pass exit $?"; python3 benchmarks/results/s23_h100_9136e56/passsum.py $R/p
 tar -czf $OUT/results.tgz -C $OUT r
 bash benchmarks/results/s39/command_3.sh "$1" | grep -E "exit|over_floor" | cut -c1-110
 bash benchmarks/results/s38/command_4.sh "$1" "$OFF" | grep -v "^    \(qkv\|gate_up\|down\) "
-t0=$(date +%s); timeout $(left 240) python3 -m pytest -p no:cacheprovider -q tests/test_persistent_decode.py > $R/tests.txt 2>&1
+timeout $(left 585) python3 -m pytest -p no:cacheprovider -q tests/test_persistent_decode.py > $R/tests.txt 2>&1
 echo "tests exit $?"; tail -3 $R/tests.txt
 tar -czf $OUT/results.tgz -C $OUT r
