@@ -76,12 +76,10 @@ def every_launch(monkeypatch) -> list[dict]:
     launches += [dict(launch, args=dict(launch["args"], PDL={"value": True})) for launch in launches if "PDL" in launch["args"]]
     launches += [dict(launch, args=dict(launch["args"], WIDE={"value": True})) for launch in launches
                  if launch["args"].get("WIDE") == {"value": False}]
-    # the one-launch pass's timers (inline PTX, GPU only): program 0's, and every program's (benchmarks); and its
-    # programs' places ranked by SM (the SM number, GPU only: the default there)
-    passes = [launch for launch in launches if launch["kernel"] == "_persistent_decode_kernel"
-              and launch["args"]["TIMED"]["value"] == 0 and launch["args"]["SPREAD"]["value"] is False]
-    launches += [dict(launch, args=dict(launch["args"], TIMED={"value": level})) for launch in passes for level in (1, 2)]
-    launches += [dict(launch, args=dict(launch["args"], SPREAD={"value": True})) for launch in passes]
+    # the one-launch pass's timers (inline PTX, GPU only): program 0's, and every program's (benchmarks)
+    launches += [dict(launch, args=dict(launch["args"], TIMED={"value": level})) for launch in launches
+                 if launch["kernel"] == "_persistent_decode_kernel" and launch["args"]["TIMED"]["value"] == 0
+                 for level in (1, 2)]
     return launches
 
 

@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is a test dependency; install raygrid[test]")
 
-from raygrid.kernels.persistent_decode import MAX_ROWS, PERSISTENT_CONFIG, SPREAD_SMS, PersistentDecode  # noqa: E402
+from raygrid.kernels.persistent_decode import MAX_ROWS, PERSISTENT_CONFIG, PersistentDecode  # noqa: E402
 from raygrid.engine.memory_profile import sequence_metadata  # noqa: E402
 from raygrid.models.loader import load_hf_config, load_model  # noqa: E402
 
@@ -69,10 +69,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     read back (``q_in_registers=False``). And the launch the engine makes, every argument left to ``PERSISTENT_CONFIG``
     (32 keys a step, 5 attention stages, 4-row gate_up/down units over down_proj's K whole, wider than the model's,
     every product's first tile read ahead, gate_up_proj's tiles a unit ahead, the query in registers, and on a GPU each
-    attention unit's first cache tile asked into L2 before its query is made ready, and on a GPU the programs' places
-    in each stage's order ranked by their SMs). On a GPU, also two tiles asked ahead (``kv_ahead=2``), the places
-    ranked by SM with small units and 3 slices, and the places as the program ids (``sm_spread=False``): a place
-    given twice or none would leave a unit undone."""
+    attention unit's first cache tile asked into L2 before its query is made ready). On a GPU, also two tiles asked
+    ahead (``kv_ahead=2``)."""
     num_blocks = 24
     model, caches, generator = model_and_random_caches({"qwen3": qwen3_dir, "llama": llama_wide_heads_dir}[name],
                                                        num_blocks, seed=0)
@@ -100,8 +98,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             # unit's read ahead of the barrier's wait (preload 31) or in the stage (preload 0).
             launches = [dict(splits=1, preload=31, mlp_ahead=False, **units), dict(splits=3, preload=0, **units),
                         dict(splits=2, preload=31, **odd), dict(splits=3, **plain, **odd), {}]
-            if DEVICE.type == "cuda":  # asking L2 for the cache's lines and the SM number are inline PTX
-                launches += [dict(splits=3, kv_ahead=2, **units), dict(sm_spread=False), dict(splits=3, **units)]
+            if DEVICE.type == "cuda":  # asking L2 for the cache's lines is inline PTX
+                launches.append(dict(splits=3, kv_ahead=2, **units))
             for launch in launches:
                 ours = [c.clone() for c in caches]
                 runner = PersistentDecode(model, ours, **launch)
@@ -110,9 +108,9 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
                 for mine, theirs in zip(ours, expected_caches):
                     torch.testing.assert_close(mine, theirs, atol=2e-5, rtol=1e-4)
                 runner.check()
-                assert not runner.counters[:4 + SPREAD_SMS].any()  # the barriers' counts and the SMs'
+                assert runner.counters.tolist() == [0, 0]
                 checked += 1
-    assert checked == (21 if DEVICE.type == "cuda" else 15)
+    assert checked == (18 if DEVICE.type == "cuda" else 15)
 
 
 def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
@@ -141,7 +139,7 @@ def test_one_launch_for_a_few_rows_equals_each_rows_own_pass(qwen3_dir):
             for mine, theirs in zip(ours, expected_caches):
                 torch.testing.assert_close(mine, theirs, atol=2e-5, rtol=1e-4)
             runner.check()
-            assert not runner.counters[:4 + SPREAD_SMS].any()
+            assert runner.counters.tolist() == [0, 0]
             checked += 1
     assert checked == 9
     with pytest.raises(ValueError, match=r"a launch for 2 rows got 3 tokens"):
@@ -169,8 +167,6 @@ def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir
         caches = [torch.zeros(2, 4, PAGE, attn.num_kv_heads, attn.head_dim) for _ in model.layers]
         with pytest.raises(ValueError, match=r"kv_ahead \(2\) asks a GPU's L2 .*: GPU only"):
             PersistentDecode(model, caches, kv_ahead=2)
-        with pytest.raises(ValueError, match=r"sm_spread ranks the programs by the SM each runs on: GPU only"):
-            PersistentDecode(model, caches, sm_spread=True)
         with pytest.raises(ValueError, match=r"block_n must be a power of 2, got 24"):
             PersistentDecode(model, caches, block_n=24)
         # Unset settings take PERSISTENT_CONFIG's, 0 the launch's own: gate_up_proj's units then qkv_proj's size.
@@ -179,7 +175,6 @@ def test_models_it_cannot_run_are_named_with_the_reason(llama_dir, qwen3_moe_dir
         assert default.constexprs["Q_REGS"] is PERSISTENT_CONFIG["q_in_registers"]
         assert default.constexprs["MLP_AHEAD"] is PERSISTENT_CONFIG["mlp_ahead"]
         assert default.constexprs["KV_AHEAD"] == 0  # on the CPU the default asks for no tile
-        assert default.constexprs["SPREAD"] is False  # nor the SM number
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's residency limits")

@@ -28,6 +28,7 @@ Each is checked against a float32 torch reference of the same chain and timed as
 weights at the card's copy rate. Needs a Hopper GPU and Triton's Gluon (3.6 on the device machine).
 
     python benchmarks/scripts/gluon_stream_chain.py OUT.json [--layers 56] [--rows 4096] [--k 1024] [--slots 1 2 3]
+        [--timeline]
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ if gluon is not None:  # Gluon's Hopper operations, as the prompt kernel imports
 BN = 16  # rows a unit (a program)
 BOX = 256  # a bulk copy's columns (a TMA box side is at most 256)
 MODES = {"none": 0, "registers": 1, "smem": 2, "smem_after_arrival": 3}
+# Where a timed launch (``--timeline``) records each program's time in each layer: its start, its product done, its
+# arrival made, the barrier passed (the next layer's start ends the fold of a_l).
+POINTS = ("start", "product", "arrived", "passed")
 
 if gluon is not None:
 
@@ -81,12 +85,23 @@ if gluon is not None:
         return gl.sum(w.to(gl.float32) * gl.expand_dims(xc, 0), axis=1)
 
     @gluon.jit
-    def _chain_kernel(w_ptr, w_desc, x0_ptr, acc_ptr, out_ptr, counter_ptr, LAYERS, eps,
-                      R: gl.constexpr, K: gl.constexpr, BOX: gl.constexpr, MODE: gl.constexpr, SLOTS: gl.constexpr):
+    def _now(times_ptr, layer, pid, G, point: gl.constexpr, TIMED: gl.constexpr):
+        """With ``TIMED``: the global timer (ns) at ``point`` of ``layer`` (``POINTS``), every warp of the program
+        there first."""
+        if TIMED:
+            _barrier()
+            t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+            gl.store(times_ptr + (layer * G + pid) * 4 + point, t)
+
+    @gluon.jit
+    def _chain_kernel(w_ptr, w_desc, x0_ptr, acc_ptr, out_ptr, counter_ptr, times_ptr, LAYERS, eps,
+                      R: gl.constexpr, K: gl.constexpr, BOX: gl.constexpr, MODE: gl.constexpr, SLOTS: gl.constexpr,
+                      TIMED: gl.constexpr):
         """The chain over ``LAYERS`` weights, one ``[BN, K]`` unit a program (``K == 4 * BOX``), a grid barrier after
         each layer's product. ``MODE``: 0 the unit read after the barrier, 1 between arrival and wait (registers),
         2 by bulk copies into a ring of ``SLOTS`` units of shared memory, each asked for once its slot is free, 3 the
-        same ring, each slot refilled only after the program's arrival."""
+        same ring, each slot refilled only after the program's arrival. ``TIMED``: each program records when it
+        reaches each of ``POINTS`` in each layer (``_now``)."""
         gl.static_assert(K == 4 * BOX)
         layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[1, 32], warps_per_cta=[4, 1],
                                                 order=[1, 0])
@@ -106,6 +121,7 @@ if gluon is not None:
                 _ask(w_desc, ring, s, bars.index(s), s, row0, R, BOX, s < LAYERS)
         n0, n1, n2, n3 = _unit(w_ptr, row0, K, BOX, layout)  # layer 0's unit (``registers``)
         for layer in range(LAYERS):
+            _now(times_ptr, layer, pid, G, 0, TIMED)
             if MODE == 0:
                 w0, w1, w2, w3 = _unit(w_ptr + layer * R * K, row0, K, BOX, layout)
             elif MODE == 1:
@@ -119,9 +135,11 @@ if gluon is not None:
                 if MODE == 2:
                     _ask(w_desc, ring, slot, bars.index(slot), layer + SLOTS, row0, R, BOX, layer + SLOTS < LAYERS)
             y = _part(w0, x2d, 0, layout) + _part(w1, x2d, 1, layout) + _part(w2, x2d, 2, layout) + _part(w3, x2d, 3, layout)
+            _now(times_ptr, layer, pid, G, 1, TIMED)
             gl.atomic_add(acc_ptr + layer * K + rows % K, y, sem="relaxed", scope="gpu")  # a_l, zeroed by the host
             _barrier()
             gl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+            _now(times_ptr, layer, pid, G, 2, TIMED)
             if MODE == 3:  # refilled only once the arrival is made, as the registers' read-ahead
                 _ask(w_desc, ring, slot, bars.index(slot), layer + SLOTS, row0, R, BOX, layer + SLOTS < LAYERS)
             if MODE == 1:
@@ -135,6 +153,7 @@ if gluon is not None:
             if seen < target:
                 gl.store(counter_ptr + 2, 1)
             _barrier()
+            _now(times_ptr, layer, pid, G, 3, TIMED)
             fold = gl.load(acc_ptr + layer * K + x_offs, cache_modifier=".cg")
             x2d = fold * gl.rsqrt(gl.sum(gl.sum(fold * fold, axis=1), axis=0) / K + eps)
         for s in gl.static_range(SLOTS):
@@ -158,6 +177,26 @@ def reference(weights: torch.Tensor, x0: torch.Tensor, eps: float) -> torch.Tens
     return x
 
 
+def timeline(times: torch.Tensor) -> dict:
+    """A timed launch's ``[layers, programs, POINTS]`` ns as us a layer (means over the layers but the first and
+    last): the median program's product (from its start), arrival (the atomics and the release), wait and fold (the
+    barrier passed to the next layer's start); the slowest program's product; the last arrival after the median one;
+    the barrier (the median pass after the last arrival); and the layer (the median start to the next)."""
+    t = times.double() / 1e3
+    start, product, arrived, passed = (t[:, :, i] for i in range(4))
+    inner = slice(1, t.shape[0] - 1)
+
+    def mean(x: torch.Tensor) -> float:  # x: a value a layer (for a layer and the next, one fewer)
+        return round(x[inner].mean().item(), 3)
+
+    med = lambda x: x.median(1).values  # noqa: E731  (over the programs)
+    return dict(product=mean(med(product - start)), product_max=mean((product - start).max(1).values),
+                arrive=mean(med(arrived - product)), wait=mean(med(passed - arrived)),
+                last_arrival=mean(arrived.max(1).values - med(arrived)),
+                barrier=mean(med(passed) - arrived.max(1).values),
+                fold=mean(med(start[1:] - passed[:-1])), layer=mean(med(start)[1:] - med(start)[:-1]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("output_json")
@@ -167,6 +206,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 2, 3],
                         help="ring sizes (32 KB a slot; two programs an SM hold at most 3)")
     parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--timeline", action="store_true",
+                        help="also time each way's programs point by point in one launch (``timeline``)")
     args = parser.parse_args()
     if gluon is None:
         parser.error("needs Triton's Gluon with its Hopper operations")
@@ -187,6 +228,7 @@ def main() -> None:
     expected = reference(weights, x0, eps)
     acc = torch.zeros(args.layers, args.k, device=device)  # a_l, zeroed before each launch
     counters = torch.zeros(3, dtype=torch.int32, device=device)  # arrivals, programs out, a barrier timed out
+    times = torch.zeros(args.layers * programs * len(POINTS), dtype=torch.int64, device=device)  # ``--timeline``
     resident = -(-programs // sms)  # programs an SM
     shared = torch.cuda.get_device_properties(device).shared_memory_per_multiprocessor
     floor_us = weights[0].numel() * 2 / copy_bandwidth(device) * 1e6
@@ -196,10 +238,10 @@ def main() -> None:
     for name, slots in ways + ways[::-1]:  # each way twice, the second round in reverse order
         out = torch.zeros(args.k, device=device)
 
-        def run():
+        def run(timed: bool = False):
             acc.zero_()
-            _chain_kernel[(programs,)](flat, desc, x0, acc, out, counters, args.layers, eps, R=args.rows, K=args.k,
-                                       BOX=BOX, MODE=MODES[name], SLOTS=slots, num_warps=4)
+            _chain_kernel[(programs,)](flat, desc, x0, acc, out, counters, times, args.layers, eps, R=args.rows,
+                                       K=args.k, BOX=BOX, MODE=MODES[name], SLOTS=slots, TIMED=timed, num_warps=4)
 
         try:
             run()
@@ -209,6 +251,9 @@ def main() -> None:
                 raise RuntimeError("a grid barrier timed out: the programs were not all resident")
             us = chain_us([run], args.replays) / args.layers
             results.append(dict(way=name, slots=slots, us_a_layer=us, over_floor=us / floor_us, rel_error=error))
+            if args.timeline:
+                run(timed=True)
+                results[-1]["timeline"] = timeline(times.view(args.layers, programs, len(POINTS)).cpu())
         except Exception as failure:  # a way that does not compile or fit: recorded, the others still run
             results.append(dict(way=name, slots=slots, error=f"{type(failure).__name__}: {failure}"[:400]))
         print(json.dumps(results[-1]), flush=True)

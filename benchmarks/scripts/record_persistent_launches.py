@@ -37,11 +37,10 @@ def main() -> None:
             variant = dict(variant)
             # refused on CPU tensors (it asks a GPU's L2), and 0 there by default: set past the check, the GPU's default
             kv_ahead = variant.pop("kv_ahead", PERSISTENT_CONFIG["kv_ahead"])
-            spread = variant.pop("sm_spread", PERSISTENT_CONFIG["sm_spread"])  # so too the SM number
             rows = variant.get("rows", 1)
             # the slices an H100's 264 programs give each (row, kv head), as the engine's launch takes them
             runner = PersistentDecode(model, caches, **{"splits": max(1, 32 // rows), **variant})
-            runner.constexprs.update(KV_AHEAD=kv_ahead, SPREAD=bool(spread), BG=512)  # BG: an H100's 264 programs
+            runner.constexprs["KV_AHEAD"] = kv_ahead
             decode_step(runner, rows)
 
     with pytest.MonkeyPatch.context() as monkeypatch:

@@ -103,7 +103,7 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0,
                                     preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_GATE | PRELOAD_UP | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, max_rows=2, sm_spread=True),
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -131,36 +131,6 @@ def _wait(counter_ptr, err_ptr, target):
     if spins >= MAX_SPINS:
         tl.store(err_ptr, 1)
     tl.debug_barrier()
-
-
-# The SMs a launch's placement exchange tells apart (``_placement``): a larger SM number shares a count with another.
-SPREAD_SMS = 1024
-_SPREAD_SMS = tl.constexpr(SPREAD_SMS)
-
-
-@triton.jit
-def _placement(counter_ptr, err_ptr, pid, G, SPREAD: tl.constexpr, BG: tl.constexpr):
-    """The program's place in every stage's order of units. Without ``SPREAD``, its program id. With it, the
-    programs are ranked by (how many programs of its SM came before it, its SM), so the first places go one an SM:
-    a stage with fewer units than programs (attention at short contexts) then has no two busy programs on one SM
-    where an SM is idle, which the GPU's own placement does not promise (thirty-ninth session: programs 0-7 and 80-87
-    shared eight SMs). Each program counts itself on its SM (``counter_ptr[4 + SM]``), stores its key at
-    ``counter_ptr[4 + SPREAD_SMS + pid]`` and, past a barrier of its own (``counter_ptr[2]``), reads every key
-    (``BG``: ``G``'s next power of 2). GPU only (the SM number)."""
-    place = pid
-    if SPREAD:
-        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
-        sm = sm % _SPREAD_SMS
-        before = tl.atomic_add(counter_ptr + 4 + sm, 1, sem="relaxed", scope="gpu")
-        key = before * _SPREAD_SMS + sm
-        tl.store(counter_ptr + 4 + _SPREAD_SMS + pid, key)
-        tl.debug_barrier()
-        tl.atomic_add(counter_ptr + 2, 1, sem="release", scope="gpu")
-        _wait(counter_ptr + 2, err_ptr, G)
-        p = tl.arange(0, BG)
-        keys = tl.load(counter_ptr + 4 + _SPREAD_SMS + p, mask=p < G, other=2147483647, cache_modifier=".cg")
-        place = tl.sum((keys < key).to(tl.int32), axis=0)
-    return place
 
 
 @triton.jit
@@ -270,13 +240,13 @@ def _read_ahead(w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.conste
 
 
 @triton.jit
-def _unit_tile(ahead, u, me, w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
+def _unit_tile(ahead, u, pid, w_ptr, row0, rows_total, stride, col0, cols_total, BN: tl.constexpr, K: tl.constexpr,
                ROWS: tl.constexpr, COLS: tl.constexpr, READ_AHEAD: tl.constexpr):
-    """Unit ``u``'s weight tile (``_tile``): with ``READ_AHEAD``, ``ahead`` for the program's first unit (``me``),
+    """Unit ``u``'s weight tile (``_tile``): with ``READ_AHEAD``, ``ahead`` for the program's first unit (``pid``),
     read before the barrier's wait; otherwise, and for later units, read now."""
     if READ_AHEAD:
         w = ahead
-        if u != me:
+        if u != pid:
             w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K, ROWS, COLS)
     else:
         w = _tile(w_ptr, row0, rows_total, stride, col0, cols_total, BN, K, ROWS, COLS)
@@ -416,11 +386,10 @@ def _persistent_decode_kernel(
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
     PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, MLP_AHEAD: tl.constexpr,
-    SPREAD: tl.constexpr, BG: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
+    TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers for ``ROWS`` sequences' one token each (``BR``: the next power of 2), every
     program resident (see the module's docstring for the stages). Each weight tile a program reads serves every row.
-    A program takes the units of its place (``me``, ``_placement``) in each stage's order.
     ``TIMED`` (GPU only): program 0 records the global timer after each barrier into ``times_ptr`` (1), or every
     program when it arrives and when it passes (2), for benchmarks."""
     pid = tl.program_id(0)
@@ -441,14 +410,13 @@ def _persistent_decode_kernel(
     if ROWS == 1:
         seq_len0, pos0, slot0 = tl.load(seq_len_ptr), tl.load(pos_ptr), tl.load(slot_ptr)
     _record_time(times_ptr, 0, pid, G, TIMED)
-    me = _placement(counter_ptr, err_ptr, pid, G, SPREAD, BG)
     ids = tl.load(ids_ptr + r, mask=r < ROWS, other=0)
     h = tl.load(embed_ptr + ids[:, None] * H + cols[None, :], mask=(r < ROWS)[:, None], other=0.0).to(tl.float32)
     sync = 0
     # With PRELOAD each program reads its first unit's weight tile of a stage between the barrier's arrival and its
     # wait, so that the tile is on its way while the barrier completes (the first layer's qkv tile, here). Its bits
     # are the PRELOAD_* flags: 1 qkv_proj, 2 o_proj, 4 gate, 16 up, 8 down_proj.
-    w_next = _read_ahead(_layer_tensor(table_ptr, 0, W_QKV, dtype), me * BN, QKV, H, 0, H, BN, H, BN, H,
+    w_next = _read_ahead(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, BN, H,
                          PRELOAD & 1)
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
@@ -456,15 +424,15 @@ def _persistent_decode_kernel(
             h = _ordered_sum(h, pd_ptr, SPLIT_D, ROWS, BR, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_INPUT, dtype), eps, H, dtype)
         w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
-        for u in range(me, U_QKV, G):
-            w = _unit_tile(w_next, u, me, w_qkv, u * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
+        for u in range(pid, U_QKV, G):
+            w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
             for b in tl.static_range(ROWS):
                 y, rows = _tile_times(w, u * BN, _row(x, b, BR), BN)
                 tl.store(qkv_ptr + b * QKV + rows, y.to(dtype), mask=rows < QKV)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 2. attention, each (row, kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
-        for u in range(me, U_ATTN, G):
+        for u in range(pid, U_ATTN, G):
             if ROWS == 1:  # the one row's step inputs, read once at the start (read here, ptxas spilled 160 bytes)
                 b = 0
                 kvh, split = u % NKV, u // NKV
@@ -482,16 +450,16 @@ def _persistent_decode_kernel(
                           Q_REGS, dtype)
         _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
-        o_row, o_col = (me % COL_BLOCKS) * BN, (me // COL_BLOCKS) * HPS * D  # the program's first unit
+        o_row, o_col = (pid % COL_BLOCKS) * BN, (pid // COL_BLOCKS) * HPS * D  # the program's first unit
         o_pre = _read_ahead(w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, PRELOAD & 2)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 3. the slices combined, o_proj (column block, slice of the heads)
-        for u in range(me, U_O, G):
+        for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
             # The first row's input asked for before the weight tile, as the one-row pass always did: after it, ptxas
             # spilled 196 bytes in the one-row launch (none this way; Triton 3.9 for sm_90, thirtieth session).
             attn0 = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
-            w = _unit_tile(o_pre, u, me, w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D,
+            w = _unit_tile(o_pre, u, pid, w_o, (u % COL_BLOCKS) * BN, H, NH * D, s * HPS * D, NH * D, BN, HPS * D,
                            BN, HPS * D, PRELOAD & 2)
             for b in tl.static_range(ROWS):
                 attn = attn0
@@ -502,17 +470,17 @@ def _persistent_decode_kernel(
                 tl.store(po_ptr + (s * ROWS + b) * H + rows, y)
         _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-        gate_pre = _read_ahead(w_gu, me * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
-        up_pre = _read_ahead(w_gu + I * H, me * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
+        gate_pre = _read_ahead(w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
+        up_pre = _read_ahead(w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, ROWS, BR, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         if MLP_AHEAD:  # the program's first unit's tiles; each later unit's are asked for a unit ahead, below
-            wg = _unit_tile(gate_pre, me, me, w_gu, me * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
-            wu = _unit_tile(up_pre, me, me, w_gu + I * H, me * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
+            wg = _unit_tile(gate_pre, pid, pid, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
+            wu = _unit_tile(up_pre, pid, pid, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
                             PRELOAD & 16)
-        for u in range(me, U_GATE_UP, G):
+        for u in range(pid, U_GATE_UP, G):
             if MLP_AHEAD:
                 # the next unit's tiles asked for before this one's are summed (rows past I, past the last unit, read
                 # nothing)
@@ -520,8 +488,8 @@ def _persistent_decode_kernel(
                 wu_next = _tile(w_gu + I * H, (u + G) * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H)
             else:
                 # both tiles asked for before either is summed
-                wg = _unit_tile(gate_pre, u, me, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
-                wu = _unit_tile(up_pre, u, me, w_gu + I * H, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
+                wg = _unit_tile(gate_pre, u, pid, w_gu, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
+                wu = _unit_tile(up_pre, u, pid, w_gu + I * H, u * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
                                 PRELOAD & 16)
             for b in tl.static_range(ROWS):
                 xb = _row(x, b, BR)
@@ -535,17 +503,17 @@ def _persistent_decode_kernel(
                 wg, wu = wg_next, wu_next
         _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
-        d_row, d_col = (me % D_BLOCKS) * D_ROWS, (me // D_BLOCKS) * KS_D  # the program's first unit
+        d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
         down_pre = _read_ahead(w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, PRELOAD & 8)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
         # 5. down_proj (column block, slice of K)
-        for u in range(me, U_DOWN, G):
+        for u in range(pid, U_DOWN, G):
             s = u // D_BLOCKS
             k = tl.arange(0, KS_TILE)
             # the first row's activation before the tile, as o_proj's
             a0 = tl.load(act_ptr + s * KS_D + k, mask=(s * KS_D + k < I) & (k < KS_D), other=0.0,
                          cache_modifier=".cg").to(tl.float32)
-            w = _unit_tile(down_pre, u, me, w_down, (u % D_BLOCKS) * D_ROWS, H, I, s * KS_D, I, D_TILE, KS_TILE, D_ROWS,
+            w = _unit_tile(down_pre, u, pid, w_down, (u % D_BLOCKS) * D_ROWS, H, I, s * KS_D, I, D_TILE, KS_TILE, D_ROWS,
                            KS_D, PRELOAD & 8)
             for b in tl.static_range(ROWS):
                 a = a0
@@ -558,7 +526,7 @@ def _persistent_decode_kernel(
         # the next layer's qkv tile (none after the last layer: every row masked)
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         more = tl.where(layer + 1 < LAYERS, QKV, 0)
-        w_next = _read_ahead(following, me * BN, more, H, 0, H, BN, H, BN, H, PRELOAD & 1)
+        w_next = _read_ahead(following, pid * BN, more, H, 0, H, BN, H, BN, H, PRELOAD & 1)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, ROWS, BR, H, dtype)
@@ -568,9 +536,6 @@ def _persistent_decode_kernel(
     if tl.atomic_add(counter_ptr + 1, 1, sem="acq_rel", scope="gpu") == G - 1:
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(counter_ptr + 1, 0, sem="relaxed", scope="gpu")
-        if SPREAD:
-            tl.atomic_xchg(counter_ptr + 2, 0, sem="relaxed", scope="gpu")
-            tl.store(counter_ptr + 4 + tl.arange(0, _SPREAD_SMS), 0)
 
 
 def _power_of_2(n: int) -> bool:
@@ -602,8 +567,7 @@ class PersistentDecode:
     ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
     attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
     ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) and ``mlp_ahead``
-    (gate_up_proj's next unit's tiles asked for before the current one's are summed) and ``sm_spread`` (the units'
-    places ranked so that the first go one an SM, ``_placement``; GPU only, off on CPU) left unset take
+    (gate_up_proj's next unit's tiles asked for before the current one's are summed) left unset take
     ``PERSISTENT_CONFIG``'s; a size or a count of 0 is the launch's own choice, as there."""
 
     max_context = MAX_CONTEXT
@@ -615,7 +579,7 @@ class PersistentDecode:
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
                  kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: bool | None = None,
-                 sm_spread: bool | None = None, rows: int = 1) -> None:
+                 rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -624,7 +588,7 @@ class PersistentDecode:
         self.rows = rows
         given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
                      down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
-                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead, sm_spread=sm_spread)
+                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead)
         # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
         settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
         on_gpu = kv_caches[0].device.type == "cuda"
@@ -688,9 +652,7 @@ class PersistentDecode:
         self.act = torch.empty(rows, self.inter, dtype=self.dtype, device=device)
         self.pd = torch.empty(slices_down, rows, self.hidden, **f32)
         self.out = torch.empty(rows, self.hidden, dtype=self.dtype, device=device)
-        if sm_spread and not on_gpu:
-            raise ValueError("persistent decode: sm_spread ranks the programs by the SM each runs on: GPU only")
-        self.spread = bool(settings["sm_spread"]) and on_gpu  # the default is off on the CPU
+        self.counters = torch.zeros(2, dtype=torch.int32, device=device)
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
         if timed not in (False, True, "programs"):
             raise ValueError(f"persistent decode: timed must be False, True or 'programs', got {timed!r}")
@@ -704,7 +666,7 @@ class PersistentDecode:
             PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
             PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
-            MLP_AHEAD=bool(settings["mlp_ahead"]), SPREAD=self.spread,
+            MLP_AHEAD=bool(settings["mlp_ahead"]),
             TIMED=self.timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
@@ -726,15 +688,10 @@ class PersistentDecode:
         device = self.table.device
         self.part = torch.empty(self.rows * self.heads * self.splits, self.head_dim, dtype=torch.float32, device=device)
         self.lse = torch.empty(self.rows * self.heads * self.splits, dtype=torch.float32, device=device)
-        # barriers' arrivals, programs out, placement arrivals, a pad; with the placement, each SM's count and each
-        # program's key (``_placement``)
-        self.counters = torch.zeros(4 + (SPREAD_SMS + num_programs if self.spread else 0), dtype=torch.int32,
-                                    device=device)
         barriers = 5 * self.table.shape[0] + 1  # the launch's start, then each barrier
         self.times = torch.zeros(barriers * (num_programs * 2 if self.timed == 2 else 1), dtype=torch.int64,
                                  device=device)
-        self.constexprs.update(SPLITS=self.splits, BLOCK_S=triton.next_power_of_2(self.splits),
-                               BG=triton.next_power_of_2(num_programs))
+        self.constexprs.update(SPLITS=self.splits, BLOCK_S=triton.next_power_of_2(self.splits))
 
     @staticmethod
     def unsupported(model, kv_caches: list[torch.Tensor]) -> str | None:
