@@ -20,9 +20,10 @@ over ``--layers`` different weights (each read from DRAM), four ways (``MODE``):
 - ``smem_after_arrival``: the same ring, each slot refilled only after the program's arrival (in case copies in
   flight hold up the arrival's release, as loads before it did in the eighth session).
 
-The first run (thirty-ninth session) had every program fold all of y_l after the barrier (R floats from L2, 4 MB a
-layer at R = 4,096 over the same 16 KB): every way took 12.3 us a layer there (4.4x the floor) and 6.8 at R = 2,048,
-so the fold, not the weights, held the chain; the slices are now summed before the barrier.
+On an H100 (thirty-ninth session) every way took about 12.2 us a layer at R = 4,096 (4.4x the floor) and 7.0 at
+R = 2,048, the ring no faster than reading after the barrier, both with every program folding all of y_l after the
+barrier (the first version) and with the slices summed by atomic adds before it (this one): neither the weights nor
+the fold hold the chain. ``--timeline`` records each program's times in each layer to find what does.
 
 Each is checked against a float32 torch reference of the same chain and timed as CUDA graph replays; the floor is the
 weights at the card's copy rate. Needs a Hopper GPU and Triton's Gluon (3.6 on the device machine).
