@@ -11,14 +11,16 @@ as they save? This chain answers it without the pass's other work:
           atomic adds;  grid barrier;
     x_{l+1} = RMS-normalized a_l  (K floats, read from L2 by every program, as the pass reads its hidden state)
 
-over ``--layers`` different weights (each read from DRAM), four ways (``MODE``):
+over ``--layers`` different weights (each read from DRAM), five ways (``MODE``):
 - ``none``: each program reads its tile after the barrier (plain loads);
 - ``registers``: between its arrival and its wait (the one-launch pass's read-ahead);
 - ``smem``: by bulk copies into a ring of ``--slots`` tiles of shared memory, asked for as soon as a slot is free,
   so each layer's tile was asked for ``slots`` layers ahead;
   with 1 slot, the next layer's unit is asked for as soon as this one's is in registers, before the arrival;
 - ``smem_after_arrival``: the same ring, each slot refilled only after the program's arrival (in case copies in
-  flight hold up the arrival's release, as loads before it did in the eighth session).
+  flight hold up the arrival's release, as loads before it did in the eighth session);
+- ``barrier_only``: no weights and no product, each program adding zeros: what a layer costs without its GEMV (the
+  atomics, the barrier, the fold), unchecked (its result is zero).
 
 On an H100 (thirty-ninth session) every way took about 12.2 us a layer at R = 4,096 (4.4x the floor) and 7.0 at
 R = 2,048, the ring no faster than reading after the barrier, both with every program folding all of y_l after the
@@ -51,7 +53,7 @@ if gluon is not None:  # Gluon's Hopper operations, as the prompt kernel imports
 
 BN = 16  # rows a unit (a program)
 BOX = 256  # a bulk copy's columns (a TMA box side is at most 256)
-MODES = {"none": 0, "registers": 1, "smem": 2, "smem_after_arrival": 3}
+MODES = {"none": 0, "registers": 1, "smem": 2, "smem_after_arrival": 3, "barrier_only": 4}
 # Where a timed launch (``--timeline``) records each program's time in each layer: its start, its product done, its
 # arrival made, the barrier passed (the next layer's start ends the fold of a_l).
 POINTS = ("start", "product", "arrived", "passed")
@@ -101,7 +103,8 @@ if gluon is not None:
         """The chain over ``LAYERS`` weights, one ``[BN, K]`` unit a program (``K == 4 * BOX``), a grid barrier after
         each layer's product. ``MODE``: 0 the unit read after the barrier, 1 between arrival and wait (registers),
         2 by bulk copies into a ring of ``SLOTS`` units of shared memory, each asked for once its slot is free, 3 the
-        same ring, each slot refilled only after the program's arrival. ``TIMED``: each program records when it
+        same ring, each slot refilled only after the program's arrival, 4 no weights and no product (the rest of a
+        layer alone). ``TIMED``: each program records when it
         reaches each of ``POINTS`` in each layer (``_now``)."""
         gl.static_assert(K == 4 * BOX)
         layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[1, 32], warps_per_cta=[4, 1],
@@ -127,7 +130,7 @@ if gluon is not None:
                 w0, w1, w2, w3 = _unit(w_ptr + layer * R * K, row0, K, BOX, layout)
             elif MODE == 1:
                 w0, w1, w2, w3 = n0, n1, n2, n3
-            else:
+            elif MODE <= 3:
                 slot = layer % SLOTS
                 mbarrier.wait(bars.index(slot), (layer // SLOTS) & 1)
                 w0, w1, w2, w3 = (ring.index(slot * 4).load(layout), ring.index(slot * 4 + 1).load(layout),
@@ -135,7 +138,11 @@ if gluon is not None:
                 _barrier()  # every warp has read the slot: it may be refilled
                 if MODE == 2:
                     _ask(w_desc, ring, slot, bars.index(slot), layer + SLOTS, row0, R, BOX, layer + SLOTS < LAYERS)
-            y = _part(w0, x2d, 0, layout) + _part(w1, x2d, 1, layout) + _part(w2, x2d, 2, layout) + _part(w3, x2d, 3, layout)
+            if MODE == 4:  # no weights and no product: the atomics, the barrier and the fold alone
+                y = gl.zeros([16], gl.float32, gl.SliceLayout(1, layout))
+            else:
+                y = (_part(w0, x2d, 0, layout) + _part(w1, x2d, 1, layout) + _part(w2, x2d, 2, layout)
+                     + _part(w3, x2d, 3, layout))
             _now(times_ptr, layer, pid, G, 1, TIMED)
             gl.atomic_add(acc_ptr + layer * K + rows % K, y, sem="relaxed", scope="gpu")  # a_l, zeroed by the host
             _barrier()
@@ -234,7 +241,7 @@ def main() -> None:
     shared = torch.cuda.get_device_properties(device).shared_memory_per_multiprocessor
     floor_us = weights[0].numel() * 2 / copy_bandwidth(device) * 1e6
     results = []
-    ways = [("none", 1), ("registers", 1)] + [(way, s) for s in args.slots for way in ("smem", "smem_after_arrival")
+    ways = [("barrier_only", 1), ("none", 1), ("registers", 1)] + [(way, s) for s in args.slots for way in ("smem", "smem_after_arrival")
                                                if (s * BN * args.k * 2 + 8192) * resident <= shared]
     for name, slots in ways + ways[::-1]:  # each way twice, the second round in reverse order
         out = torch.zeros(args.k, device=device)
@@ -247,7 +254,7 @@ def main() -> None:
         try:
             run()
             torch.cuda.synchronize()
-            error = ((out - expected).norm() / expected.norm()).item()
+            error = None if name == "barrier_only" else ((out - expected).norm() / expected.norm()).item()
             if counters[2].item():
                 raise RuntimeError("a grid barrier timed out: the programs were not all resident")
             us = chain_us([run], args.replays) / args.layers
