@@ -120,7 +120,8 @@ def main(mode: str) -> dict:
                                 **cubin_resources(source, target, launch["options"])})
             built.add(launch["module"] + "." + launch["kernel"])
         except Exception as error:
-            failures.append(f"{launch['kernel']} {signature} {constexprs}: {type(error).__name__}: {error}")
+            cause = f" (from {type(error.__cause__).__name__}: {error.__cause__})" if error.__cause__ else ""
+            failures.append(f"{launch['kernel']} {signature} {constexprs}: {type(error).__name__}: {error}{cause}")
     return {"failures": failures, "built": sorted(built), "kernels": kernels}
 
 

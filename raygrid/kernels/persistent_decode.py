@@ -55,7 +55,9 @@ MAX_CONTEXT = 40960
 # normed input in registers (two of ``rows * hidden / 128`` floats a thread at 4 warps), and every weight tile it reads
 # is multiplied with each row in turn.
 MAX_ROWS = 8
-MAX_SPINS = tl.constexpr(1 << 22)  # polls of one barrier before the error flag is set (a few seconds)
+# Polls of one barrier before the error flag is set: a few seconds on a GPU; under the interpreter, where one program
+# does every unit and a barrier that is not passed at once never will be, a few.
+MAX_SPINS, MAX_SPINS_INTERPRETED = 1 << 22, 4
 # The layer's tensors, in this order in each row of the pointer table.
 W_QKV, W_O, W_GATE_UP, W_DOWN, N_INPUT, N_POST, N_Q, N_K, KV_CACHE, TABLE_WIDTH = map(tl.constexpr, range(10))
 # The weight tiles a program reads ahead, each product's first, between a barrier's arrival and its wait (flags).
@@ -103,33 +105,40 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0,
                                     preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_GATE | PRELOAD_UP | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, max_rows=2),
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, head_waits=False, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
 @triton.jit
-def _arrive(counter_ptr, times_ptr, barrier, pid, G, TIMED: tl.constexpr):
+def _arrive(counter_ptr, times_ptr, barrier, pid, G, TIMED: tl.constexpr, GRID: tl.constexpr = True):
     """A grid barrier's first half: every program's stores so far made visible to every other (the block's threads
     meet, one thread releases its arrival). Loads issued after it are not ordered by it: weights, which no stage
     writes, are read here for the stage after the barrier (``PRELOAD``). With ``TIMED`` 2 each program records when
-    its threads met, before its arrival (``_record_time``)."""
+    its threads met, before its arrival (``_record_time``). Without ``GRID`` (a stage whose units announce themselves
+    to their heads' counters instead, ``HEAD_WAITS``) only the time is recorded."""
     tl.debug_barrier()
     if TIMED == 2:
         tl.store(times_ptr + (barrier * G + pid) * 2, _global_ns())
-    tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+    if GRID:
+        tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
 
 
 @triton.jit
-def _wait(counter_ptr, err_ptr, target):
+def _wait(counter_ptr, err_ptr, target, max_spins, EXACT: tl.constexpr = False):
     """A grid barrier's second half: all ``target`` arrivals (counted from the launch's start) waited for, polling
-    with acquiring loads. Data written before a barrier is read after it from L2 (``.cg``)."""
+    with acquiring loads. Data written before a barrier is read after it from L2 (``.cg``). ``EXACT``: a head's
+    counter (``HEAD_WAITS``), which no arrival passes before every program has passed this wait, so a count past the
+    target is an error (a unit counted twice) and sets the flag, as a wait past ``max_spins`` polls does."""
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     spins = 0
-    while (seen < target) & (spins < MAX_SPINS):
+    while (seen < target) & (spins < max_spins):
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
         spins += 1
-    if spins >= MAX_SPINS:
+    if spins >= max_spins:
         tl.store(err_ptr, 1)
+    if EXACT:
+        if seen > target:
+            tl.store(err_ptr, 1)
     tl.debug_barrier()
 
 
@@ -155,23 +164,57 @@ def _record_time(times_ptr, index, pid, G, TIMED: tl.constexpr):
 
 
 @triton.jit
-def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+def _grid_passes(sync, HEAD_WAITS: tl.constexpr):
+    """How many grid barriers a program has passed once it passes the one at the end of stage ``sync`` (five a layer,
+    counted from 1): every stage's, or with ``HEAD_WAITS`` the last three of each layer's (o_proj's, gate_up_proj's,
+    down_proj's; qkv_proj's and attention's units announce themselves to their heads instead)."""
+    if HEAD_WAITS:
+        sync = 3 * ((sync - 1) // 5) + (sync - 1) % 5 - 1
+    return sync
+
+
+@triton.jit
+def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED: tl.constexpr,
+               HEAD_WAITS: tl.constexpr):
     """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
     sync += 1
     _arrive(counter_ptr, times_ptr, sync, pid, G, TIMED)
-    _wait(counter_ptr, err_ptr, sync * G)
+    _wait(counter_ptr, err_ptr, _grid_passes(sync, HEAD_WAITS) * G, max_spins)
     _record_time(times_ptr, sync, pid, G, TIMED)
     return sync
 
 
 @triton.jit
-def _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED: tl.constexpr):
+def _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED: tl.constexpr,
+                  HEAD_WAITS: tl.constexpr):
     """The rest of ``_stage_end``, for a program that made its arrival (``_arrive``) and asked for the next stage's
     weight tile since."""
     sync += 1
-    _wait(counter_ptr, err_ptr, sync * G)
+    _wait(counter_ptr, err_ptr, _grid_passes(sync, HEAD_WAITS) * G, max_spins)
     _record_time(times_ptr, sync, pid, G, TIMED)
     return sync
+
+
+@triton.jit
+def _qkv_rows_done(heads_ptr, row0, row1, NH: tl.constexpr, NKV: tl.constexpr, GROUP: tl.constexpr,
+                   D: tl.constexpr):
+    """qkv_proj's output rows ``row0 .. row1`` stored (``HEAD_WAITS``): each kv head's counter advanced by how many of
+    them are its own, a query head's rows counting at its kv head. Each layer brings every kv head ``(GROUP + 2) * D``
+    rows: its query heads', its key's and its value's. The caller's threads met after their stores."""
+    _region_rows_done(heads_ptr, row0, row1, 0, GROUP * D, NKV)  # the queries, GROUP * D rows a kv head
+    _region_rows_done(heads_ptr, row0, row1, NH * D, D, NKV)  # the keys
+    _region_rows_done(heads_ptr, row0, row1, (NH + NKV) * D, D, NKV)  # the values
+
+
+@triton.jit
+def _region_rows_done(heads_ptr, row0, row1, FIRST: tl.constexpr, PER: tl.constexpr, NKV: tl.constexpr):
+    """``_qkv_rows_done`` for the region of qkv_proj's rows from ``FIRST``, ``PER`` rows a kv head."""
+    lo = tl.maximum(row0, FIRST)
+    hi = tl.minimum(row1, FIRST + NKV * PER)
+    if lo < hi:
+        for g in range((lo - FIRST) // PER, (hi - 1 - FIRST) // PER + 1):
+            rows = tl.minimum(hi, FIRST + (g + 1) * PER) - tl.maximum(lo, FIRST + g * PER)
+            tl.atomic_add(heads_ptr + g, rows, sem="release", scope="gpu")
 
 
 @triton.jit
@@ -302,6 +345,15 @@ def _kv_into_l2(cache_ptr, v_offset, table_row_ptr, kvh, lo, hi, KEYS: tl.conste
 
 
 @triton.jit
+def _slice_keys(seq_len, split, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The keys ``lo .. hi`` of slice ``split`` of a context of ``seq_len``: even slices of whole tiles (the last ones
+    may be empty)."""
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
+    lo = split * per_split
+    return lo, tl.minimum(seq_len, lo + per_split)
+
+
+@triton.jit
 def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -314,9 +366,7 @@ def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split
     ``Q_REGS`` are joined into one in registers. With ``KV_AHEAD``, the slice's first tiles are asked into L2 before
     the query is made ready, so that their round trip overlaps that work (the loop's own loads start only after it)."""
     D: tl.constexpr = 2 * HALF
-    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
-    lo = split * per_split
-    hi = tl.minimum(seq_len, lo + per_split)
+    lo, hi = _slice_keys(seq_len, split, SPLITS, BLOCK_N)
     if KV_AHEAD > 0:
         _kv_into_l2(cache_ptr, v_offset, table_row_ptr, kvh, lo, hi, KV_AHEAD * BLOCK_N, NKV, D, PAGE, WIDE)
     dims = tl.arange(0, HALF)
@@ -378,7 +428,7 @@ def _attention_rows(part_ptr, lse_ptr, first_head, HPS: tl.constexpr, NH: tl.con
 def _persistent_decode_kernel(
     table_ptr, embed_ptr, final_norm_ptr, cos_ptr, sin_ptr, ids_ptr, pos_ptr, slot_ptr, block_row_ptr, seq_len_ptr,
     qkv_ptr, q_ptr, part_ptr, lse_ptr, po_ptr, act_ptr, pd_ptr, out_ptr, counter_ptr, err_ptr, times_ptr,
-    LAYERS, v_offset, scale, eps, table_stride,
+    LAYERS, v_offset, scale, eps, table_stride, max_spins,
     ROWS: tl.constexpr, BR: tl.constexpr,
     H: tl.constexpr, I: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr, BN: tl.constexpr,
     GU_ROWS: tl.constexpr, GU_TILE: tl.constexpr, D_ROWS: tl.constexpr, D_TILE: tl.constexpr, HPS: tl.constexpr,
@@ -386,12 +436,15 @@ def _persistent_decode_kernel(
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
     PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, MLP_AHEAD: tl.constexpr,
-    TIMED: tl.constexpr, dtype: tl.constexpr,
+    HEAD_WAITS: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers for ``ROWS`` sequences' one token each (``BR``: the next power of 2), every
     program resident (see the module's docstring for the stages). Each weight tile a program reads serves every row.
     ``TIMED`` (GPU only): program 0 records the global timer after each barrier into ``times_ptr`` (1), or every
-    program when it arrives and when it passes (2), for benchmarks."""
+    program when it arrives and when it passes (2), for benchmarks. With ``HEAD_WAITS`` the first two stages end at
+    no grid barrier: each qkv_proj unit adds its rows to their kv heads' counters, and an attention unit waits for its
+    kv head's rows alone; each attention unit counts at its kv head, and an o_proj unit waits for the kv heads of its
+    slice of the heads alone. (Such a stage's timeline records the program's pass as soon as its threads met.)"""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     D: tl.constexpr = 2 * HALF
@@ -405,6 +458,8 @@ def _persistent_decode_kernel(
     U_GATE_UP: tl.constexpr = (I + GU_ROWS - 1) // GU_ROWS
     D_BLOCKS: tl.constexpr = (H + D_ROWS - 1) // D_ROWS
     U_DOWN: tl.constexpr = D_BLOCKS * SPLIT_D
+    qkv_heads_ptr = counter_ptr + 2  # with HEAD_WAITS: qkv_proj's rows stored a kv head, then its attention units done
+    attn_heads_ptr = counter_ptr + 2 + NKV
     r = tl.arange(0, BR)
     cols = tl.arange(0, H)
     if ROWS == 1:
@@ -429,7 +484,15 @@ def _persistent_decode_kernel(
             for b in tl.static_range(ROWS):
                 y, rows = _tile_times(w, u * BN, _row(x, b, BR), BN)
                 tl.store(qkv_ptr + b * QKV + rows, y.to(dtype), mask=rows < QKV)
-        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+            if HEAD_WAITS:
+                tl.debug_barrier()
+                _qkv_rows_done(qkv_heads_ptr, u * BN, tl.minimum(u * BN + BN, QKV), NH, NKV, GROUP, D)
+        if HEAD_WAITS:
+            sync += 1
+            _arrive(counter_ptr, times_ptr, sync, pid, G, TIMED, False)
+            _record_time(times_ptr, sync, pid, G, TIMED)
+        else:
+            sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
         # 2. attention, each (row, kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
         for u in range(pid, U_ATTN, G):
@@ -441,21 +504,37 @@ def _persistent_decode_kernel(
                 b = u // U_ATTN_ROW
                 kvh, split = (u % U_ATTN_ROW) % NKV, (u % U_ATTN_ROW) // NKV
                 seq_len, position, slot = tl.load(seq_len_ptr + b), tl.load(pos_ptr + b), tl.load(slot_ptr + b)
+            if HEAD_WAITS:  # this kv head's rows of qkv_proj, every row's; the cache's first tiles asked for before
+                if KV_AHEAD > 0:
+                    lo, hi = _slice_keys(seq_len, split, SPLITS, BLOCK_N)
+                    _kv_into_l2(cache, v_offset, block_row_ptr + b * table_stride, kvh, lo, hi, KV_AHEAD * BLOCK_N,
+                                NKV, D, PAGE, WIDE)
+                _wait(qkv_heads_ptr + kvh, err_ptr, (layer + 1) * (GROUP + 2) * D, max_spins, True)
             _attend_slice(qkv_ptr + b * QKV, q_ptr + b * NH * D, cache, v_offset, block_row_ptr + b * table_stride, kvh,
                           split, seq_len, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr + b * NH * SPLITS * D,
                           lse_ptr + b * NH * SPLITS, scale, eps, NH, NKV, HALF, GROUP,
-                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, KV_AHEAD,
-                          Q_REGS, dtype)
-        _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES,
+                          0 if HEAD_WAITS else KV_AHEAD, Q_REGS, dtype)
+            if HEAD_WAITS:
+                tl.debug_barrier()
+                tl.atomic_add(attn_heads_ptr + kvh, 1, sem="release", scope="gpu")
+        _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED, not HEAD_WAITS)
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_row, o_col = (pid % COL_BLOCKS) * BN, (pid // COL_BLOCKS) * HPS * D  # the program's first unit
         o_pre = _read_ahead(w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, PRELOAD & 2)
-        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        if HEAD_WAITS:
+            sync += 1
+            _record_time(times_ptr, sync, pid, G, TIMED)
+        else:
+            sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
+            if HEAD_WAITS:  # every attention unit of the slice's kv heads, every row's
+                for g in range((s * HPS) // GROUP, (tl.minimum(s * HPS + HPS, NH) - 1) // GROUP + 1):
+                    _wait(attn_heads_ptr + g, err_ptr, (layer + 1) * SPLITS * ROWS, max_spins, True)
             # The first row's input asked for before the weight tile, as the one-row pass always did: after it, ptxas
             # spilled 196 bytes in the one-row launch (none this way; Triton 3.9 for sm_90, thirtieth session).
             attn0 = _attention_rows(part_ptr, lse_ptr, s * HPS, HPS, NH, D, SPLITS, BLOCK_S, dtype)
@@ -472,7 +551,7 @@ def _persistent_decode_kernel(
         w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         gate_pre = _read_ahead(w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
         up_pre = _read_ahead(w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
-        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, ROWS, BR, H, dtype)
         x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
@@ -505,7 +584,7 @@ def _persistent_decode_kernel(
         w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
         down_pre = _read_ahead(w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, PRELOAD & 8)
-        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
         # 5. down_proj (column block, slice of K)
         for u in range(pid, U_DOWN, G):
             s = u // D_BLOCKS
@@ -527,15 +606,19 @@ def _persistent_decode_kernel(
         following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         more = tl.where(layer + 1 < LAYERS, QKV, 0)
         w_next = _read_ahead(following, pid * BN, more, H, 0, H, BN, H, BN, H, PRELOAD & 1)
-        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, TIMED)
+        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
     if pid == 0:
         h = _ordered_sum(h, pd_ptr, SPLIT_D, ROWS, BR, H, dtype)
         tl.store(out_ptr + r[:, None] * H + cols[None, :], _rms_norm(h, final_norm_ptr, eps, H, dtype).to(dtype),
                  mask=(r < ROWS)[:, None])
-    # The last program out resets the counters for the next launch: every program has passed its last barrier.
+    # The last program out resets the counters for the next launch: every program has passed its last barrier (and
+    # every head's wait before it).
     if tl.atomic_add(counter_ptr + 1, 1, sem="acq_rel", scope="gpu") == G - 1:
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(counter_ptr + 1, 0, sem="relaxed", scope="gpu")
+        if HEAD_WAITS:
+            for g in range(2 * NKV):
+                tl.atomic_xchg(qkv_heads_ptr + g, 0, sem="relaxed", scope="gpu")
 
 
 def _power_of_2(n: int) -> bool:
@@ -566,8 +649,9 @@ class PersistentDecode:
     ``program_times``). ``block_n``, ``attention_stages``, ``mlp_rows_per_unit``,
     ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
     attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
-    ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory) and ``mlp_ahead``
-    (gate_up_proj's next unit's tiles asked for before the current one's are summed) left unset take
+    ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory), ``mlp_ahead``
+    (gate_up_proj's next unit's tiles asked for before the current one's are summed) and ``head_waits`` (attention's
+    and o_proj's units wait for their own kv heads' inputs instead of a grid barrier) left unset take
     ``PERSISTENT_CONFIG``'s; a size or a count of 0 is the launch's own choice, as there."""
 
     max_context = MAX_CONTEXT
@@ -579,7 +663,7 @@ class PersistentDecode:
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
                  kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: bool | None = None,
-                 rows: int = 1) -> None:
+                 head_waits: bool | None = None, rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -588,7 +672,7 @@ class PersistentDecode:
         self.rows = rows
         given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
                      down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
-                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead)
+                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead, head_waits=head_waits)
         # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
         settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
         on_gpu = kv_caches[0].device.type == "cuda"
@@ -652,7 +736,8 @@ class PersistentDecode:
         self.act = torch.empty(rows, self.inter, dtype=self.dtype, device=device)
         self.pd = torch.empty(slices_down, rows, self.hidden, **f32)
         self.out = torch.empty(rows, self.hidden, dtype=self.dtype, device=device)
-        self.counters = torch.zeros(2, dtype=torch.int32, device=device)
+        # The grid's barrier and the launch's exit, then (``head_waits``) each kv head's qkv_proj rows and attention units.
+        self.counters = torch.zeros(2 + 2 * self.kv_heads, dtype=torch.int32, device=device)
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
         if timed not in (False, True, "programs"):
             raise ValueError(f"persistent decode: timed must be False, True or 'programs', got {timed!r}")
@@ -666,7 +751,7 @@ class PersistentDecode:
             PAGE=self.page, QK_NORM=self.qk_norm, DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
             PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
-            MLP_AHEAD=bool(settings["mlp_ahead"]),
+            MLP_AHEAD=bool(settings["mlp_ahead"]), HEAD_WAITS=bool(settings["head_waits"]),
             TIMED=self.timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
@@ -728,7 +813,8 @@ class PersistentDecode:
     def _arguments(self, input_ids, positions, slot_mapping, block_tables, seq_lens) -> tuple:
         return (self.table, self.embed, self.final_norm, self.cos, self.sin, input_ids, positions, slot_mapping, block_tables,
                 seq_lens, self.qkv, self.q, self.part, self.lse, self.po, self.act, self.pd, self.out, self.counters,
-                self.error, self.times, self.table.shape[0], self.v_offset, self.scale, self.eps, block_tables.stride(0))
+                self.error, self.times, self.table.shape[0], self.v_offset, self.scale, self.eps, block_tables.stride(0),
+                MAX_SPINS if self.table.device.type == "cuda" else MAX_SPINS_INTERPRETED)
 
     def _programs_held(self, device: torch.device, sms: int) -> int:
         """How many programs of this launch the GPU holds at once, from the compiled kernel's registers and shared
