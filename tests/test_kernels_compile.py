@@ -177,9 +177,9 @@ def run_persistent_decode_once(dtype: torch.dtype) -> None:
     for rows in (1, 2):  # one row's launch, and the rows' (the engine takes both)
         decode_step(PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2,
                                      down_slice=32, rows=rows), rows)
-    # Units waiting for their kv heads instead of grid barriers (benchmarks' option): built too
+    # Grid barriers after every stage instead of units waiting for their kv heads (benchmarks' option): built too
     decode_step(PersistentDecode(model, caches, splits=2, block_n=16, rows_per_unit=16, heads_per_slice=2,
-                                 down_slice=32, head_waits=True), 1)
+                                 down_slice=32, head_waits=False), 1)
 
 
 def qwen3_for_one_launch(config, dtype: torch.dtype):

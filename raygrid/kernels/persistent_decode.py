@@ -3,8 +3,10 @@
 At batch 1 a decode pass is a chain of about ten short kernels a layer, and each kernel boundary costs about 3.3 us
 even with PDL and the weights in L2: on Qwen3-0.6B that is most of the step at short contexts, and a third of it at
 32k (benchmarks/README.md, "A batch-1 layer as one persistent kernel"). Here the programs (two an SM, or one) stay
-resident for the whole pass, and the stages of each layer meet at grid-wide barriers (an arrival counter in global
-memory, about 1 us) instead of kernel boundaries:
+resident for the whole pass, and the stages of each layer hand over through arrival counters in global memory (about
+1 us) instead of kernel boundaries: a grid-wide barrier after stages 3 to 5, whose next stage needs every unit's
+output, and after stages 1 and 2 a counter a kv head (``head_waits``): an attention unit waits only for its kv head's
+rows of qkv_proj, and an o_proj unit only for the attention units of the kv heads in its slice of the heads.
 
 1. the residual add and RMSNorm, then qkv_proj (units of ``BN`` output rows);
 2. attention: Qwen3's q/k norms and the rotary embedding of this token's query and key, its key and value stored into
@@ -27,11 +29,13 @@ Roundings follow the engine's kernels: the residual stream, the norms, qkv, q an
 output, o_proj, gate and up, the activation and down_proj are each rounded to the model's dtype where the layer-by-
 layer pass rounds them, so the two agree to that dtype's rounding (tests compare them).
 
-The barrier needs every program resident at once: the grid is at most what the GPU holds at once (checked against
+The barriers need every program resident at once: the grid is at most what the GPU holds at once (checked against
 the compiled kernel's registers and shared memory), and the launch has no programmatic dependents (PDL), so nothing
 else holds an SM while it runs. A barrier that waits too long sets the
 error flag rather than hang the GPU (``PersistentDecode.check``). Under Triton's interpreter the programs run one
-after another, so the grid there is one program, which does every unit; the barriers then pass at once.
+after another, so the grid there is one program, which does every unit; the barriers and the heads' counters then
+pass at once (a wait that does not is an error there after a few polls, and a head's count past its target is one
+everywhere).
 """
 
 from __future__ import annotations
@@ -102,10 +106,17 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 # H100, from 694 to 655 us at 512 tokens, 984 to 947 at 8,192, 1,900 to 1,861 at 32,768, with the same bits (two
 # machine starts); a token at 32k 2.086 to 2.044 ms end to end. Two units ahead lost (1,915 us at 32k: 68 bytes of
 # spills against 56); the next unit's tiles alone gave 1,877 (benchmarks/README.md, thirty-seventh session).
+# ``head_waits``: each qkv_proj unit adds its rows to its kv heads' counters and each attention unit waits for its own
+# kv head's, and each attention unit counts at its kv head and each o_proj unit waits for its slice's kv heads, so two
+# of a layer's five grid barriers go (a unit no longer waits for the slowest program of the stage before). On an H100,
+# each twice, interleaved: a pass 638.7 and 639.5 against 656.5 and 656.7 us at 512 tokens, 932.9 and 928.7 against
+# 957.5 and 959.5 at 8,192, 1,842.8 and 1,843.3 against 1,899.8 and 1,891.9 at 32,768 (-2.7 to -2.9%), the same bits
+# as the grid barriers; a token at 32k end to end 2.022 and 2.023 against 2.068 and 2.086 ms (246 registers and no
+# spills against 255 and 56 bytes; benchmarks/README.md, fortieth session).
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0,
                                     preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_GATE | PRELOAD_UP | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, head_waits=False, max_rows=2),
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, head_waits=True, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -458,7 +469,12 @@ def _persistent_decode_kernel(
     U_GATE_UP: tl.constexpr = (I + GU_ROWS - 1) // GU_ROWS
     D_BLOCKS: tl.constexpr = (H + D_ROWS - 1) // D_ROWS
     U_DOWN: tl.constexpr = D_BLOCKS * SPLIT_D
-    qkv_heads_ptr = counter_ptr + 2  # with HEAD_WAITS: qkv_proj's rows stored a kv head, then its attention units done
+    # With HEAD_WAITS: qkv_proj's rows stored a kv head, then its attention units done. A program may then run stage 2
+    # while others finish stage 1, or stage 3 while others finish stage 2: stage 2 writes the cache's new slot, the
+    # query scratch and the slices' partial outputs, which stage 1 never reads, and stage 3 writes o_proj's partial sums,
+    # which stage 2 never reads; what stage 2 reads (qkv) and stage 3 reads (the slices) is only overwritten a layer
+    # later, after grid barriers every program must reach first.
+    qkv_heads_ptr = counter_ptr + 2
     attn_heads_ptr = counter_ptr + 2 + NKV
     r = tl.arange(0, BR)
     cols = tl.arange(0, H)
@@ -638,7 +654,8 @@ class PersistentDecode:
     and o_proj's products in units of 16 rows at Qwen3-0.6B's width and gate_up_proj's and down_proj's in units of 4,
     every product's first weight tile read ahead of its barrier's wait and gate_up_proj's next unit's tiles asked for
     while the current one's are summed, each attention unit's query in registers and its cache's first tile asked into
-    L2 (``PERSISTENT_CONFIG``, the twenty-fourth to thirty-seventh sessions). The arguments exist for tests and
+    L2, and attention's and o_proj's units waiting for their own kv heads rather than grid barriers
+    (``PERSISTENT_CONFIG``, the twenty-fourth to fortieth sessions). The arguments exist for tests and
     benchmarks: ``preload`` (the products whose first weight tile each program reads ahead between the barrier's
     arrival and its wait, ``PRELOAD_*`` flags), ``num_programs`` (one under the interpreter),
     ``splits`` (slices of the context a kv head; default: as many as fill the programs), ``block_n``, ``num_warps``,
