@@ -186,22 +186,25 @@ def _grid_passes(sync, HEAD_WAITS: tl.constexpr):
 
 @triton.jit
 def _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED: tl.constexpr,
-               HEAD_WAITS: tl.constexpr):
-    """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number."""
+               HEAD_WAITS: tl.constexpr, GRID: tl.constexpr = True):
+    """The barrier after a stage (its ``sync + 1``-th of the launch), timed with ``TIMED``; returns its number.
+    Without ``GRID`` (a stage whose units announce themselves to their heads instead) nothing is waited for."""
     sync += 1
-    _arrive(counter_ptr, times_ptr, sync, pid, G, TIMED)
-    _wait(counter_ptr, err_ptr, _grid_passes(sync, HEAD_WAITS) * G, max_spins)
+    _arrive(counter_ptr, times_ptr, sync, pid, G, TIMED, GRID)
+    if GRID:
+        _wait(counter_ptr, err_ptr, _grid_passes(sync, HEAD_WAITS) * G, max_spins)
     _record_time(times_ptr, sync, pid, G, TIMED)
     return sync
 
 
 @triton.jit
 def _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED: tl.constexpr,
-                  HEAD_WAITS: tl.constexpr):
+                  HEAD_WAITS: tl.constexpr, GRID: tl.constexpr = True):
     """The rest of ``_stage_end``, for a program that made its arrival (``_arrive``) and asked for the next stage's
     weight tile since."""
     sync += 1
-    _wait(counter_ptr, err_ptr, _grid_passes(sync, HEAD_WAITS) * G, max_spins)
+    if GRID:
+        _wait(counter_ptr, err_ptr, _grid_passes(sync, HEAD_WAITS) * G, max_spins)
     _record_time(times_ptr, sync, pid, G, TIMED)
     return sync
 
@@ -365,21 +368,18 @@ def _slice_keys(seq_len, split, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, seq_len, position, slot, cos_ptr, sin_ptr,
+def _attend_slice(qkv_ptr, q_ptr, cache_ptr, v_offset, table_row_ptr, kvh, split, lo, hi, position, slot, cos_ptr, sin_ptr,
                   qn_ptr, kn_ptr, part_ptr, lse_ptr, scale, eps, NH: tl.constexpr, NKV: tl.constexpr, HALF: tl.constexpr,
                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE: tl.constexpr, QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr,
-                  ATTENTION_STAGES: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, dtype: tl.constexpr):
-    """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys, which include this
+                  ATTENTION_STAGES: tl.constexpr, Q_REGS: tl.constexpr, dtype: tl.constexpr):
+    """One (kv head, slice) unit of stage 2: the kv head's query heads against the slice's keys ``lo .. hi``
+    (``_slice_keys``), which include this
     token's in the last slice (that unit stores its key and value into the cache first). Writes the partial output
     and its log-sum-exp (base 2) for each query head (``-inf`` for an empty slice). The rotated queries go through
     ``q_ptr`` (``[NH, D]``; the units of one kv head write the same values) to come back as one tile, or with
-    ``Q_REGS`` are joined into one in registers. With ``KV_AHEAD``, the slice's first tiles are asked into L2 before
-    the query is made ready, so that their round trip overlaps that work (the loop's own loads start only after it)."""
+    ``Q_REGS`` are joined into one in registers."""
     D: tl.constexpr = 2 * HALF
-    lo, hi = _slice_keys(seq_len, split, SPLITS, BLOCK_N)
-    if KV_AHEAD > 0:
-        _kv_into_l2(cache_ptr, v_offset, table_row_ptr, kvh, lo, hi, KV_AHEAD * BLOCK_N, NKV, D, PAGE, WIDE)
     dims = tl.arange(0, HALF)
     full = tl.arange(0, D)
     groups = tl.arange(0, BLOCK_G)
@@ -503,12 +503,7 @@ def _persistent_decode_kernel(
             if HEAD_WAITS:
                 tl.debug_barrier()
                 _qkv_rows_done(qkv_heads_ptr, u * BN, tl.minimum(u * BN + BN, QKV), NH, NKV, GROUP, D)
-        if HEAD_WAITS:
-            sync += 1
-            _arrive(counter_ptr, times_ptr, sync, pid, G, TIMED, False)
-            _record_time(times_ptr, sync, pid, G, TIMED)
-        else:
-            sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
+        sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS, not HEAD_WAITS)
         # 2. attention, each (row, kv head, slice)
         cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
         for u in range(pid, U_ATTN, G):
@@ -520,19 +515,21 @@ def _persistent_decode_kernel(
                 b = u // U_ATTN_ROW
                 kvh, split = (u % U_ATTN_ROW) % NKV, (u % U_ATTN_ROW) // NKV
                 seq_len, position, slot = tl.load(seq_len_ptr + b), tl.load(pos_ptr + b), tl.load(slot_ptr + b)
-            if HEAD_WAITS:  # this kv head's rows of qkv_proj, every row's; the cache's first tiles asked for before
-                if KV_AHEAD > 0:
-                    lo, hi = _slice_keys(seq_len, split, SPLITS, BLOCK_N)
-                    _kv_into_l2(cache, v_offset, block_row_ptr + b * table_stride, kvh, lo, hi, KV_AHEAD * BLOCK_N,
-                                NKV, D, PAGE, WIDE)
+            lo, hi = _slice_keys(seq_len, split, SPLITS, BLOCK_N)
+            if KV_AHEAD > 0:
+                # the slice's first tiles asked into L2 before the query is made ready (and before the wait for its
+                # rows), so that their round trip overlaps that work (the loop's own loads start only after it)
+                _kv_into_l2(cache, v_offset, block_row_ptr + b * table_stride, kvh, lo, hi, KV_AHEAD * BLOCK_N, NKV, D,
+                            PAGE, WIDE)
+            if HEAD_WAITS:  # this kv head's rows of qkv_proj, every row's
                 _wait(qkv_heads_ptr + kvh, err_ptr, (layer + 1) * (GROUP + 2) * D, max_spins, True)
             _attend_slice(qkv_ptr + b * QKV, q_ptr + b * NH * D, cache, v_offset, block_row_ptr + b * table_stride, kvh,
-                          split, seq_len, position, slot,
+                          split, lo, hi, position, slot,
                           cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
                           _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr + b * NH * SPLITS * D,
                           lse_ptr + b * NH * SPLITS, scale, eps, NH, NKV, HALF, GROUP,
-                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES,
-                          0 if HEAD_WAITS else KV_AHEAD, Q_REGS, dtype)
+                          BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, Q_REGS,
+                          dtype)
             if HEAD_WAITS:
                 tl.debug_barrier()
                 tl.atomic_add(attn_heads_ptr + kvh, 1, sem="release", scope="gpu")
@@ -540,11 +537,8 @@ def _persistent_decode_kernel(
         w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_row, o_col = (pid % COL_BLOCKS) * BN, (pid // COL_BLOCKS) * HPS * D  # the program's first unit
         o_pre = _read_ahead(w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, PRELOAD & 2)
-        if HEAD_WAITS:
-            sync += 1
-            _record_time(times_ptr, sync, pid, G, TIMED)
-        else:
-            sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
+        sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS,
+                             not HEAD_WAITS)
         # 3. the slices combined, o_proj (column block, slice of the heads)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
