@@ -68,8 +68,7 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
     default) and not (``mlp_ahead=False``). The query's rotated halves joined in registers (the default) and stored and
     read back (``q_in_registers=False``). Attention's and o_proj's units waiting for their kv heads' counters (the
     default), with qkv_proj units of one head's rows and of several heads' (queries, keys and values), and grid barriers
-    after every stage instead (``head_waits=False``). Each tensor's address read from the table a stage ahead
-    (``table_ahead``) and when needed. And the launch the engine makes, every argument left to
+    after every stage instead (``head_waits=False``). And the launch the engine makes, every argument left to
     ``PERSISTENT_CONFIG`` (32 keys a step, 5 attention stages, 4-row gate_up/down units over down_proj's K whole, wider
     than the model's, every product's first tile read ahead, gate_up_proj's tiles a unit ahead, the query in registers,
     units waiting for their kv heads, and on a GPU each attention unit's first cache tile asked into L2 before its
@@ -103,10 +102,8 @@ def test_one_launch_equals_the_layer_by_layer_pass(name, qwen3_dir, llama_wide_h
             # Attention's and o_proj's units waiting for their own kv heads (``head_waits``, the default) with units
             # of 16 qkv_proj rows (a head's) and of 64 (the engine's at this width: the tiny models' queries of two kv
             # heads in one unit, their keys and values in another); and grid barriers after every stage.
-            # Each tensor's address read a stage ahead (``table_ahead``), with the kv heads' waits and without.
             launches = [dict(splits=1, preload=31, mlp_ahead=False, head_waits=False, **units),
-                        dict(splits=3, preload=0, table_ahead=True, **units),
-                        dict(splits=2, preload=31, head_waits=False, table_ahead=True, **odd),
+                        dict(splits=3, preload=0, **units), dict(splits=2, preload=31, head_waits=False, **odd),
                         dict(splits=3, **plain, **dict(odd, rows_per_unit=64)), {}]
             if DEVICE.type == "cuda":  # asking L2 for the cache's lines is inline PTX
                 launches.append(dict(splits=3, kv_ahead=2, **units))

@@ -116,8 +116,7 @@ PRELOAD_QKV, PRELOAD_O, PRELOAD_GATE, PRELOAD_DOWN, PRELOAD_UP = 1, 2, 4, 8, 16
 PERSISTENT_CONFIG = overridden(dict(block_n=32, attention_stages=5, mlp_rows_per_unit=4, down_rows_per_unit=0,
                                     down_slice=0, splits=0,
                                     preload=PRELOAD_QKV | PRELOAD_O | PRELOAD_GATE | PRELOAD_UP | PRELOAD_DOWN,
-                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, head_waits=True, table_ahead=False,
-                                    max_rows=2),
+                                    kv_ahead=1, q_in_registers=True, mlp_ahead=True, head_waits=True, max_rows=2),
                                "RAYGRID_PERSISTENT_CONFIG")
 
 
@@ -448,7 +447,7 @@ def _persistent_decode_kernel(
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     QK_NORM: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE: tl.constexpr, ATTENTION_STAGES: tl.constexpr,
     PRELOAD: tl.constexpr, KV_AHEAD: tl.constexpr, Q_REGS: tl.constexpr, MLP_AHEAD: tl.constexpr,
-    HEAD_WAITS: tl.constexpr, TABLE_AHEAD: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
+    HEAD_WAITS: tl.constexpr, TIMED: tl.constexpr, dtype: tl.constexpr,
 ):
     """The pass over ``LAYERS`` layers for ``ROWS`` sequences' one token each (``BR``: the next power of 2), every
     program resident (see the module's docstring for the stages). Each weight tile a program reads serves every row.
@@ -490,24 +489,12 @@ def _persistent_decode_kernel(
     # are the PRELOAD_* flags: 1 qkv_proj, 2 o_proj, 4 gate, 16 up, 8 down_proj.
     w_next = _read_ahead(_layer_tensor(table_ptr, 0, W_QKV, dtype), pid * BN, QKV, H, 0, H, BN, H, BN, H,
                          PRELOAD & 1)
-    # With TABLE_AHEAD each tensor's address is read from the table a stage before the stage that needs it, so that a
-    # read ahead between a barrier's arrival and its wait (PRELOAD), or a norm after a wait, does not wait first for
-    # its address to come back from L2 (the table's loads are issued after an acquire, which no load may pass).
-    n_input = _layer_tensor(table_ptr, 0, N_INPUT, dtype)
-    w_qkv = _layer_tensor(table_ptr, 0, W_QKV, dtype)
     for layer in range(LAYERS):
         # 1. residual and norm, qkv_proj
-        if TABLE_AHEAD:  # attention's tensors and o_proj's weight, for the stages after this one
-            cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
-            q_norm = _layer_tensor(table_ptr, layer, N_Q, dtype)
-            k_norm = _layer_tensor(table_ptr, layer, N_K, dtype)
-            w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
-        else:
-            n_input = _layer_tensor(table_ptr, layer, N_INPUT, dtype)
-            w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
         if layer > 0:
             h = _ordered_sum(h, pd_ptr, SPLIT_D, ROWS, BR, H, dtype)
-        x = _rms_norm(h, n_input, eps, H, dtype)
+        x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_INPUT, dtype), eps, H, dtype)
+        w_qkv = _layer_tensor(table_ptr, layer, W_QKV, dtype)
         for u in range(pid, U_QKV, G):
             w = _unit_tile(w_next, u, pid, w_qkv, u * BN, QKV, H, 0, H, BN, H, BN, H, PRELOAD & 1)
             for b in tl.static_range(ROWS):
@@ -518,10 +505,7 @@ def _persistent_decode_kernel(
                 _qkv_rows_done(qkv_heads_ptr, u * BN, tl.minimum(u * BN + BN, QKV), NH, NKV, GROUP, D)
         sync = _stage_end(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS, not HEAD_WAITS)
         # 2. attention, each (row, kv head, slice)
-        if not TABLE_AHEAD:
-            cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
-            q_norm = _layer_tensor(table_ptr, layer, N_Q, dtype)
-            k_norm = _layer_tensor(table_ptr, layer, N_K, dtype)
+        cache = _layer_tensor(table_ptr, layer, KV_CACHE, dtype)
         for u in range(pid, U_ATTN, G):
             if ROWS == 1:  # the one row's step inputs, read once at the start (read here, ptxas spilled 160 bytes)
                 b = 0
@@ -541,7 +525,8 @@ def _persistent_decode_kernel(
                 _wait(qkv_heads_ptr + kvh, err_ptr, (layer + 1) * (GROUP + 2) * D, max_spins, True)
             _attend_slice(qkv_ptr + b * QKV, q_ptr + b * NH * D, cache, v_offset, block_row_ptr + b * table_stride, kvh,
                           split, lo, hi, position, slot,
-                          cos_ptr, sin_ptr, q_norm, k_norm, part_ptr + b * NH * SPLITS * D,
+                          cos_ptr, sin_ptr, _layer_tensor(table_ptr, layer, N_Q, dtype),
+                          _layer_tensor(table_ptr, layer, N_K, dtype), part_ptr + b * NH * SPLITS * D,
                           lse_ptr + b * NH * SPLITS, scale, eps, NH, NKV, HALF, GROUP,
                           BLOCK_G, SPLITS, BLOCK_N, PAGE, QK_NORM, DOT_PRECISION, WIDE, ATTENTION_STAGES, Q_REGS,
                           dtype)
@@ -549,16 +534,12 @@ def _persistent_decode_kernel(
                 tl.debug_barrier()
                 tl.atomic_add(attn_heads_ptr + kvh, 1, sem="release", scope="gpu")
         _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED, not HEAD_WAITS)
-        if not TABLE_AHEAD:
-            w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
+        w_o = _layer_tensor(table_ptr, layer, W_O, dtype)
         o_row, o_col = (pid % COL_BLOCKS) * BN, (pid // COL_BLOCKS) * HPS * D  # the program's first unit
         o_pre = _read_ahead(w_o, o_row, H, NH * D, o_col, NH * D, BN, HPS * D, BN, HPS * D, PRELOAD & 2)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS,
                              not HEAD_WAITS)
         # 3. the slices combined, o_proj (column block, slice of the heads)
-        if TABLE_AHEAD:  # gate_up_proj's weight and the norm before it
-            w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-            n_post = _layer_tensor(table_ptr, layer, N_POST, dtype)
         for u in range(pid, U_O, G):
             s = u // COL_BLOCKS
             if HEAD_WAITS:  # every attention unit of the slice's kv heads, every row's
@@ -577,17 +558,13 @@ def _persistent_decode_kernel(
                 y, rows = _tile_times(w, (u % COL_BLOCKS) * BN, attn, BN)
                 tl.store(po_ptr + (s * ROWS + b) * H + rows, y)
         _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
-        if not TABLE_AHEAD:
-            w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
-            n_post = _layer_tensor(table_ptr, layer, N_POST, dtype)
+        w_gu = _layer_tensor(table_ptr, layer, W_GATE_UP, dtype)
         gate_pre = _read_ahead(w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
         up_pre = _read_ahead(w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 16)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
         # 4. residual and norm, gate_up_proj, SiLU-and-mul
         h = _ordered_sum(h, po_ptr, SPLIT_O, ROWS, BR, H, dtype)
-        x = _rms_norm(h, n_post, eps, H, dtype)
-        if TABLE_AHEAD:  # down_proj's weight
-            w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
+        x = _rms_norm(h, _layer_tensor(table_ptr, layer, N_POST, dtype), eps, H, dtype)
         if MLP_AHEAD:  # the program's first unit's tiles; each later unit's are asked for a unit ahead, below
             wg = _unit_tile(gate_pre, pid, pid, w_gu, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H, PRELOAD & 4)
             wu = _unit_tile(up_pre, pid, pid, w_gu + I * H, pid * GU_ROWS, I, H, 0, H, GU_TILE, H, GU_ROWS, H,
@@ -614,15 +591,11 @@ def _persistent_decode_kernel(
             if MLP_AHEAD:
                 wg, wu = wg_next, wu_next
         _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
-        if not TABLE_AHEAD:
-            w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
+        w_down = _layer_tensor(table_ptr, layer, W_DOWN, dtype)
         d_row, d_col = (pid % D_BLOCKS) * D_ROWS, (pid // D_BLOCKS) * KS_D  # the program's first unit
         down_pre = _read_ahead(w_down, d_row, H, I, d_col, I, D_TILE, KS_TILE, D_ROWS, KS_D, PRELOAD & 8)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
         # 5. down_proj (column block, slice of K)
-        if TABLE_AHEAD:  # the next layer's qkv_proj weight and the norm before it (the last layer's again after the last)
-            n_input = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), N_INPUT, dtype)
-            w_qkv = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         for u in range(pid, U_DOWN, G):
             s = u // D_BLOCKS
             k = tl.arange(0, KS_TILE)
@@ -640,9 +613,7 @@ def _persistent_decode_kernel(
                 tl.store(pd_ptr + (s * ROWS + b) * H + rows, y, mask=(rows < H) & (tl.arange(0, D_TILE) < D_ROWS))
         _arrive(counter_ptr, times_ptr, sync + 1, pid, G, TIMED)
         # the next layer's qkv tile (none after the last layer: every row masked)
-        following = w_qkv
-        if not TABLE_AHEAD:
-            following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
+        following = _layer_tensor(table_ptr, tl.minimum(layer + 1, LAYERS - 1), W_QKV, dtype)
         more = tl.where(layer + 1 < LAYERS, QKV, 0)
         w_next = _read_ahead(following, pid * BN, more, H, 0, H, BN, H, BN, H, PRELOAD & 1)
         sync = _stage_waited(counter_ptr, err_ptr, times_ptr, sync, pid, G, max_spins, TIMED, HEAD_WAITS)
@@ -690,9 +661,8 @@ class PersistentDecode:
     ``down_rows_per_unit``, ``down_slice``, ``splits``, ``preload``, ``kv_ahead`` (tiles of its slice of the cache an
     attention unit asks into L2 before it makes its query ready; GPU only: the default is 0 on CPU) and
     ``q_in_registers`` (its query's rotated halves joined in registers, not through global memory), ``mlp_ahead``
-    (gate_up_proj's next unit's tiles asked for before the current one's are summed), ``head_waits`` (attention's
-    and o_proj's units wait for their own kv heads' inputs instead of a grid barrier) and ``table_ahead`` (each
-    tensor's address read from the table a stage before the stage that needs it) left unset take
+    (gate_up_proj's next unit's tiles asked for before the current one's are summed) and ``head_waits`` (attention's
+    and o_proj's units wait for their own kv heads' inputs instead of a grid barrier) left unset take
     ``PERSISTENT_CONFIG``'s; a size or a count of 0 is the launch's own choice, as there."""
 
     max_context = MAX_CONTEXT
@@ -704,7 +674,7 @@ class PersistentDecode:
                  heads_per_slice: int | None = None, down_rows_per_unit: int | None = None,
                  down_slice: int | None = None, preload: int | None = None,
                  kv_ahead: int | None = None, q_in_registers: bool | None = None, mlp_ahead: bool | None = None,
-                 head_waits: bool | None = None, table_ahead: bool | None = None, rows: int = 1) -> None:
+                 head_waits: bool | None = None, rows: int = 1) -> None:
         reason = self.unsupported(model, kv_caches)
         if reason:
             raise ValueError(f"persistent decode: {reason}")
@@ -713,8 +683,7 @@ class PersistentDecode:
         self.rows = rows
         given = dict(block_n=block_n, attention_stages=attention_stages, mlp_rows_per_unit=mlp_rows_per_unit,
                      down_rows_per_unit=down_rows_per_unit, down_slice=down_slice, splits=splits, preload=preload,
-                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead, head_waits=head_waits,
-                     table_ahead=table_ahead)
+                     kv_ahead=kv_ahead, q_in_registers=q_in_registers, mlp_ahead=mlp_ahead, head_waits=head_waits)
         # A setting left unset takes PERSISTENT_CONFIG's; 0 is the launch's own choice there and here alike.
         settings = {key: PERSISTENT_CONFIG[key] if value is None else value for key, value in given.items()}
         on_gpu = kv_caches[0].device.type == "cuda"
@@ -794,7 +763,6 @@ class PersistentDecode:
             WIDE=any(wide_offsets(cache[0]) for cache in kv_caches), ATTENTION_STAGES=settings["attention_stages"] or None,
             PRELOAD=settings["preload"], KV_AHEAD=settings["kv_ahead"], Q_REGS=bool(settings["q_in_registers"]),
             MLP_AHEAD=bool(settings["mlp_ahead"]), HEAD_WAITS=bool(settings["head_waits"]),
-            TABLE_AHEAD=bool(settings["table_ahead"]),
             TIMED=self.timed, dtype={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[self.dtype],
         )
         if device.type != "cuda":
