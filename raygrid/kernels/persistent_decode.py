@@ -15,9 +15,12 @@ rows of qkv_proj, and an o_proj unit only for the attention units of the kv head
 4. the residual add and RMSNorm, then gate_up_proj with SiLU-and-mul (units of ``GU_ROWS`` rows of each);
 5. down_proj (units of ``D_ROWS`` rows over a slice of ``KS_D`` of K).
 
-Weights are the one input a stage does not wait for: a program reads its first qkv_proj and o_proj tile into
-registers between the barrier's arrival and its wait (``PRELOAD_*``), so the tile is on its way while the last
-programs arrive (on an H100 a pass 1.4% shorter at 32k, 5% at 512; gate_up's and down_proj's tiles would spill).
+Weights are the one input a stage does not wait for: a program reads its first tile of each product into registers
+between the barrier's arrival and its wait (``PRELOAD_*``; every product's by default), so the tile is on its way
+while the last programs arrive. At Qwen3-0.6B's shape the first tiles of qkv_proj, o_proj and down_proj are the
+whole weight, so the barrier after down_proj, during which the next layer's qkv_proj (8.4 MB) is read, is the layer's
+longest: on an H100 2.8 us from the last arrival, the weight's time at the copy rate; reading the tiles' addresses a
+stage earlier changed nothing (benchmarks/README.md, forty-first session).
 
 With several rows (``rows``, up to ``MAX_ROWS``; the engine takes 1 to ``PERSISTENT_CONFIG["max_rows"]``) each
 weight tile a program reads is multiplied with every row in turn, so the weights are read once a pass however many
