@@ -92,7 +92,8 @@ def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(mo
     their steps) and the custom all-reduce (its kernels in Triton's interpreter), TP=2 through plain actor
     calls with and without async scheduling, and PP=2 through the compiled graph: each gives what one process
     gives. (Requests finish together here, which once left the ranks' batches in different row orders: each
-    worker iterated the finished ids as a set, in its own process's hash order.)"""
+    worker iterated the finished ids as a set, in its own process's hash order.) The replica's driver starts
+    without loading torch, seconds sooner (the tokenizer that the grammar request needs brings it later)."""
     path = model_dirs["qwen3"]
     prompts, params, expected = every_parameter_in_one_process(path, tokenizer)
     modes = {
@@ -104,6 +105,7 @@ def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(mo
     for name, mode in modes.items():
         llm = LLM(model=path, device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=64, **mode)
         try:
+            driver_libraries = loaded_libraries(driver_pid(llm))
             outputs = llm.generate(prompts, params, use_tqdm=False)
             in_flight = llm.engine.step_timing()[0]["max_batches_in_flight"]
             custom = [d["custom_all_reduce"] for d in worker_reports(llm, "device_report")[0]]
@@ -112,6 +114,7 @@ def test_every_sampling_parameter_matches_one_process_in_every_execution_mode(mo
         assert all(o.error is None for o in outputs), name
         outputs_agree(outputs, expected)
         assert in_flight == (1 if name == "tp2-actor-calls" else 2), f"{name}: {in_flight} batches in flight"
+        assert not [lib for lib in driver_libraries if "libtorch" in lib], f"{name}: the driver started with torch"
         if mode.get("custom_all_reduce"):
             assert custom == [{"enabled": True, "reason": ""}] * 2, custom
 
@@ -170,6 +173,16 @@ def test_pp3_under_preemption_matches_single_process(model_dirs, tokenizer):
 def test_cluster_too_small_is_a_clear_error(model_dirs):
     with pytest.raises(ValueError, match=r"need 32 CPU; the cluster has 1 node\(s\) with 16 CPU"):
         LLM(model=model_dirs["qwen3"], device="cpu", tensor_parallel_size=32, max_model_len=256)
+
+
+def driver_pid(llm, replica: int = 0) -> int:
+    return ray.get(llm.engine.replicas[replica].driver.pid.remote())
+
+
+def loaded_libraries(pid: int) -> set[str]:
+    """The shared objects mapped into a live process (Linux)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
 
 
 def worker_pid(llm, replica: int, rank: int) -> int:

@@ -9,14 +9,15 @@ from raygrid.engine.sampling_params import SamplingParams
 from raygrid.engine.scheduler import Scheduler
 
 
-def make_scheduler(num_blocks=64, block_size=4, budget=16, max_seqs=8, policy="fcfs", chunked=True, max_len=64, long_prefill=0):
+def make_scheduler(num_blocks=64, block_size=4, budget=16, max_seqs=8, policy="fcfs", chunked=True, max_len=64, long_prefill=0,
+                   grammars=None):
     config = EngineConfig(
         model=ModelConfig(model="unused", max_model_len=max_len),
         cache=CacheConfig(block_size=block_size, num_kv_blocks=num_blocks),
         scheduler=SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, enable_chunked_prefill=chunked, policy=policy,
                                   long_prefill_token_threshold=long_prefill),
     )
-    return Scheduler(config, num_blocks)
+    return Scheduler(config, num_blocks, grammars=grammars)
 
 
 def make_request(req_id, num_prompt, max_tokens=4, priority=0, arrival=None):

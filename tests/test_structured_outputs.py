@@ -415,3 +415,49 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
         assert called.tool_calls and called.tool_calls[0]["name"] == "get_weather" and set(called.tool_calls[0]["args"]) == {"city", "unit"}
     finally:
         stop_server(proc)
+
+
+def test_a_pickled_compiler_needs_no_transformers_and_an_idle_step_waits_for_grammars(qwen3_dir):
+    """A Ray driver gets the front end's compiler pickled, with its tokenizer's JSON: in a fresh process it builds
+    the same llguidance tokenizer and compiles without importing transformers or torch. And a scheduler with only
+    grammars compiling blocks on them (``wait_for_grammars``) rather than letting the step loop spin: a spinning
+    loop held the GIL that the compile thread needed, and a first grammar under Ray took 20 s instead of 3."""
+    import pickle
+
+    from transformers import AutoTokenizer
+
+    from raygrid.engine.request import Request
+    from raygrid.engine.structured_output import GrammarCompiler
+    from tests.test_scheduler import make_request, make_scheduler
+
+    compiler = GrammarCompiler(qwen3_dir, 1024, [2], hf_tokenizer=AutoTokenizer.from_pretrained(qwen3_dir))
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import pickle, sys\n"
+             "from raygrid.engine.sampling_params import StructuredOutputsParams as S\n"
+             "compiler = pickle.loads(sys.stdin.buffer.read())\n"
+             "matcher = compiler.submit(S(regex='[a-z]{2,5}-[0-9]{2}')).result(timeout=60)\n"
+             "print(matcher.is_error(), compiler.tokenizer.vocab_size, 'transformers' in sys.modules, 'torch' in sys.modules)"],
+            input=pickle.dumps(compiler), capture_output=True, timeout=120)
+        assert probe.stdout.decode().split() == ["False", "1024", "False", "False"], probe.stderr.decode()[-2000:]
+        assert pickle.loads(pickle.dumps(compiler)).tokenizer_json() == compiler.tokenizer_json()
+
+        fresh = GrammarCompiler(qwen3_dir, 1024, [2])  # its tokenizer loads at the first compile: a good while
+        try:
+            def structured(req_id):
+                return Request(req_id, [5, 6, 7], SamplingParams(max_tokens=4, structured_outputs=Structured(choice=["a", "b"])),
+                               4, frozenset({2}))
+
+            busy = make_scheduler(grammars=fresh)
+            busy.add_request(make_request("plain", 3))
+            busy.add_request(structured("s1"))
+            busy.wait_for_grammars(timeout_s=60)  # a request is waiting to run: no wait
+            assert not busy.requests["s1"].grammar_future.done()
+            idle = make_scheduler(grammars=fresh)
+            idle.add_request(structured("s2"))
+            idle.wait_for_grammars(timeout_s=60)
+            assert idle.requests["s2"].grammar_future.done()
+        finally:
+            fresh.shutdown()
+    finally:
+        compiler.shutdown()

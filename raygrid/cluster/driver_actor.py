@@ -12,6 +12,7 @@ the engine core runs on the loop thread, between steps; the actor's call threads
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from concurrent.futures import Future
@@ -25,6 +26,7 @@ from raygrid.engine.dp_engine import make_engine_core
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
+from raygrid.engine.structured_output import GrammarCompiler
 from raygrid.placement.placement import WorkerSlot
 
 logger = logging.getLogger(__name__)
@@ -34,10 +36,13 @@ _IDLE_WAIT_S = 0.5  # how long the idle loop sleeps on its inbox before looking 
 
 @ray.remote(num_cpus=0, max_concurrency=4)  # threaded: exchanges and queries are answered while the loop steps
 class DriverActor:
-    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int, slots: list[WorkerSlot]) -> None:
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], replica: int, slots: list[WorkerSlot],
+                 grammars: GrammarCompiler | None = None) -> None:
+        """``grammars``: the front end's compiler, pickled with its tokenizer (without one, the driver loads the
+        tokenizer through transformers at the first grammar)."""
         self.executor = RayExecutor(config, eos_token_ids, slots, replica)
         try:
-            self.core = make_engine_core(config, eos_token_ids, self.executor)
+            self.core = make_engine_core(config, eos_token_ids, self.executor, grammars)
         except BaseException:
             self.executor.shutdown()
             raise
@@ -136,6 +141,9 @@ class DriverActor:
 
     def worker_names(self) -> list[str]:
         return self.executor.worker_names()
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def transport(self) -> str:
         """How steps reach the workers: "compiled graph" or "actor calls"."""

@@ -35,6 +35,7 @@ from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.request_router import LeastLoadedRouter
 from raygrid.engine.scheduler import SchedulerStats
+from raygrid.engine.structured_output import GrammarCompiler
 from raygrid.placement.placement import (WorkerSlot, check_cluster_fits, ensure_ray, place_replica, release, reserve_replica,
                                          uses_gpu)
 
@@ -68,10 +69,11 @@ class _Replica:
     def serving(self) -> bool:
         return self.state == "serving"
 
-    def start(self, config: EngineConfig, eos_token_ids: frozenset[int], slots: list[WorkerSlot]) -> ray.ObjectRef:
+    def start(self, config: EngineConfig, eos_token_ids: frozenset[int], slots: list[WorkerSlot],
+              grammars: ray.ObjectRef | None) -> ray.ObjectRef:
         """Start a driver (and so its workers) in ``slots``; returns what answers once it has loaded."""
         self.slots, self.state = slots, "starting"
-        self.driver = DriverActor.remote(config, eos_token_ids, self.index, slots)
+        self.driver = DriverActor.remote(config, eos_token_ids, self.index, slots, grammars)
         return self.driver.stats.remote()
 
     def release(self) -> None:
@@ -89,7 +91,8 @@ class _Replica:
         self.slots = []
 
 
-def _rebuild(replica: _Replica, config: EngineConfig, eos_token_ids: frozenset[int], stop: threading.Event) -> None:
+def _rebuild(replica: _Replica, config: EngineConfig, eos_token_ids: frozenset[int], grammars: ray.ObjectRef | None,
+             stop: threading.Event) -> None:
     """A rebuild thread: new placement groups and a new driver for a failed replica, tried again at growing
     intervals until one starts (or the client shuts down). Holds no reference to the client."""
     parallel, began = config.parallel, time.monotonic()
@@ -98,7 +101,7 @@ def _rebuild(replica: _Replica, config: EngineConfig, eos_token_ids: frozenset[i
             if stop.is_set():
                 return
             slots = reserve_replica(parallel.replica_grid(), uses_gpu(config.device), parallel.ray_worker_cpus)
-            ready = replica.start(config, eos_token_ids, slots)
+            ready = replica.start(config, eos_token_ids, slots, grammars)
         while not stop.is_set() and not ray.wait([ready], timeout=0.5)[0]:
             pass
         with replica.lock:
@@ -140,7 +143,9 @@ class _Waiting:
 
 
 class RayEngineClient:
-    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int]) -> None:
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], grammars: GrammarCompiler | None = None) -> None:
+        """``grammars``: the front end's compiler; each driver gets a copy with its tokenizer, so that it needs
+        neither transformers nor torch (it starts seconds sooner)."""
         ensure_ray(config.parallel.ray_address)
         self.config, self.eos_token_ids = config, eos_token_ids
         parallel = config.parallel
@@ -154,8 +159,10 @@ class RayEngineClient:
         self._stop = threading.Event()  # ends the rebuild threads
         # Releases everything however this client ends: shutdown(), garbage collection, interpreter exit.
         self._finalizer = weakref.finalize(self, _release_all, self.replicas, self._stop)
+        # One copy in the object store for every driver, rebuilt ones included.
+        self._grammars = ray.put(grammars) if grammars is not None else None
         try:
-            ready = [r.start(config, eos_token_ids, place_replica(grid, use_gpu, parallel.ray_worker_cpus))
+            ready = [r.start(config, eos_token_ids, place_replica(grid, use_gpu, parallel.ray_worker_cpus), self._grammars)
                      for r in self.replicas]
             for replica, stats in zip(self.replicas, ray.get(ready)):
                 replica.state, replica.stats = "serving", stats
@@ -249,7 +256,7 @@ class RayEngineClient:
         replica.stats = SchedulerStats()  # its successor counts from zero
         replica.release()
         replica.state = "starting"
-        replica.rebuild = threading.Thread(target=_rebuild, args=(replica, self.config, self.eos_token_ids, self._stop),
+        replica.rebuild = threading.Thread(target=_rebuild, args=(replica, self.config, self.eos_token_ids, self._grammars, self._stop),
                                            name=f"raygrid-rebuild-replica{replica.index}", daemon=True)
         replica.rebuild.start()
         deadline = time.monotonic() + self.migration_timeout_s

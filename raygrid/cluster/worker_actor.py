@@ -4,6 +4,9 @@ A GPU worker sees every GPU of its node (the executor starts it with Ray's
 RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES) and uses the one Ray assigned to it. Were it to see its own
 GPU only, NCCL could not open its peers' memory, and the all-reduces of a tensor-parallel group would go
 through host memory instead of NVLink.
+
+torch is imported by the methods, which run in the worker's process, and not by the module: the driver imports this
+module to start its workers and needs no torch itself (about 2 s of a Ray engine's start on two cores).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import os
 import socket
 
 import ray
-import torch
 
 from raygrid.config import EngineConfig
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
@@ -26,6 +28,8 @@ class WorkerActor:
         self.rank = rank
         self.worker = None
         self.device_index: int | None = None
+        import torch
+
         if config.device == "cpu" or not torch.cuda.is_available():
             # Many workers may share a few cores: one thread each avoids oversubscription.
             torch.set_num_threads(1)
@@ -39,6 +43,8 @@ class WorkerActor:
 
     def init_worker(self, init_method: str) -> None:
         """Join the replica's world and load this rank's shard of the model (all ranks at once)."""
+        import torch
+
         from raygrid.engine.worker import Worker
 
         device = None
@@ -65,6 +71,8 @@ class WorkerActor:
         return self.worker.execute_model_pipelined(scheduler_output)
 
     def _on_device(self) -> None:
+        import torch
+
         # A compiled graph calls the step methods on a thread of its own, whose current device starts at cuda:0.
         if self.device_index is not None and torch.cuda.current_device() != self.device_index:
             torch.cuda.set_device(self.device_index)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import weakref
 from collections import deque
 from concurrent.futures import Future
+from pathlib import Path
 
 from raygrid.config import EngineConfig
 from raygrid.engine.executor import Executor, InProcessExecutor, ReplicaLostError
@@ -15,9 +17,23 @@ from raygrid.engine.outputs import EngineCoreOutput, SchedulerOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import Scheduler, SchedulerStats
 from raygrid.engine.structured_output import GrammarCompiler
-from raygrid.models.loader import load_hf_config
 
 logger = logging.getLogger(__name__)
+
+# How long a step with nothing to run but requests whose grammars are compiling waits for the first of them; the
+# loop's caller gets control back after it (new requests, aborts) either way.
+GRAMMAR_WAIT_S = 0.01
+
+
+def checkpoint_vocab_size(model_dir: str) -> int:
+    """The checkpoint's vocabulary size, read from its config.json. transformers' AutoConfig gives the same field,
+    but importing it (and torch with it) would add about 2 s to a Ray driver's start, which needs neither."""
+    fields = json.loads((Path(model_dir) / "config.json").read_text())
+    if isinstance(fields.get("vocab_size"), int):
+        return fields["vocab_size"]
+    from raygrid.models.loader import load_hf_config  # a config that leaves it to the architecture's default
+
+    return load_hf_config(model_dir).vocab_size
 
 
 def initialize_kv_cache(executor: Executor, config: EngineConfig) -> int:
@@ -42,8 +58,9 @@ def initialize_kv_cache(executor: Executor, config: EngineConfig) -> int:
 class EngineCore:
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor | None = None,
                  grammars: GrammarCompiler | None = None, num_blocks: int | None = None) -> None:
-        """``grammars``: the input processor's compiler when it lives in this process (one tokenizer to build, and
-        each grammar compiled once: the processor's check leaves it in the cache). ``num_blocks``: the KV pool the
+        """``grammars``: the input processor's compiler, when it lives in this process (one tokenizer to build, and
+        each grammar compiled once: the processor's check leaves it in the cache) or was pickled from it (a Ray
+        driver: llguidance's tokenizer without transformers). ``num_blocks``: the KV pool the
         workers already hold (several engine cores sharing one world's workers); by default it is sized and made here."""
         self.config = config
         self.executor = executor or InProcessExecutor(config, eos_token_ids)
@@ -52,7 +69,7 @@ class EngineCore:
         # Pipeline stages split the requests over their batches; async scheduling (one device) does not.
         split = 1 if config.scheduler.async_scheduling else self.executor.max_concurrent_batches
         self.grammars = grammars or GrammarCompiler(config.model.tokenizer or config.model.model,
-                                                    load_hf_config(config.model.model).vocab_size, eos_token_ids)
+                                                    checkpoint_vocab_size(config.model.model), eos_token_ids)
         self.scheduler = Scheduler(config, num_blocks, num_batches_in_flight=split, grammars=self.grammars,
                                    grammar_waits_for_token=not self.executor.defers_grammar_sampling,
                                    pin_grammar_masks=self.executor.copies_from_host_memory)
@@ -127,6 +144,7 @@ class EngineCore:
                 if len(self._in_flight) < self.executor.max_concurrent_batches and not scheduler_output.is_empty:
                     return []
         if not self._in_flight:
+            self.scheduler.wait_for_grammars(GRAMMAR_WAIT_S)
             return []
         scheduler_output, future = self._in_flight.popleft()
         runner_output = future.result()

@@ -29,6 +29,7 @@ from raygrid.engine.outputs import EngineCoreOutput, ModelRunnerOutput, Schedule
 from raygrid.engine.request import Request
 from raygrid.engine.request_router import LeastLoadedRouter
 from raygrid.engine.scheduler import SchedulerStats
+from raygrid.engine.structured_output import GrammarCompiler
 
 logger = logging.getLogger(__name__)
 
@@ -181,13 +182,14 @@ class DataParallelEngine:
     """An EngineCore per DP rank over one world executor, each stepping on its own thread; the engine-core
     interface the driver uses (add_request, abort_requests, step, stats...) over all of them."""
 
-    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor) -> None:
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor,
+                 grammars: GrammarCompiler | None = None) -> None:
         self.executor = executor
         dp = config.parallel.data_parallel_size
         num_blocks = initialize_kv_cache(executor, config)  # once for the world: its passes are collectives
         self.lineup = StepLineup(executor, dp, pipelined=bool(config.scheduler.async_scheduling))
-        self.cores = [EngineCore(config, eos_token_ids, executor=_RankExecutor(self.lineup, d, executor), num_blocks=num_blocks)
-                      for d in range(dp)]
+        self.cores = [EngineCore(config, eos_token_ids, executor=_RankExecutor(self.lineup, d, executor), grammars=grammars,
+                                 num_blocks=num_blocks) for d in range(dp)]
         self._inboxes: list[queue.SimpleQueue[Callable[[], None]]] = [queue.SimpleQueue() for _ in range(dp)]
         self._router = LeastLoadedRouter()  # unfinished request -> its DP rank
         self._outputs: list[EngineCoreOutput] = []
@@ -300,8 +302,9 @@ class DataParallelEngine:
         self.executor.shutdown()
 
 
-def make_engine_core(config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor):
+def make_engine_core(config: EngineConfig, eos_token_ids: frozenset[int], executor: Executor,
+                     grammars: GrammarCompiler | None = None):
     """The engine over a replica's workers: one EngineCore, or under expert parallelism with several DP ranks
-    (one world) a DataParallelEngine of an engine core each."""
+    (one world) a DataParallelEngine of an engine core each. ``grammars``: the front end's compiler, pickled."""
     several = config.parallel.replica_grid().dp > 1
-    return (DataParallelEngine if several else EngineCore)(config, eos_token_ids, executor=executor)
+    return (DataParallelEngine if several else EngineCore)(config, eos_token_ids, executor=executor, grammars=grammars)

@@ -11,11 +11,8 @@ from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from typing import Any
 
-import torch
-
 from raygrid.config import EngineConfig
 from raygrid.engine.outputs import ModelRunnerOutput, SchedulerOutput
-from raygrid.engine.worker import Worker
 
 
 class ReplicaLostError(RuntimeError):
@@ -68,6 +65,8 @@ class InProcessExecutor(Executor):
     """One worker in this process: one GPU, or the CPU."""
 
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int]) -> None:
+        from raygrid.engine.worker import Worker  # here, not above: a Ray driver imports this module, not the model
+
         self.worker = Worker(config, eos_token_ids)
         self.async_scheduling = config.scheduler.async_scheduling
 
@@ -97,5 +96,7 @@ class InProcessExecutor(Executor):
         """Drop the model and KV cache now, so another engine in this process can have the device."""
         self.worker = None
         gc.collect()
+        import torch
+
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -45,7 +45,7 @@ def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_
     if config.parallel.distributed_executor_backend == "ray":
         from raygrid.cluster.ray_engine import RayEngineClient
 
-        return RayEngineClient(config, eos_token_ids)
+        return RayEngineClient(config, eos_token_ids, grammars)
     if separate_process:
         from raygrid.engine.core_proc import EngineProcClient
 
@@ -110,7 +110,8 @@ class InputProcessor:
     @cached_property
     def grammars(self) -> GrammarCompiler:
         """Structured outputs' compiler, made on first use (its tokenizer takes a moment to build)."""
-        return GrammarCompiler(self.config.model.tokenizer or self.config.model.model, self.vocab_size, self.eos_token_ids)
+        return GrammarCompiler(self.config.model.tokenizer or self.config.model.model, self.vocab_size, self.eos_token_ids,
+                               hf_tokenizer=self.tokenizer)
 
     def _eos_token_ids(self, model_path: str) -> frozenset[int]:
         """The tokenizer's EOS plus generation_config.json's (Llama 3 lists several)."""

@@ -13,7 +13,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from functools import partial
 
@@ -191,6 +191,13 @@ class Scheduler:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running) or len(self.waiting) > 0 or bool(self.compiling) or bool(self._failed)
+
+    def wait_for_grammars(self, timeout_s: float) -> None:
+        """Block up to ``timeout_s`` for the first grammar to compile when nothing else is left to run. A loop
+        that stepped meanwhile would only spin, and on the GIL it shares with the compile thread it slowed that
+        compile (and a first grammar's tokenizer load) several times over."""
+        if self.compiling and not self.running and not self.waiting and not self._failed:
+            wait([r.grammar_future for r in self.compiling], timeout=timeout_s, return_when=FIRST_COMPLETED)
 
     def _admit_compiled(self) -> None:
         """Requests whose grammar has compiled join the waiting queue; those whose grammar failed finish

@@ -23,6 +23,7 @@ The flow, per request:
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -34,7 +35,6 @@ from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as Futur
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from raygrid.engine.sampling_params import StructuredOutputsParams
 
@@ -149,31 +149,64 @@ def closed_objects(schema):
 class GrammarCompiler:
     """Compiles structured-outputs specs into llguidance matchers for one tokenizer, on a small thread pool.
     A spec is checked once (a cache by spec keeps its grammar); each request's matcher is built from it.
-    Thread-safe."""
+    Thread-safe.
+
+    llguidance builds its tokenizer from the Rust tokenizer's JSON as transformers loads it (with the tokens that
+    tokenizer_config.json adds). A compiler pickles with that JSON, so a process that receives one (a Ray replica's
+    driver) builds the same tokenizer without importing transformers and torch: 0.1 s against about 3 s on CI's
+    machine, which on the GIL of a step loop that spun meanwhile took several times as long."""
 
     def __init__(self, tokenizer_path: str, vocab_size: int, eos_token_ids: frozenset[int] | list[int],
-                 max_workers: int = 2, cache_size: int = 256) -> None:
+                 max_workers: int = 2, cache_size: int = 256, hf_tokenizer=None, tokenizer_json: str | None = None) -> None:
+        """``hf_tokenizer``: the caller's transformers tokenizer of ``tokenizer_path``, if it has one loaded;
+        ``tokenizer_json``: its Rust tokenizer's JSON (what a pickled compiler carries)."""
         self.tokenizer_path = tokenizer_path
         self.vocab_size = vocab_size
         self.eos_token_ids = sorted(eos_token_ids)
+        self._max_workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="raygrid-grammar")
         self._cache: OrderedDict[tuple[str, str], Future] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()  # the cache
         self._tokenizer_lock = threading.Lock()  # held while the tokenizer builds (about a second), not by submit()
         self._tokenizer = None
+        self._hf_tokenizer = hf_tokenizer
+        self._tokenizer_json = tokenizer_json
+
+    def __reduce__(self):
+        return GrammarCompiler, (self.tokenizer_path, self.vocab_size, self.eos_token_ids, self._max_workers,
+                                 self._cache_size, None, self.tokenizer_json())
+
+    def tokenizer_json(self) -> str:
+        """The Rust tokenizer's JSON as transformers loads it, padding and truncation off (as llguidance's
+        ``hf.from_tokenizer`` takes it)."""
+        with self._tokenizer_lock:
+            if self._tokenizer_json is None:
+                hf = self._hf_tokenizer
+                if hf is None:
+                    from transformers import AutoTokenizer
+
+                    hf = AutoTokenizer.from_pretrained(self.tokenizer_path)
+                backend = getattr(hf, "backend_tokenizer", None)
+                if backend is None:
+                    raise GrammarError(f"structured_outputs: the tokenizer of {self.tokenizer_path!r} is not a fast "
+                                       "(Rust) tokenizer, which llguidance needs")
+                backend = copy.copy(backend)
+                backend.no_padding()
+                backend.no_truncation()
+                self._tokenizer_json = backend.to_str()
+            return self._tokenizer_json
 
     @property
     def tokenizer(self):
         """llguidance's view of the tokenizer, padded to the model's vocabulary (built once, on first use)."""
+        tokenizer_json = self.tokenizer_json()
         with self._tokenizer_lock:
             if self._tokenizer is None:
-                import llguidance.hf
-                from transformers import AutoTokenizer
+                import llguidance
 
-                hf = AutoTokenizer.from_pretrained(self.tokenizer_path)
-                self._tokenizer = llguidance.hf.from_tokenizer(hf, n_vocab=self.vocab_size,
-                                                               eos_token=self.eos_token_ids or None)
+                self._tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=self.vocab_size,
+                                                         eos_token=self.eos_token_ids or None)
             return self._tokenizer
 
     def submit(self, params: StructuredOutputsParams) -> Future:
@@ -280,7 +313,14 @@ class GrammarThread:
         self.words = (vocab_size + 31) // 32
         self._executor = llguidance.LLExecutor(num_threads=GRAMMAR_THREADS)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygrid-grammar-step")
-        self._buffers = [torch.empty((max_rows, self.words), dtype=torch.int32, pin_memory=pinned) for _ in range(self.RING)]
+        if pinned:
+            import torch  # only here: a Ray driver, whose masks are pickled, has no need of torch
+
+            # Each array keeps its tensor, and so the page-locked memory, alive.
+            self._buffers = [torch.empty((max_rows, self.words), dtype=torch.int32, pin_memory=True).numpy()
+                             for _ in range(self.RING)]
+        else:
+            self._buffers = [np.empty((max_rows, self.words), dtype=np.int32) for _ in range(self.RING)]
         self._turn = 0
         self._switch_interval = None
         if GRAMMAR_SWITCH_INTERVAL_S > 0:  # released by shutdown, or when this object is collected
@@ -297,7 +337,7 @@ class GrammarThread:
         before: bit t % 32 of word t // 32 of row i is set when matcher i allows token t."""
         if len(matchers) > self._buffers[0].shape[0]:
             raise ValueError(f"{len(matchers)} grammar rows in a step; the bitmask buffers hold {self._buffers[0].shape[0]}")
-        bitmask = self._buffers[self._turn][: len(matchers)].numpy()
+        bitmask = self._buffers[self._turn][: len(matchers)]
         self._turn = (self._turn + 1) % self.RING
         return self._thread.submit(self._fill, matchers, bitmask)
 

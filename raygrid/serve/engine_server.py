@@ -57,7 +57,8 @@ class StreamBatch:
 
 def _build_engine(llm_config: LLMConfig) -> EngineClient:
     config = llm_config.engine_args().create_engine_config()
-    eos_token_ids = InputProcessor(config).eos_token_ids
+    processor = InputProcessor(config)
+    eos_token_ids = processor.eos_token_ids
     if not llm_config.uses_workers():
         from raygrid.engine.core_proc import EngineProcClient
 
@@ -71,7 +72,7 @@ def _build_engine(llm_config: LLMConfig) -> EngineClient:
         raise RuntimeError("EngineServer runs its workers in the replica's placement group; deploy it through build_app")
     executor = RayExecutor(config, eos_token_ids, slots_in(pg, config.parallel.replica_grid()))
     try:
-        return make_engine_core(config, eos_token_ids, executor)
+        return make_engine_core(config, eos_token_ids, executor, processor.grammars)  # one tokenizer in this process
     except BaseException:
         executor.shutdown()
         raise
