@@ -346,6 +346,21 @@ def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).norm() / want.float().norm())
 
 
+def measured(runner, one, want: torch.Tensor, want_one: torch.Tensor) -> dict:
+    """A persistent runner over every layer (and ``one`` over one layer) against the reference, whether two runs
+    gave the same bits, and, unless a barrier timed out, its time a layer (CUDA graph replays)."""
+    from raygrid.bench.kernel_timing import chain_us
+
+    got, again = runner().clone(), runner().clone()
+    torch.cuda.synchronize()
+    entry = {"rel_error_1_layer": rel_error(one(), want_one), "rel_error": rel_error(got, want),
+             "same_bits_twice": bool(torch.equal(got, again)),
+             "barrier_timed_out": bool(runner.err.item() or one.err.item())}
+    if not entry["barrier_timed_out"]:
+        entry["us_per_layer"] = chain_us([runner], replays=50) / runner.layers
+    return entry
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-json", default=None)
@@ -398,17 +413,9 @@ def main() -> None:
             for ahead, sums in itertools.product(AHEAD, args.sums):
                 det = sums == "ordered"
                 runner = Persistent(packed, grid, ahead, num_warps, poll_load, deterministic=det)
-                got = runner().clone()
-                again = runner().clone()
-                torch.cuda.synchronize()
-                name = f"persistent_ahead_{ahead}_{tag}" + ("_ordered" if det else "")
                 one = Persistent(packed, grid, ahead, num_warps, poll_load, layers=1, deterministic=det)
-                entry = {"rel_error_1_layer": rel_error(one(), want_one), "rel_error": rel_error(got, want),
-                         "same_bits_twice": bool(torch.equal(got, again)),
-                         "barrier_timed_out": bool(runner.err.item() or one.err.item())}
-                if not entry["barrier_timed_out"]:
-                    entry["us_per_layer"] = chain_us([runner], replays=50) / LAYERS
-                results[name] = entry
+                name = f"persistent_ahead_{ahead}_{tag}" + ("_ordered" if det else "")
+                entry = results[name] = measured(runner, one, want, want_one)
                 print(name, entry, flush=True)
     results["engine_again"] = {"us_per_layer": chain_us([engine], replays=50) / LAYERS}
     print("engine again", results["engine_again"], flush=True)
