@@ -153,8 +153,8 @@ class GrammarCompiler:
 
     llguidance builds its tokenizer from the Rust tokenizer's JSON as transformers loads it (with the tokens that
     tokenizer_config.json adds). A compiler pickles with that JSON, so a process that receives one (a Ray replica's
-    driver) builds the same tokenizer without importing transformers and torch: 0.1 s against about 3 s on CI's
-    machine, which on the GIL of a step loop that spun meanwhile took several times as long."""
+    driver) builds the same tokenizer without importing transformers and torch: for the tests' tokenizer 0.1 s
+    against about 3 s on CI's machine, which on the GIL of a step loop that spun meanwhile took several times as long."""
 
     def __init__(self, tokenizer_path: str, vocab_size: int, eos_token_ids: frozenset[int] | list[int],
                  max_workers: int = 2, cache_size: int = 256, hf_tokenizer=None, tokenizer_json: str | None = None) -> None:
