@@ -21,7 +21,7 @@ The chain, its reference and its Triton kernels are imported from ``persistent_d
 run in Triton's interpreter: on a CPU the script only builds the kernel for sm_90a (``--build``), which is what CI's
 test checks.
 
-    python benchmarks/scripts/persistent_decode_chain_smem.py --output-json OUT.json     # on a Hopper GPU
+    python benchmarks/scripts/persistent_decode_chain_smem.py --output-json OUT.json [--timeline]   # on a Hopper GPU
     python benchmarks/scripts/persistent_decode_chain_smem.py --build                    # anywhere
 """
 
@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from persistent_decode_chain import (BN, EPS, INTER, LAYERS, QKV, SPLIT_D, SPLIT_O, H, Persistent, Q,  # noqa: E402
-                                     engine_chain, make_weights, measured, pack, reference)
+                                     engine_chain, make_weights, measured, pack, reference, rel_error)
 
 try:
     from triton.experimental import gluon
@@ -53,6 +53,11 @@ CHUNK = 256  # columns of a tile a bulk copy brings (a copy's box is at most 256
 UNITS = {"qkv": QKV // BN, "o": (H // BN) * SPLIT_O, "gu": INTER // BN, "d": (H // BN) * SPLIT_D}
 ROWS = {"qkv": BN, "o": BN, "gu": 2 * BN, "d": BN}  # rows of a unit's tile (gate_up's: its gate rows, then its up rows)
 MAX_SPINS = 1 << 18  # a barrier that waits longer sets the error flag instead of hanging the GPU
+STAGES = ("qkv", "o", "gu", "d")
+# Where a timed launch (``--timeline``) records each program's time in each stage of each layer: the stage begun (the
+# barrier before it passed), its tile there (the mbarrier passed), its product stored, and the barrier after it passed.
+# A program without a unit in a stage records only the first and the last.
+POINTS = ("begin", "ready", "done", "passed")
 
 
 if gluon is not None:
@@ -83,6 +88,15 @@ if gluon is not None:
         mbarrier.expect(bar, KCH * desc.block_type.nbytes, pred=pred)
         for c in gl.static_range(KCH):
             _bulk_load(desc, [unit_row, c * 256], bar, slot.index(c).slice(0, R, dim=0), pred=pred)
+
+    @gluon.jit
+    def _now(times_ptr, layer, stage: gl.constexpr, pid, G, point: gl.constexpr, TIMED: gl.constexpr):
+        """With ``TIMED``: the global timer (ns) at ``point`` (``POINTS``) of ``stage`` of ``layer``, every warp of
+        the program there first."""
+        if TIMED:
+            _barrier()
+            t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+            gl.store(times_ptr + ((layer * 4 + stage) * G + pid) * 4 + point, t)
 
     @gluon.jit
     def _free():
@@ -125,12 +139,13 @@ if gluon is not None:
 
     @gluon.jit
     def _chain_smem_kernel(h_ptr, po_ptr, pd_ptr, qkv_ptr, act_ptr, wqkv_desc, wo_desc, wgu_desc, wd_desc, n1_ptr,
-                           n2_ptr, counter_ptr, err_ptr, LAYERS, eps, G, H: gl.constexpr, Q: gl.constexpr,
+                           n2_ptr, counter_ptr, err_ptr, times_ptr, LAYERS, eps, G, H: gl.constexpr, Q: gl.constexpr,
                            QKV: gl.constexpr, INTER: gl.constexpr, BN: gl.constexpr, SPLIT_O: gl.constexpr, SPLIT_D: gl.constexpr,
-                           NUM_WARPS: gl.constexpr, SPINS: gl.constexpr):
+                           NUM_WARPS: gl.constexpr, SPINS: gl.constexpr, TIMED: gl.constexpr):
         """The ordered chain for ``LAYERS`` layers over ``G`` programs, all resident, each doing at most one unit a
         stage (``G`` >= every stage's units): program ``pid`` does unit ``pid``. ``h`` is the float32 residual
-        stream at the launch; ``pd`` must be zero there. Program 0 stores the result into ``h``."""
+        stream at the launch; ``pd`` must be zero there. Program 0 stores the result into ``h``. ``TIMED``: each
+        program records ``POINTS`` of each stage into ``times`` ([layers, 4 stages, G, 4] ns)."""
         pid = gl.program_id(0)
         U1: gl.constexpr = QKV // BN
         U2: gl.constexpr = (H // BN) * SPLIT_O
@@ -167,53 +182,69 @@ if gluon is not None:
             phase = layer & 1
             more = layer + 1 < LAYERS
             # 1. norm, qkv_proj; then gate_up_proj's tile into slot A
+            _now(times_ptr, layer, 0, pid, G, 0, TIMED)
             h = _residual(h, pd_ptr, SPLIT_D, H, HL)
             _normed_into(x_smem, h, n1_ptr + layer * H, eps, H, HL)
             if pid < U1:
                 mbarrier.wait(bar_qkv, phase)
+                _now(times_ptr, layer, 0, pid, G, 1, TIMED)
                 y = _product(slot_a, x_smem, 0, BN, C1, L)
                 gl.store(qkv_ptr + pid * BN + rows, y.to(gl.bfloat16))
+                _now(times_ptr, layer, 0, pid, G, 2, TIMED)
             _free()
             _ask(wgu_desc, (layer * U3 + pid) * (2 * BN), slot_a, bar_gu, C1, pid < U3)
             sync += 1
             _arrive(counter_ptr)
             _wait(counter_ptr, err_ptr, sync * G, SPINS)
+            _now(times_ptr, layer, 0, pid, G, 3, TIMED)
             # 2. o_proj's partial sums (the query part of qkv stands in for attention's output); then down_proj's
             # tile into slot B
+            _now(times_ptr, layer, 1, pid, G, 0, TIMED)
             if pid < U2:
                 _slice_into(x_smem, qkv_ptr + (pid // (H // BN)) * KO, KO, HL)
                 mbarrier.wait(bar_o, phase)
+                _now(times_ptr, layer, 1, pid, G, 1, TIMED)
                 y = _product(slot_b, x_smem, 0, BN, C2, L)
                 gl.store(po_ptr + (pid // (H // BN)) * H + (pid % (H // BN)) * BN + rows, y)
+                _now(times_ptr, layer, 1, pid, G, 2, TIMED)
             _free()
             _ask(wd_desc, (layer * U4 + pid) * BN, slot_b, bar_d, C4, pid < U4)
             sync += 1
             _arrive(counter_ptr)
             _wait(counter_ptr, err_ptr, sync * G, SPINS)
+            _now(times_ptr, layer, 1, pid, G, 3, TIMED)
             # 3. norm, gate_up_proj, SiLU-and-mul; then the next layer's qkv_proj tile into slot A
+            _now(times_ptr, layer, 2, pid, G, 0, TIMED)
             h = _residual(h, po_ptr, SPLIT_O, H, HL)
             _normed_into(x_smem, h, n2_ptr + layer * H, eps, H, HL)
             if pid < U3:
                 mbarrier.wait(bar_gu, phase)
+                _now(times_ptr, layer, 2, pid, G, 1, TIMED)
                 g = _product(slot_a, x_smem, 0, BN, C1, L).to(gl.bfloat16).to(gl.float32)
                 up = _product(slot_a, x_smem, BN, BN, C1, L).to(gl.bfloat16).to(gl.float32)
                 gl.store(act_ptr + pid * BN + rows, (g / (1.0 + gl.exp(-g)) * up).to(gl.bfloat16))
+                _now(times_ptr, layer, 2, pid, G, 2, TIMED)
             _free()
             _ask(wqkv_desc, ((layer + 1) * U1 + pid) * BN, slot_a, bar_qkv, C1, (pid < U1) & more)
             sync += 1
             _arrive(counter_ptr)
             _wait(counter_ptr, err_ptr, sync * G, SPINS)
+            _now(times_ptr, layer, 2, pid, G, 3, TIMED)
             # 4. down_proj's partial sums; then the next layer's o_proj tile into slot B
+            _now(times_ptr, layer, 3, pid, G, 0, TIMED)
             if pid < U4:
                 _slice_into(x_smem, act_ptr + (pid // (H // BN)) * KD, KD, HL)
                 mbarrier.wait(bar_d, phase)
+                _now(times_ptr, layer, 3, pid, G, 1, TIMED)
                 y = _product(slot_b, x_smem, 0, BN, C4, L)
                 gl.store(pd_ptr + (pid // (H // BN)) * H + (pid % (H // BN)) * BN + rows, y)
+                _now(times_ptr, layer, 3, pid, G, 2, TIMED)
             _free()
             _ask(wo_desc, ((layer + 1) * U2 + pid) * BN, slot_b, bar_o, C2, (pid < U2) & more)
             sync += 1
             _arrive(counter_ptr)
             _wait(counter_ptr, err_ptr, sync * G, SPINS)
+            _now(times_ptr, layer, 3, pid, G, 3, TIMED)
         for i in gl.static_range(4):
             mbarrier.invalidate(bars.index(i))
         if pid == 0:
@@ -245,11 +276,14 @@ def descriptors(packed: dict) -> dict:
 class PersistentSmem(Persistent):
     """Buffers and one launch of the shared-memory chain (always the ordered sums)."""
 
-    def __init__(self, packed: dict, grid: int, num_warps: int, layers: int = LAYERS):
+    def __init__(self, packed: dict, grid: int, num_warps: int, layers: int = LAYERS, timed: bool = False):
+        """``timed``: each launch records ``POINTS`` into ``times`` ([layers, 4 stages, grid, 4] ns; ``timeline``)."""
         if grid < max(UNITS.values()):
             raise ValueError(f"the shared-memory chain needs a program for every unit of a stage (grid {grid})")
         super().__init__(packed, grid, "none", num_warps, layers=layers, deterministic=True)
         self.descs = descriptors(packed)
+        self.timed = timed
+        self.times = torch.zeros((layers, 4, grid, len(POINTS)) if timed else 1, dtype=torch.int64, device=self.h.device)
 
     def __call__(self) -> torch.Tensor:
         w, d = self.packed, self.descs
@@ -258,12 +292,40 @@ class PersistentSmem(Persistent):
         self.pd.zero_()
         _chain_smem_kernel[(self.grid,)](
             self.h, self.po, self.pd, self.qkv, self.act, d["qkv"], d["o"], d["gu"], d["d"], w["n1"], w["n2"],
-            self.counter, self.err, self.layers, EPS, self.grid, H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN, SPLIT_O=SPLIT_O,
-            SPLIT_D=SPLIT_D, NUM_WARPS=self.num_warps, SPINS=MAX_SPINS, num_warps=self.num_warps)
+            self.counter, self.err, self.times, self.layers, EPS, self.grid, H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN,
+            SPLIT_O=SPLIT_O, SPLIT_D=SPLIT_D, NUM_WARPS=self.num_warps, SPINS=MAX_SPINS, TIMED=self.timed,
+            num_warps=self.num_warps)
         return self.h
 
 
-def build(num_warps: int = 4) -> dict:
+def timeline(times: torch.Tensor) -> dict:
+    """A timed launch's ``[layers, 4 stages, programs, POINTS]`` ns as us a stage, means over the layers but the
+    first and the last. Over the programs with a unit: the median wait for the tile once the stage began
+    (``tile_wait``: the vector's preparation included), the median product (``product``), the last product done after
+    the median one (``last_done``), and the barrier from that last product to the median program's pass
+    (``barrier``); over every program, the stage from the median begin to the median pass (``stage``)."""
+    t = times.double() / 1e3
+    inner = slice(1, t.shape[0] - 1) if t.shape[0] > 2 else slice(None)
+
+    def mean(x: torch.Tensor) -> float:  # x: a value a layer
+        return round(x[inner].mean().item(), 3)
+
+    def med(x: torch.Tensor) -> torch.Tensor:  # over the programs
+        return x.median(1).values
+
+    out: dict = {}
+    for index, name in enumerate(STAGES):
+        begin, ready, done, passed = (t[:, index, :, point] for point in range(len(POINTS)))
+        u = UNITS[name]
+        last = done[:, :u].max(1).values
+        out[name] = dict(tile_wait=mean(med(ready[:, :u] - begin[:, :u])), product=mean(med(done[:, :u] - ready[:, :u])),
+                         last_done=mean(last - med(done[:, :u])), barrier=mean(med(passed) - last),
+                         stage=mean(med(passed) - med(begin)))
+    out["layer"] = round(sum(out[name]["stage"] for name in STAGES), 3)
+    return out
+
+
+def build(num_warps: int = 4, timed: bool = False) -> dict:
     """The kernel compiled for sm_90a by this process's Triton, through ptxas (no GPU needed): registers, spills,
     shared memory."""
     from triton.backends.compiler import GPUTarget
@@ -273,7 +335,7 @@ def build(num_warps: int = 4) -> dict:
     from tests.kernel_builds import cubin_resources
 
     constexprs = dict(H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN, SPLIT_O=SPLIT_O, SPLIT_D=SPLIT_D, NUM_WARPS=num_warps,
-                      SPINS=MAX_SPINS)
+                      SPINS=MAX_SPINS, TIMED=timed)
     descs = {"wqkv_desc": "qkv", "wo_desc": "o", "wgu_desc": "gu", "wd_desc": "d"}
     signature = {}
     for param in _chain_smem_kernel.params:
@@ -290,6 +352,8 @@ def build(num_warps: int = 4) -> dict:
             signature[name] = "*bf16"
         elif name in ("counter_ptr", "err_ptr"):
             signature[name] = "*i32"
+        elif name == "times_ptr":
+            signature[name] = "*i64"
         else:
             signature[name] = "*fp32"
     source = GluonASTSource(_chain_smem_kernel, signature, constexprs)
@@ -301,11 +365,14 @@ def main() -> None:
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--num-warps", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--build", action="store_true", help="only build the kernel for sm_90a and print its resources")
+    parser.add_argument("--timeline", action="store_true",
+                        help="also time each shared-memory way's programs stage by stage in one launch (``timeline``)")
     args = parser.parse_args()
     if not available():
         sys.exit("this Triton has no Gluon Hopper operations")
     if args.build or not torch.cuda.is_available():
-        print(json.dumps({f"w{n}": build(n) for n in args.num_warps}))
+        print(json.dumps({f"w{n}{'_timed' if timed else ''}": build(n, timed) for n in args.num_warps
+                          for timed in ((False, True) if args.timeline else (False,))}))
         return
     from raygrid.bench.kernel_timing import chain_us
     from raygrid.bench.throughput import provenance
@@ -327,6 +394,14 @@ def main() -> None:
     for name, make in runners.items():
         results[name] = measured(make(), make(1), want, want_one)
         print(name, results[name], flush=True)
+    if args.timeline:
+        for n in args.num_warps:
+            timed = PersistentSmem(packed, grid, n, timed=True)
+            got = timed().clone()
+            torch.cuda.synchronize()
+            results[f"smem_w{n}"]["timeline"] = dict(timeline(timed.times.cpu()), rel_error=rel_error(got, want),
+                                                     barrier_timed_out=bool(timed.err.item()))
+            print(f"smem_w{n} timeline", results[f"smem_w{n}"]["timeline"], flush=True)
     results["engine_again"] = {"us_per_layer": chain_us([engine], replays=50) / LAYERS}
     print("engine again", results["engine_again"], flush=True)
     if args.output_json:

@@ -4,14 +4,15 @@
 # compiler (llguidance's tokenizer built from the Rust tokenizer's JSON, not through llguidance.hf); (2) the
 # shared-memory chain (benchmarks/scripts/persistent_decode_chain_smem.py: each stage's weights streamed into shared
 # memory two stages ahead, 4 and 8 warps) against the Triton chain's best (registers, ordered sums, 8 warps) and the
-# engine's kernels, us a layer; (3) #21's cells: a 32k prompt against transformers with SDPA (raygrid, then
+# engine's kernels, us a layer, and each shared-memory way's timeline stage by stage (tile wait, product, last
+# product, barrier); (3) #21's cells: a 32k prompt against transformers with SDPA (raygrid, then
 # transformers: TTFT, and raygrid's token at 32k against its floor), then W1.
 # Carry [".devlite"]; results under $OUT/r. $1: the commit.
 . benchmarks/scripts/device_prelude.sh "$1"; out=$R; . benchmarks/scripts/runs.sh
 timeout $(left 130) python3 -m pytest -q tests/test_structured_outputs.py -k "every_grammar_kind or only_grammar or pickled" \
   > $R/grammar_tests.txt 2>&1; echo "grammar tests exit $?"; grep -E "passed|failed|FAILED|Error" $R/grammar_tests.txt | tail -6
-timeout $(left 220) python3 benchmarks/scripts/persistent_decode_chain_smem.py --output-json $R/chain_smem.json \
-  > $R/chain_smem.txt 2>&1; echo "chain exit $?"; grep -E "^(engine|registers|smem)" $R/chain_smem.txt | cut -c1-200
+timeout $(left 220) python3 benchmarks/scripts/persistent_decode_chain_smem.py --output-json $R/chain_smem.json --timeline \
+  > $R/chain_smem.txt 2>&1; echo "chain exit $?"; grep -E "^(engine|registers|smem)" $R/chain_smem.txt | cut -c1-400
 tar -czf $OUT/results.tgz -C $OUT r
 lat() { timeout $(left $3) bash -c "$(declare -f rg run); out=$R; run $1 bench latency $2 --model random-qwen3-0.6b --dtype bfloat16 --input-len 32768" | grep -E "^input|exit"; }
 w1() { timeout $(left $2) bash -c "$(declare -f rg run); out=$R; run $1 bench throughput --model random-qwen3-0.6b --num-prompts 256 ${w1[*]}" | grep -E "tok/s|exit" | head -3; }
