@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from persistent_decode_chain import (BN, EPS, INTER, LAYERS, QKV, SPLIT_D, SPLIT_O, H, Persistent, Q,  # noqa: E402
-                                     engine_chain, make_weights, measured, pack, reference, rel_error)
+                                     closing, engine_chain, make_weights, measured, pack, reference, rel_error)
 
 try:
     from triton.experimental import gluon
@@ -103,6 +103,32 @@ if gluon is not None:
         """Every thread has read its slot (and the vector buffer): the copy engine may overwrite them."""
         _barrier()
         fence_async_shared()
+
+    @gluon.jit
+    def _hand_over(desc, unit_row, slot, bar, KCH: gl.constexpr, pred, counter_ptr, err_ptr, sync, G, SPINS: gl.constexpr,
+                   times_ptr, layer, stage: gl.constexpr, pid, TIMED: gl.constexpr):
+        """A stage's end: once every thread has read the slot, the tile of the stage after next asked for into it
+        (``_ask``), then the grid barrier. Returns the barriers passed so far."""
+        _free()
+        _ask(desc, unit_row, slot, bar, KCH, pred)
+        _arrive(counter_ptr)
+        _wait(counter_ptr, err_ptr, (sync + 1) * G, SPINS)
+        _now(times_ptr, layer, stage, pid, G, 3, TIMED)
+        return sync + 1
+
+    @gluon.jit
+    def _split_product(x_smem, a_ptr, p_ptr, slot, bar, phase, pid, rows, times_ptr, layer, stage: gl.constexpr, G,
+                       K: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, L: gl.constexpr, HL: gl.constexpr,
+                       TIMED: gl.constexpr):
+        """o_proj's or down_proj's unit ``pid`` (column block ``pid % (H / BN)``, slice ``pid // (H / BN)`` of K):
+        its slice of the activations ``a`` times its tile, stored as the slice's partial sums into ``p``."""
+        s = pid // (H // BN)
+        _slice_into(x_smem, a_ptr + s * K, K, HL)
+        mbarrier.wait(bar, phase)
+        _now(times_ptr, layer, stage, pid, G, 1, TIMED)
+        y = _product(slot, x_smem, 0, BN, K // 256, L)
+        gl.store(p_ptr + s * H + (pid % (H // BN)) * BN + rows, y)
+        _now(times_ptr, layer, stage, pid, G, 2, TIMED)
 
     @gluon.jit
     def _product(slot, x_smem, R0: gl.constexpr, RC: gl.constexpr, KCH: gl.constexpr, L: gl.constexpr):
@@ -191,28 +217,16 @@ if gluon is not None:
                 y = _product(slot_a, x_smem, 0, BN, C1, L)
                 gl.store(qkv_ptr + pid * BN + rows, y.to(gl.bfloat16))
                 _now(times_ptr, layer, 0, pid, G, 2, TIMED)
-            _free()
-            _ask(wgu_desc, (layer * U3 + pid) * (2 * BN), slot_a, bar_gu, C1, pid < U3)
-            sync += 1
-            _arrive(counter_ptr)
-            _wait(counter_ptr, err_ptr, sync * G, SPINS)
-            _now(times_ptr, layer, 0, pid, G, 3, TIMED)
+            sync = _hand_over(wgu_desc, (layer * U3 + pid) * (2 * BN), slot_a, bar_gu, C1, pid < U3, counter_ptr, err_ptr,
+                              sync, G, SPINS, times_ptr, layer, 0, pid, TIMED)
             # 2. o_proj's partial sums (the query part of qkv stands in for attention's output); then down_proj's
             # tile into slot B
             _now(times_ptr, layer, 1, pid, G, 0, TIMED)
             if pid < U2:
-                _slice_into(x_smem, qkv_ptr + (pid // (H // BN)) * KO, KO, HL)
-                mbarrier.wait(bar_o, phase)
-                _now(times_ptr, layer, 1, pid, G, 1, TIMED)
-                y = _product(slot_b, x_smem, 0, BN, C2, L)
-                gl.store(po_ptr + (pid // (H // BN)) * H + (pid % (H // BN)) * BN + rows, y)
-                _now(times_ptr, layer, 1, pid, G, 2, TIMED)
-            _free()
-            _ask(wd_desc, (layer * U4 + pid) * BN, slot_b, bar_d, C4, pid < U4)
-            sync += 1
-            _arrive(counter_ptr)
-            _wait(counter_ptr, err_ptr, sync * G, SPINS)
-            _now(times_ptr, layer, 1, pid, G, 3, TIMED)
+                _split_product(x_smem, qkv_ptr, po_ptr, slot_b, bar_o, phase, pid, rows, times_ptr, layer, 1, G, KO, H, BN,
+                               L, HL, TIMED)
+            sync = _hand_over(wd_desc, (layer * U4 + pid) * BN, slot_b, bar_d, C4, pid < U4, counter_ptr, err_ptr, sync, G,
+                              SPINS, times_ptr, layer, 1, pid, TIMED)
             # 3. norm, gate_up_proj, SiLU-and-mul; then the next layer's qkv_proj tile into slot A
             _now(times_ptr, layer, 2, pid, G, 0, TIMED)
             h = _residual(h, po_ptr, SPLIT_O, H, HL)
@@ -224,27 +238,15 @@ if gluon is not None:
                 up = _product(slot_a, x_smem, BN, BN, C1, L).to(gl.bfloat16).to(gl.float32)
                 gl.store(act_ptr + pid * BN + rows, (g / (1.0 + gl.exp(-g)) * up).to(gl.bfloat16))
                 _now(times_ptr, layer, 2, pid, G, 2, TIMED)
-            _free()
-            _ask(wqkv_desc, ((layer + 1) * U1 + pid) * BN, slot_a, bar_qkv, C1, (pid < U1) & more)
-            sync += 1
-            _arrive(counter_ptr)
-            _wait(counter_ptr, err_ptr, sync * G, SPINS)
-            _now(times_ptr, layer, 2, pid, G, 3, TIMED)
+            sync = _hand_over(wqkv_desc, ((layer + 1) * U1 + pid) * BN, slot_a, bar_qkv, C1, (pid < U1) & more, counter_ptr,
+                              err_ptr, sync, G, SPINS, times_ptr, layer, 2, pid, TIMED)
             # 4. down_proj's partial sums; then the next layer's o_proj tile into slot B
             _now(times_ptr, layer, 3, pid, G, 0, TIMED)
             if pid < U4:
-                _slice_into(x_smem, act_ptr + (pid // (H // BN)) * KD, KD, HL)
-                mbarrier.wait(bar_d, phase)
-                _now(times_ptr, layer, 3, pid, G, 1, TIMED)
-                y = _product(slot_b, x_smem, 0, BN, C4, L)
-                gl.store(pd_ptr + (pid // (H // BN)) * H + (pid % (H // BN)) * BN + rows, y)
-                _now(times_ptr, layer, 3, pid, G, 2, TIMED)
-            _free()
-            _ask(wo_desc, ((layer + 1) * U2 + pid) * BN, slot_b, bar_o, C2, (pid < U2) & more)
-            sync += 1
-            _arrive(counter_ptr)
-            _wait(counter_ptr, err_ptr, sync * G, SPINS)
-            _now(times_ptr, layer, 3, pid, G, 3, TIMED)
+                _split_product(x_smem, act_ptr, pd_ptr, slot_b, bar_d, phase, pid, rows, times_ptr, layer, 3, G, KD, H, BN,
+                               L, HL, TIMED)
+            sync = _hand_over(wo_desc, ((layer + 1) * U2 + pid) * BN, slot_b, bar_o, C2, (pid < U2) & more, counter_ptr,
+                              err_ptr, sync, G, SPINS, times_ptr, layer, 3, pid, TIMED)
         for i in gl.static_range(4):
             mbarrier.invalidate(bars.index(i))
         if pid == 0:
@@ -402,11 +404,7 @@ def main() -> None:
             results[f"smem_w{n}"]["timeline"] = dict(timeline(timed.times.cpu()), rel_error=rel_error(got, want),
                                                      barrier_timed_out=bool(timed.err.item()))
             print(f"smem_w{n} timeline", results[f"smem_w{n}"]["timeline"], flush=True)
-    results["engine_again"] = {"us_per_layer": chain_us([engine], replays=50) / LAYERS}
-    print("engine again", results["engine_again"], flush=True)
-    if args.output_json:
-        with open(args.output_json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
+    closing(results, engine, args.output_json)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,9 @@
 # tiles) and its fixed part; on another card, or with time left, raygrid's 32k prompt again and W1 again.
 # Carry [".devlite"]; results under $OUT/r. $1: the commit.
 . benchmarks/scripts/device_prelude.sh "$1"; out=$R; . benchmarks/scripts/runs.sh
-lat() { timeout $(left $3) bash -c "$(declare -f rg run); out=$R; run $1 bench latency $2 --model random-qwen3-0.6b --dtype bfloat16 --input-len 32768" | grep -E "^input|exit"; }
-w1() { timeout $(left $2) bash -c "$(declare -f rg run); out=$R; run $1 bench throughput --model random-qwen3-0.6b --num-prompts 256 ${w1[*]}" | grep -E "tok/s|exit" | head -3; }
-lat lat_rg1 "--output-len 64 --num-iters 3" 140
-lat lat_hf "--backend hf --output-len 16 --num-iters 2" 250
-w1 w1_1 330
+lat32k lat_rg1 "--output-len 64 --num-iters 3" 140
+lat32k lat_hf "--backend hf --output-len 16 --num-iters 2" 250
+w1run w1_1 330
 tar -czf $OUT/results.tgz -C $OUT r
 if grep -q H200 $R/gpu.txt; then
   timeout $(left 500) python3 benchmarks/scripts/persistent_decode_pass.py $R/pass.json --contexts 512 8192 32768 \
@@ -18,6 +16,6 @@ if grep -q H200 $R/gpu.txt; then
   python3 benchmarks/scripts/pass_excess.py $R/pass.json --json $R/excess.json | grep -E "launch|fixed" | tee $R/excess.txt
   tar -czf $OUT/results.tgz -C $OUT r
 fi
-[ $(left 570) -gt 70 ] && lat lat_rg2 "--output-len 64 --num-iters 3" 490
-[ $(left 570) -gt 60 ] && w1 w1_2 570
+[ $(left 570) -gt 70 ] && lat32k lat_rg2 "--output-len 64 --num-iters 3" 490
+[ $(left 570) -gt 60 ] && w1run w1_2 570
 tar -czf $OUT/results.tgz -C $OUT r

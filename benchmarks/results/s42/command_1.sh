@@ -14,9 +14,7 @@ timeout $(left 130) python3 -m pytest -q tests/test_structured_outputs.py -k "ev
 timeout $(left 220) python3 benchmarks/scripts/persistent_decode_chain_smem.py --output-json $R/chain_smem.json --timeline \
   > $R/chain_smem.txt 2>&1; echo "chain exit $?"; grep -E "^(engine|registers|smem)" $R/chain_smem.txt | cut -c1-400
 tar -czf $OUT/results.tgz -C $OUT r
-lat() { timeout $(left $3) bash -c "$(declare -f rg run); out=$R; run $1 bench latency $2 --model random-qwen3-0.6b --dtype bfloat16 --input-len 32768" | grep -E "^input|exit"; }
-w1() { timeout $(left $2) bash -c "$(declare -f rg run); out=$R; run $1 bench throughput --model random-qwen3-0.6b --num-prompts 256 ${w1[*]}" | grep -E "tok/s|exit" | head -3; }
-lat lat_rg1 "--output-len 64 --num-iters 3" 340
-lat lat_hf "--backend hf --output-len 16 --num-iters 2" 450
-w1 w1_1 540
+lat32k lat_rg1 "--output-len 64 --num-iters 3" 340
+lat32k lat_hf "--backend hf --output-len 16 --num-iters 2" 450
+w1run w1_1 540
 tar -czf $OUT/results.tgz -C $OUT r
