@@ -1,7 +1,8 @@
 """`raygrid serve --api-server-count 2`: two API server processes share the port and one engine process.
 The openai client streams, completes and aborts through them, /metrics counts every request whichever
-process served it, and SIGKILL of the engine fails the requests in flight on both servers within seconds,
-after which the supervisor stops everything."""
+process served it, a grammar compiles in the engine without a tokenizer of its own there, and SIGKILL of
+the engine fails the requests in flight on both servers within seconds, after which the supervisor stops
+everything."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 import httpx
 import openai
 
+from tests.test_distributed import loaded_libraries
 from tests.test_openai_server import metric, start_server, stop_server
 
 
@@ -74,6 +76,14 @@ def test_two_api_servers_share_one_engine(qwen3_dir):
         assert finished == {"length": 40, "abort": 1}
         assert metric(base, "raygrid_generation_tokens_total") >= 40 * 6
         assert metric(base, "raygrid_num_requests_running") == 0
+
+        # A grammar through either server: the engine process compiles it with the supervisor's compiler, pickled
+        # with its tokenizer's JSON, so no tokenizer loads there (the Rust tokenizers library stays unmapped).
+        sync = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
+        coded = [sync.completions.create(model="tiny", prompt=f"code {i}", max_tokens=10,
+                                         extra_body={"guided_regex": "[A-F]{4}-[0-9]{2}"}).choices[0].text for i in range(4)]
+        assert all(re.fullmatch("[A-F]{4}-[0-9]{2}", text) for text in coded), coded
+        assert not [lib for lib in loaded_libraries(engine_pid) if "/tokenizers/" in lib]
 
         # The engine dies under load: both servers fail what they have in flight, then the supervisor stops.
         async def in_flight():

@@ -417,6 +417,34 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
         stop_server(proc)
 
 
+def letters_tokenizer():
+    """A slow tokenizer of three letters: a transformers tokenizer in Python, with no Rust tokenizer behind it."""
+    from transformers import PythonBackend
+
+    class Letters(PythonBackend):
+        def __init__(self):
+            self.vocab = {c: i for i, c in enumerate("abc")}
+            super().__init__()
+
+        @property
+        def vocab_size(self):
+            return len(self.vocab)
+
+        def get_vocab(self):
+            return dict(self.vocab)
+
+        def _tokenize(self, text):
+            return list(text)
+
+        def _convert_token_to_id(self, token):
+            return self.vocab.get(token, 0)
+
+        def _convert_id_to_token(self, index):
+            return "abc"[index]
+
+    return Letters()
+
+
 def test_a_pickled_compiler_needs_no_transformers_and_an_idle_step_waits_for_grammars(qwen3_dir):
     """A Ray driver gets the front end's compiler pickled, with its tokenizer's JSON: in a fresh process it builds
     the same llguidance tokenizer and compiles without importing transformers or torch. And a scheduler with only
@@ -427,7 +455,7 @@ def test_a_pickled_compiler_needs_no_transformers_and_an_idle_step_waits_for_gra
     from transformers import AutoTokenizer
 
     from raygrid.engine.request import Request
-    from raygrid.engine.structured_output import GrammarCompiler
+    from raygrid.engine.structured_output import GrammarCompiler, GrammarError
     from tests.test_scheduler import make_request, make_scheduler
 
     compiler = GrammarCompiler(qwen3_dir, 1024, [2], hf_tokenizer=AutoTokenizer.from_pretrained(qwen3_dir))
@@ -441,6 +469,12 @@ def test_a_pickled_compiler_needs_no_transformers_and_an_idle_step_waits_for_gra
             input=pickle.dumps(compiler), capture_output=True, timeout=120)
         assert probe.stdout.decode().split() == ["False", "1024", "False", "False"], probe.stderr.decode()[-2000:]
         assert pickle.loads(pickle.dumps(compiler)).tokenizer_json() == compiler.tokenizer_json()
+        # A slow (Python) tokenizer has no JSON: its compiler still pickles (a Ray engine starts), and the copy
+        # refuses grammars by name, as the original does, without looking for a tokenizer of its own.
+        slow = pickle.loads(pickle.dumps(GrammarCompiler("no-such-dir", 3, [0], hf_tokenizer=letters_tokenizer())))
+        with pytest.raises(GrammarError, match="structured_outputs: the tokenizer of 'no-such-dir' is not a fast"):
+            slow.check(Structured(choice=["ab"]))
+        slow.shutdown()
 
         fresh = GrammarCompiler(qwen3_dir, 1024, [2])  # its tokenizer loads at the first compile: a good while
         try:

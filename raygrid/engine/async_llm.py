@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from raygrid.engine.engine_client import EngineClient
-from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config, create_engine
+from raygrid.engine.engine_client import EngineClient, create_engine
+from raygrid.engine.input_processor import InputProcessor, ProcessedRequest, PromptType, build_engine_config
 from raygrid.engine.metrics import EngineMetrics
 from raygrid.engine.output_processor import OutputProcessor
 from raygrid.engine.outputs import EngineCoreOutput, RequestOutput

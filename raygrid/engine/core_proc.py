@@ -31,6 +31,7 @@ import time
 import uuid
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -38,6 +39,9 @@ from raygrid.config import EngineConfig
 from raygrid.engine.outputs import EngineCoreOutput, decode_outputs, encode_outputs
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
+
+if TYPE_CHECKING:
+    from raygrid.engine.structured_output import GrammarCompiler
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ def _send(outbox, message, parent_pid: int) -> None:
 
 
 def run_engine_proc(config: EngineConfig, eos_token_ids: frozenset[int], to_engine: list[str], from_engine: list[str],
-                    parent_pid: int) -> None:
+                    parent_pid: int, grammars: GrammarCompiler | None = None) -> None:
     """The engine process's main: build the engine core, then step while there is work. The clients bind the
     addresses; one PULL socket connects to all of theirs (fair-queued), one PUSH socket to each."""
     # SIGTERM is how the owner stops this process; Ctrl-C in a terminal reaches the whole process group,
@@ -87,7 +91,7 @@ def run_engine_proc(config: EngineConfig, eos_token_ids: frozenset[int], to_engi
     for outbox, address in zip(outboxes, from_engine):
         outbox.connect(address)
     try:
-        _serve(config, eos_token_ids, inbox, outboxes, parent_pid)
+        _serve(config, eos_token_ids, inbox, outboxes, parent_pid, grammars)
     except _Orphaned:
         pass
     finally:
@@ -100,11 +104,13 @@ def _exit_on_signal(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def _serve(config: EngineConfig, eos_token_ids: frozenset[int], inbox, outboxes: list, parent_pid: int) -> None:
+def _serve(config: EngineConfig, eos_token_ids: frozenset[int], inbox, outboxes: list, parent_pid: int,
+           grammars: GrammarCompiler | None) -> None:
     try:
-        from raygrid.engine.input_processor import create_engine
+        from raygrid.engine.engine_client import create_engine
 
-        core = create_engine(config, eos_token_ids)  # an EngineCore, or the Ray data-parallel front end
+        # an EngineCore, or the Ray data-parallel front end
+        core = create_engine(config, eos_token_ids, grammars=grammars)
     except BaseException as error:  # noqa: BLE001 - the API processes report it
         for outbox in outboxes:
             _send(outbox, ("error", f"{type(error).__name__}: {error}"), parent_pid)
@@ -154,15 +160,18 @@ def _publish(core, outboxes: list, by_client: list[list[EngineCoreOutput]], pare
 
 class EngineProc:
     """Starts the engine process for ``num_clients`` clients and stops it on ``shutdown()``, on garbage
-    collection or at interpreter exit. ``connections`` are what each client connects with."""
+    collection or at interpreter exit. ``connections`` are what each client connects with. ``grammars``: the
+    front end's grammar compiler, which goes over pickled with its tokenizer's JSON, so that the engine process
+    (and a Ray engine's drivers) build llguidance's tokenizer without loading one through transformers."""
 
-    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], num_clients: int = 1) -> None:
+    def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], num_clients: int = 1,
+                 grammars: GrammarCompiler | None = None) -> None:
         base = os.path.join(tempfile.gettempdir(), f"raygrid-{uuid.uuid4().hex[:12]}")
         to_engine = [f"ipc://{base}-in{i}" for i in range(num_clients)]
         from_engine = [f"ipc://{base}-out{i}" for i in range(num_clients)]
         # spawn: a fresh interpreter, safe with CUDA and threads in this one
         self.process = multiprocessing.get_context("spawn").Process(
-            target=run_engine_proc, args=(config, eos_token_ids, to_engine, from_engine, os.getpid()),
+            target=run_engine_proc, args=(config, eos_token_ids, to_engine, from_engine, os.getpid(), grammars),
             name="raygrid-engine-core", daemon=True,
         )
         self.process.start()
@@ -212,8 +221,8 @@ class EngineProcClient:
     engine process of its own (and owns it); with one it connects to another process's engine."""
 
     def __init__(self, config: EngineConfig, eos_token_ids: frozenset[int], start_timeout_s: float = 1800.0,
-                 connection: EngineConnection | None = None) -> None:
-        self._owned = EngineProc(config, eos_token_ids) if connection is None else None
+                 connection: EngineConnection | None = None, grammars: GrammarCompiler | None = None) -> None:
+        self._owned = EngineProc(config, eos_token_ids, grammars=grammars) if connection is None else None
         self.connection = connection or self._owned.connections[0]
         self._context = zmq.Context()
         self._outbox, self._inbox = self._context.socket(zmq.PUSH), self._context.socket(zmq.PULL)

@@ -5,15 +5,20 @@ core in its own process over ZeroMQ (``AsyncLLM`` on one device), ``RayEngineCli
 replicas on Ray (each replica's engine core runs in its DriverActor's process), and the Serve application's
 ``ServeEngineClient`` (serve/engine_client.py: each request a streaming call to an EngineServer replica). A front end adds and
 aborts requests, calls ``step()`` for the next outputs, and reads health and counters; nothing else.
+``create_engine`` picks the implementation for a configuration.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from raygrid.config import EngineConfig
 from raygrid.engine.outputs import EngineCoreOutput
 from raygrid.engine.request import Request
 from raygrid.engine.scheduler import SchedulerStats
+
+if TYPE_CHECKING:
+    from raygrid.engine.structured_output import GrammarCompiler
 
 
 @runtime_checkable
@@ -46,3 +51,27 @@ class EngineClient(Protocol):
 
     def shutdown(self) -> None:
         """Release every process, actor, device buffer and reservation; safe to call twice."""
+
+
+def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False,
+                  connection=None, grammars: GrammarCompiler | None = None) -> EngineClient:
+    """The engine for this configuration: with a ``connection`` (a core_proc.EngineConnection), a client of
+    an engine process that another process started; on Ray for several devices (each replica's core runs
+    in its driver actor's process); for one device in this process, or with ``separate_process`` in a
+    process of its own. ``grammars``: the caller's grammar compiler, which an engine in this process shares and
+    an engine elsewhere gets a copy of."""
+    if connection is not None:
+        from raygrid.engine.core_proc import EngineProcClient
+
+        return EngineProcClient(config, eos_token_ids, connection=connection)
+    if config.parallel.distributed_executor_backend == "ray":
+        from raygrid.cluster.ray_engine import RayEngineClient
+
+        return RayEngineClient(config, eos_token_ids, grammars)
+    if separate_process:
+        from raygrid.engine.core_proc import EngineProcClient
+
+        return EngineProcClient(config, eos_token_ids, grammars=grammars)
+    from raygrid.engine.core import EngineCore
+
+    return EngineCore(config, eos_token_ids, grammars=grammars)

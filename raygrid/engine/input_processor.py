@@ -16,7 +16,6 @@ from transformers import AutoTokenizer, GenerationConfig
 
 from raygrid.config import EngineConfig
 from raygrid.engine.arg_utils import EngineArgs
-from raygrid.engine.engine_client import EngineClient
 from raygrid.engine.request import Request
 from raygrid.engine.sampling_params import SamplingParams
 from raygrid.engine.structured_output import GrammarCompiler, GrammarError
@@ -30,29 +29,6 @@ def build_engine_config(model: str, **engine_kwargs) -> EngineConfig:
     """The engine's configuration from vLLM-style keyword arguments (the fields of ``EngineArgs``),
     resolved against the checkpoint."""
     return EngineArgs(model=model, **engine_kwargs).create_engine_config()
-
-
-def create_engine(config: EngineConfig, eos_token_ids: frozenset[int], separate_process: bool = False,
-                  connection=None, grammars: GrammarCompiler | None = None) -> EngineClient:
-    """The engine for this configuration: with a ``connection`` (a core_proc.EngineConnection), a client of
-    an engine process that another process started; on Ray for several devices (each replica's core runs
-    in its driver actor's process); for one device in this process, or with ``separate_process`` in a
-    process of its own. ``grammars``: the caller's grammar compiler, which an engine in this process shares."""
-    if connection is not None:
-        from raygrid.engine.core_proc import EngineProcClient
-
-        return EngineProcClient(config, eos_token_ids, connection=connection)
-    if config.parallel.distributed_executor_backend == "ray":
-        from raygrid.cluster.ray_engine import RayEngineClient
-
-        return RayEngineClient(config, eos_token_ids, grammars)
-    if separate_process:
-        from raygrid.engine.core_proc import EngineProcClient
-
-        return EngineProcClient(config, eos_token_ids)
-    from raygrid.engine.core import EngineCore
-
-    return EngineCore(config, eos_token_ids, grammars=grammars)
 
 
 class InvalidRequest(ValueError):

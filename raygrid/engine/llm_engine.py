@@ -10,7 +10,8 @@ from collections.abc import Iterable
 
 from raygrid.config import EngineConfig
 from raygrid.engine.arg_utils import EngineArgs
-from raygrid.engine.input_processor import InputProcessor, PromptType, create_engine
+from raygrid.engine.engine_client import create_engine
+from raygrid.engine.input_processor import InputProcessor, PromptType
 from raygrid.engine.output_processor import OutputProcessor
 from raygrid.engine.outputs import RequestOutput
 from raygrid.engine.sampling_params import SamplingParams

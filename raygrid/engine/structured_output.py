@@ -157,9 +157,10 @@ class GrammarCompiler:
     against about 3 s on CI's machine, which on the GIL of a step loop that spun meanwhile took several times as long."""
 
     def __init__(self, tokenizer_path: str, vocab_size: int, eos_token_ids: frozenset[int] | list[int],
-                 max_workers: int = 2, cache_size: int = 256, hf_tokenizer=None, tokenizer_json: str | None = None) -> None:
+                 max_workers: int = 2, cache_size: int = 256, hf_tokenizer=None,
+                 tokenizer_json: str | GrammarError | None = None) -> None:
         """``hf_tokenizer``: the caller's transformers tokenizer of ``tokenizer_path``, if it has one loaded;
-        ``tokenizer_json``: its Rust tokenizer's JSON (what a pickled compiler carries)."""
+        ``tokenizer_json``: its Rust tokenizer's JSON, or why it has none (what a pickled compiler carries)."""
         self.tokenizer_path = tokenizer_path
         self.vocab_size = vocab_size
         self.eos_token_ids = sorted(eos_token_ids)
@@ -174,8 +175,12 @@ class GrammarCompiler:
         self._tokenizer_json = tokenizer_json
 
     def __reduce__(self):
+        try:
+            carried: str | GrammarError = self.tokenizer_json()
+        except GrammarError as error:  # a slow tokenizer: the copy refuses grammars as this compiler does
+            carried = error
         return GrammarCompiler, (self.tokenizer_path, self.vocab_size, self.eos_token_ids, self._max_workers,
-                                 self._cache_size, None, self.tokenizer_json())
+                                 self._cache_size, None, carried)
 
     def tokenizer_json(self) -> str:
         """The Rust tokenizer's JSON as transformers loads it, padding and truncation off (as llguidance's
@@ -189,12 +194,15 @@ class GrammarCompiler:
                     hf = AutoTokenizer.from_pretrained(self.tokenizer_path)
                 backend = getattr(hf, "backend_tokenizer", None)
                 if backend is None:
-                    raise GrammarError(f"structured_outputs: the tokenizer of {self.tokenizer_path!r} is not a fast "
-                                       "(Rust) tokenizer, which llguidance needs")
-                backend = copy.copy(backend)
-                backend.no_padding()
-                backend.no_truncation()
-                self._tokenizer_json = backend.to_str()
+                    self._tokenizer_json = GrammarError(f"structured_outputs: the tokenizer of {self.tokenizer_path!r} "
+                                                        "is not a fast (Rust) tokenizer, which llguidance needs")
+                else:
+                    backend = copy.copy(backend)
+                    backend.no_padding()
+                    backend.no_truncation()
+                    self._tokenizer_json = backend.to_str()
+            if isinstance(self._tokenizer_json, GrammarError):
+                raise GrammarError(str(self._tokenizer_json))
             return self._tokenizer_json
 
     @property

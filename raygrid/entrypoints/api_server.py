@@ -127,7 +127,8 @@ def _supervise(args: argparse.Namespace, engine_kwargs: dict, sock: socket.socke
     # Read by prometheus-client when the API servers import it: their values go to files there.
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     config = build_engine_config(**engine_kwargs)
-    engine = EngineProc(config, InputProcessor(config).eos_token_ids, num_clients=args.api_server_count)
+    processor = InputProcessor(config)
+    engine = EngineProc(config, processor.eos_token_ids, num_clients=args.api_server_count, grammars=processor.grammars)
     spawn = multiprocessing.get_context("spawn")
     servers = [spawn.Process(target=_api_server_main, args=(args, engine_kwargs, sock, connection),
                              name=f"raygrid-api-server-{connection.index}")
