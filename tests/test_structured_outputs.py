@@ -469,6 +469,10 @@ def test_a_pickled_compiler_needs_no_transformers_and_an_idle_step_waits_for_gra
             input=pickle.dumps(compiler), capture_output=True, timeout=120)
         assert probe.stdout.decode().split() == ["False", "1024", "False", "False"], probe.stderr.decode()[-2000:]
         assert pickle.loads(pickle.dumps(compiler)).tokenizer_json() == compiler.tokenizer_json()
+        padded = AutoTokenizer.from_pretrained(qwen3_dir)  # padding set: the JSON leaves it out, the caller keeps it
+        padded.backend_tokenizer.enable_padding(length=8)
+        assert GrammarCompiler(qwen3_dir, 1024, [2], hf_tokenizer=padded).tokenizer_json() == compiler.tokenizer_json()
+        assert padded.backend_tokenizer.padding["length"] == 8
         # A slow (Python) tokenizer has no JSON: its compiler still pickles (a Ray engine starts), and the copy
         # refuses grammars by name, as the original does, without looking for a tokenizer of its own.
         slow = pickle.loads(pickle.dumps(GrammarCompiler("no-such-dir", 3, [0], hf_tokenizer=letters_tokenizer())))
