@@ -301,12 +301,16 @@ def test_gluon_prefill_kernel_builds_for_hopper_with_its_products_asynchronous()
 def test_shared_memory_decode_chain_builds_for_hopper():
     """benchmarks/scripts/persistent_decode_chain_smem.py, #21's next design as a feasibility chain (each stage's
     weights streamed into shared memory two stages ahead), compiled for sm_90a here: Gluon does not run in the
-    interpreter, so the GPU measures it and this keeps it building. At 4 warps: no spills, and its two weight slots,
-    vector and barriers in one program's shared memory (one program an SM)."""
+    interpreter, so the GPU measures it and this keeps it building. At 4 warps, with each tile asked for at a stage's
+    end or after the next stage's vector: no spills, and its two weight slots, vector and barriers in one program's
+    shared memory (one program an SM)."""
     from raygrid.kernels import gluon_attention
 
     if not gluon_attention.available():
         pytest.skip("this Triton has no Gluon Hopper operations")
-    result = without_interpreter(["benchmarks/scripts/persistent_decode_chain_smem.py", "--build", "--num-warps", "4"])["w4"]
-    assert result["spill_stores"] == 0, result
-    assert 192 * 1024 < result["shared"] <= 227 * 1024, result
+    built = without_interpreter(["benchmarks/scripts/persistent_decode_chain_smem.py", "--build", "--num-warps", "4",
+                                 "--ask", "end", "after_prep"])
+    assert set(built) == {"smem_w4", "smem_w4_after_prep"}, built
+    for result in built.values():
+        assert result["spill_stores"] == 0, result
+        assert 192 * 1024 < result["shared"] <= 227 * 1024, result

@@ -21,7 +21,7 @@ The chain, its reference and its Triton kernels are imported from ``persistent_d
 run in Triton's interpreter: on a CPU the script only builds the kernel for sm_90a (``--build``), which is what CI's
 test checks.
 
-    python benchmarks/scripts/persistent_decode_chain_smem.py --output-json OUT.json [--timeline]   # on a Hopper GPU
+    python benchmarks/scripts/persistent_decode_chain_smem.py --output-json OUT.json [--timeline] [--ask ORDER ...]   # on a Hopper GPU
     python benchmarks/scripts/persistent_decode_chain_smem.py --build                    # anywhere
 """
 
@@ -58,6 +58,12 @@ STAGES = ("qkv", "o", "gu", "d")
 # barrier before it passed), its tile there (the mbarrier passed), its product stored, and the barrier after it passed.
 # A program without a unit in a stage records only the first and the last.
 POINTS = ("begin", "ready", "done", "passed")
+# When a program asks for the tile of the stage after next (``ASK``, a kernel constant): at the stage's end before its
+# arrival at the barrier ("end"), after its arrival ("arrive_first"), or in the next stage once its vector is ready
+# ("after_prep"). The forty-third session's timeline on an H100 found each barrier, from the last product to the median
+# pass, about as long as the copy asked for just before it (5.2 us after gate_up's 12 MB, 1.7 after o_proj's 4 MB):
+# the barrier waited for the copies, and the products waited for the barrier.
+ASKS = ("end", "arrive_first", "after_prep")
 
 
 if gluon is not None:
@@ -106,24 +112,27 @@ if gluon is not None:
 
     @gluon.jit
     def _hand_over(desc, unit_row, slot, bar, KCH: gl.constexpr, pred, counter_ptr, err_ptr, sync, G, SPINS: gl.constexpr,
-                   times_ptr, layer, stage: gl.constexpr, pid, TIMED: gl.constexpr):
+                   times_ptr, layer, stage: gl.constexpr, pid, TIMED: gl.constexpr, ASK: gl.constexpr):
         """A stage's end: once every thread has read the slot, the tile of the stage after next asked for into it
-        (``_ask``), then the grid barrier. Returns the barriers passed so far."""
+        (``_ask``) before this program's arrival at the grid barrier (``ASK`` 0) or after it (1), and the barrier
+        passed; with ``ASK`` 2 the next stage asks for it once its vector is ready. Returns the barriers passed so far."""
         _free()
-        _ask(desc, unit_row, slot, bar, KCH, pred)
+        if ASK == 0:
+            _ask(desc, unit_row, slot, bar, KCH, pred)
         _arrive(counter_ptr)
+        if ASK == 1:
+            _ask(desc, unit_row, slot, bar, KCH, pred)
         _wait(counter_ptr, err_ptr, (sync + 1) * G, SPINS)
         _now(times_ptr, layer, stage, pid, G, 3, TIMED)
         return sync + 1
 
     @gluon.jit
-    def _split_product(x_smem, a_ptr, p_ptr, slot, bar, phase, pid, rows, times_ptr, layer, stage: gl.constexpr, G,
-                       K: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, L: gl.constexpr, HL: gl.constexpr,
-                       TIMED: gl.constexpr):
-        """o_proj's or down_proj's unit ``pid`` (column block ``pid % (H / BN)``, slice ``pid // (H / BN)`` of K):
-        its slice of the activations ``a`` times its tile, stored as the slice's partial sums into ``p``."""
+    def _split_product(x_smem, p_ptr, slot, bar, phase, pid, rows, times_ptr, layer, stage: gl.constexpr, G,
+                       K: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, L: gl.constexpr, TIMED: gl.constexpr):
+        """o_proj's or down_proj's unit ``pid`` (column block ``pid % (H / BN)``, slice ``pid // (H / BN)`` of K): its
+        slice of the activations (in ``x_smem``: ``_split_slice``) times its tile, stored as the slice's partial sums
+        into ``p``."""
         s = pid // (H // BN)
-        _slice_into(x_smem, a_ptr + s * K, K, HL)
         mbarrier.wait(bar, phase)
         _now(times_ptr, layer, stage, pid, G, 1, TIMED)
         y = _product(slot, x_smem, 0, BN, K // 256, L)
@@ -157,6 +166,11 @@ if gluon is not None:
         _barrier()
 
     @gluon.jit
+    def _split_slice(x_smem, a_ptr, pid, K: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, HL: gl.constexpr):
+        """The slice of the activations that o_proj's or down_proj's unit ``pid`` multiplies, into ``x_smem``."""
+        _slice_into(x_smem, a_ptr + (pid // (H // BN)) * K, K, HL)
+
+    @gluon.jit
     def _slice_into(x_smem, a_ptr, K: gl.constexpr, HL: gl.constexpr):
         """A slice of bf16 activations (other programs wrote them: from L2) into ``x_smem`` as float32."""
         a = gl.load(a_ptr + gl.arange(0, K, layout=HL), cache_modifier=".cg").to(gl.float32)
@@ -167,11 +181,12 @@ if gluon is not None:
     def _chain_smem_kernel(h_ptr, po_ptr, pd_ptr, qkv_ptr, act_ptr, wqkv_desc, wo_desc, wgu_desc, wd_desc, n1_ptr,
                            n2_ptr, counter_ptr, err_ptr, times_ptr, LAYERS, eps, G, H: gl.constexpr, Q: gl.constexpr,
                            QKV: gl.constexpr, INTER: gl.constexpr, BN: gl.constexpr, SPLIT_O: gl.constexpr, SPLIT_D: gl.constexpr,
-                           NUM_WARPS: gl.constexpr, SPINS: gl.constexpr, TIMED: gl.constexpr):
+                           NUM_WARPS: gl.constexpr, SPINS: gl.constexpr, TIMED: gl.constexpr, ASK: gl.constexpr):
         """The ordered chain for ``LAYERS`` layers over ``G`` programs, all resident, each doing at most one unit a
         stage (``G`` >= every stage's units): program ``pid`` does unit ``pid``. ``h`` is the float32 residual
         stream at the launch; ``pd`` must be zero there. Program 0 stores the result into ``h``. ``TIMED``: each
-        program records ``POINTS`` of each stage into ``times`` ([layers, 4 stages, G, 4] ns)."""
+        program records ``POINTS`` of each stage into ``times`` ([layers, 4 stages, G, 4] ns). ``ASK``: when a slot's next
+        tile is asked for (``ASKS``)."""
         pid = gl.program_id(0)
         U1: gl.constexpr = QKV // BN
         U2: gl.constexpr = (H // BN) * SPLIT_O
@@ -211,6 +226,8 @@ if gluon is not None:
             _now(times_ptr, layer, 0, pid, G, 0, TIMED)
             h = _residual(h, pd_ptr, SPLIT_D, H, HL)
             _normed_into(x_smem, h, n1_ptr + layer * H, eps, H, HL)
+            if ASK == 2:  # this layer's o_proj tile into slot B, which the last stage read
+                _ask(wo_desc, (layer * U2 + pid) * BN, slot_b, bar_o, C2, (pid < U2) & (layer > 0))
             if pid < U1:
                 mbarrier.wait(bar_qkv, phase)
                 _now(times_ptr, layer, 0, pid, G, 1, TIMED)
@@ -218,19 +235,24 @@ if gluon is not None:
                 gl.store(qkv_ptr + pid * BN + rows, y.to(gl.bfloat16))
                 _now(times_ptr, layer, 0, pid, G, 2, TIMED)
             sync = _hand_over(wgu_desc, (layer * U3 + pid) * (2 * BN), slot_a, bar_gu, C1, pid < U3, counter_ptr, err_ptr,
-                              sync, G, SPINS, times_ptr, layer, 0, pid, TIMED)
+                              sync, G, SPINS, times_ptr, layer, 0, pid, TIMED, ASK)
             # 2. o_proj's partial sums (the query part of qkv stands in for attention's output); then down_proj's
             # tile into slot B
             _now(times_ptr, layer, 1, pid, G, 0, TIMED)
             if pid < U2:
-                _split_product(x_smem, qkv_ptr, po_ptr, slot_b, bar_o, phase, pid, rows, times_ptr, layer, 1, G, KO, H, BN,
-                               L, HL, TIMED)
+                _split_slice(x_smem, qkv_ptr, pid, KO, H, BN, HL)
+            if ASK == 2:
+                _ask(wgu_desc, (layer * U3 + pid) * (2 * BN), slot_a, bar_gu, C1, pid < U3)
+            if pid < U2:
+                _split_product(x_smem, po_ptr, slot_b, bar_o, phase, pid, rows, times_ptr, layer, 1, G, KO, H, BN, L, TIMED)
             sync = _hand_over(wd_desc, (layer * U4 + pid) * BN, slot_b, bar_d, C4, pid < U4, counter_ptr, err_ptr, sync, G,
-                              SPINS, times_ptr, layer, 1, pid, TIMED)
+                              SPINS, times_ptr, layer, 1, pid, TIMED, ASK)
             # 3. norm, gate_up_proj, SiLU-and-mul; then the next layer's qkv_proj tile into slot A
             _now(times_ptr, layer, 2, pid, G, 0, TIMED)
             h = _residual(h, po_ptr, SPLIT_O, H, HL)
             _normed_into(x_smem, h, n2_ptr + layer * H, eps, H, HL)
+            if ASK == 2:
+                _ask(wd_desc, (layer * U4 + pid) * BN, slot_b, bar_d, C4, pid < U4)
             if pid < U3:
                 mbarrier.wait(bar_gu, phase)
                 _now(times_ptr, layer, 2, pid, G, 1, TIMED)
@@ -239,14 +261,17 @@ if gluon is not None:
                 gl.store(act_ptr + pid * BN + rows, (g / (1.0 + gl.exp(-g)) * up).to(gl.bfloat16))
                 _now(times_ptr, layer, 2, pid, G, 2, TIMED)
             sync = _hand_over(wqkv_desc, ((layer + 1) * U1 + pid) * BN, slot_a, bar_qkv, C1, (pid < U1) & more, counter_ptr,
-                              err_ptr, sync, G, SPINS, times_ptr, layer, 2, pid, TIMED)
+                              err_ptr, sync, G, SPINS, times_ptr, layer, 2, pid, TIMED, ASK)
             # 4. down_proj's partial sums; then the next layer's o_proj tile into slot B
             _now(times_ptr, layer, 3, pid, G, 0, TIMED)
             if pid < U4:
-                _split_product(x_smem, act_ptr, pd_ptr, slot_b, bar_d, phase, pid, rows, times_ptr, layer, 3, G, KD, H, BN,
-                               L, HL, TIMED)
+                _split_slice(x_smem, act_ptr, pid, KD, H, BN, HL)
+            if ASK == 2:
+                _ask(wqkv_desc, ((layer + 1) * U1 + pid) * BN, slot_a, bar_qkv, C1, (pid < U1) & more)
+            if pid < U4:
+                _split_product(x_smem, pd_ptr, slot_b, bar_d, phase, pid, rows, times_ptr, layer, 3, G, KD, H, BN, L, TIMED)
             sync = _hand_over(wo_desc, ((layer + 1) * U2 + pid) * BN, slot_b, bar_o, C2, (pid < U2) & more, counter_ptr,
-                              err_ptr, sync, G, SPINS, times_ptr, layer, 3, pid, TIMED)
+                              err_ptr, sync, G, SPINS, times_ptr, layer, 3, pid, TIMED, ASK)
         for i in gl.static_range(4):
             mbarrier.invalidate(bars.index(i))
         if pid == 0:
@@ -278,13 +303,16 @@ def descriptors(packed: dict) -> dict:
 class PersistentSmem(Persistent):
     """Buffers and one launch of the shared-memory chain (always the ordered sums)."""
 
-    def __init__(self, packed: dict, grid: int, num_warps: int, layers: int = LAYERS, timed: bool = False):
-        """``timed``: each launch records ``POINTS`` into ``times`` ([layers, 4 stages, grid, 4] ns; ``timeline``)."""
+    def __init__(self, packed: dict, grid: int, num_warps: int, layers: int = LAYERS, timed: bool = False,
+                 ask: str = "end"):
+        """``timed``: each launch records ``POINTS`` into ``times`` ([layers, 4 stages, grid, 4] ns; ``timeline``);
+        ``ask``: one of ``ASKS``."""
         if grid < max(UNITS.values()):
             raise ValueError(f"the shared-memory chain needs a program for every unit of a stage (grid {grid})")
         super().__init__(packed, grid, "none", num_warps, layers=layers, deterministic=True)
         self.descs = descriptors(packed)
         self.timed = timed
+        self.ask = ASKS.index(ask)
         self.times = torch.zeros((layers, 4, grid, len(POINTS)) if timed else 1, dtype=torch.int64, device=self.h.device)
 
     def __call__(self) -> torch.Tensor:
@@ -296,7 +324,7 @@ class PersistentSmem(Persistent):
             self.h, self.po, self.pd, self.qkv, self.act, d["qkv"], d["o"], d["gu"], d["d"], w["n1"], w["n2"],
             self.counter, self.err, self.times, self.layers, EPS, self.grid, H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN,
             SPLIT_O=SPLIT_O, SPLIT_D=SPLIT_D, NUM_WARPS=self.num_warps, SPINS=MAX_SPINS, TIMED=self.timed,
-            num_warps=self.num_warps)
+            ASK=self.ask, num_warps=self.num_warps)
         return self.h
 
 
@@ -327,7 +355,7 @@ def timeline(times: torch.Tensor) -> dict:
     return out
 
 
-def build(num_warps: int = 4, timed: bool = False) -> dict:
+def build(num_warps: int = 4, timed: bool = False, ask: str = "end") -> dict:
     """The kernel compiled for sm_90a by this process's Triton, through ptxas (no GPU needed): registers, spills,
     shared memory."""
     from triton.backends.compiler import GPUTarget
@@ -337,7 +365,7 @@ def build(num_warps: int = 4, timed: bool = False) -> dict:
     from tests.kernel_builds import cubin_resources
 
     constexprs = dict(H=H, Q=Q, QKV=QKV, INTER=INTER, BN=BN, SPLIT_O=SPLIT_O, SPLIT_D=SPLIT_D, NUM_WARPS=num_warps,
-                      SPINS=MAX_SPINS, TIMED=timed)
+                      SPINS=MAX_SPINS, TIMED=timed, ASK=ASKS.index(ask))
     descs = {"wqkv_desc": "qkv", "wo_desc": "o", "wgu_desc": "gu", "wd_desc": "d"}
     signature = {}
     for param in _chain_smem_kernel.params:
@@ -362,18 +390,26 @@ def build(num_warps: int = 4, timed: bool = False) -> dict:
     return cubin_resources(source, GPUTarget("cuda", 90, 32), {"num_warps": num_warps})
 
 
+def way_name(num_warps: int, ask: str) -> str:
+    """A shared-memory way's key in the results: ``smem_w8``, ``smem_w8_after_prep``."""
+    return f"smem_w{num_warps}" + ("" if ask == "end" else f"_{ask}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-json", default=None)
     parser.add_argument("--num-warps", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--build", action="store_true", help="only build the kernel for sm_90a and print its resources")
+    parser.add_argument("--ask", nargs="+", choices=ASKS, default=list(ASKS),
+                        help="when a program asks for a slot's next tile (``ASKS``)")
     parser.add_argument("--timeline", action="store_true",
                         help="also time each shared-memory way's programs stage by stage in one launch (``timeline``)")
     args = parser.parse_args()
     if not available():
         sys.exit("this Triton has no Gluon Hopper operations")
+    ways = {way_name(n, ask): (n, ask) for n in args.num_warps for ask in args.ask}
     if args.build or not torch.cuda.is_available():
-        print(json.dumps({f"w{n}{'_timed' if timed else ''}": build(n, timed) for n in args.num_warps
+        print(json.dumps({f"{name}{'_timed' if timed else ''}": build(n, timed, ask) for name, (n, ask) in ways.items()
                           for timed in ((False, True) if args.timeline else (False,))}))
         return
     from raygrid.bench.kernel_timing import chain_us
@@ -391,19 +427,19 @@ def main() -> None:
     print("engine", results["engine"], flush=True)
     runners = {"registers_w8_ordered": lambda layers=LAYERS: Persistent(packed, grid, "registers", 8, layers=layers,
                                                                          deterministic=True)}
-    for n in args.num_warps:
-        runners[f"smem_w{n}"] = lambda layers=LAYERS, n=n: PersistentSmem(packed, grid, n, layers=layers)
+    for name, (n, ask) in ways.items():
+        runners[name] = lambda layers=LAYERS, n=n, ask=ask: PersistentSmem(packed, grid, n, layers=layers, ask=ask)
     for name, make in runners.items():
         results[name] = measured(make(), make(1), want, want_one)
         print(name, results[name], flush=True)
     if args.timeline:
-        for n in args.num_warps:
-            timed = PersistentSmem(packed, grid, n, timed=True)
+        for name, (n, ask) in ways.items():
+            timed = PersistentSmem(packed, grid, n, timed=True, ask=ask)
             got = timed().clone()
             torch.cuda.synchronize()
-            results[f"smem_w{n}"]["timeline"] = dict(timeline(timed.times.cpu()), rel_error=rel_error(got, want),
-                                                     barrier_timed_out=bool(timed.err.item()))
-            print(f"smem_w{n} timeline", results[f"smem_w{n}"]["timeline"], flush=True)
+            results[name]["timeline"] = dict(timeline(timed.times.cpu()), rel_error=rel_error(got, want),
+                                             barrier_timed_out=bool(timed.err.item()))
+            print(f"{name} timeline", results[name]["timeline"], flush=True)
     closing(results, engine, args.output_json)
 
 
