@@ -15,7 +15,7 @@ import torch
 from raygrid.config import EngineConfig
 from raygrid.engine.cuda_graphs import CallGraph, FullGraphs, GraphBuffers, capture_sizes
 from raygrid.engine.input_batch import CachedRequestState, InputBatch
-from raygrid.engine.memory_profile import free_device_memory, kv_cache_shape, single_sequence_metadata
+from raygrid.engine.memory_profile import free_device_memory, kv_cache_shape, single_sequence_metadata, zeroed_cache
 from raygrid.engine.outputs import SampleLogprobs, SchedulerOutput
 from raygrid.engine.pending_output import PendingRunnerOutput
 from raygrid.engine.piecewise_graphs import PiecewiseGraphs, piecewise_sizes
@@ -461,7 +461,7 @@ class ModelRunner:
     def allocate_kv_cache(self, num_blocks: int) -> list[torch.Tensor]:
         """One ``[2, num_blocks, block_size, kv_heads, head_dim]`` tensor per local layer, in the cache's dtype."""
         shape = kv_cache_shape(self.model, self.block_size, num_blocks)
-        return [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in self.model.layers]
+        return [zeroed_cache(shape, self.kv_dtype, self.device) for _ in self.model.layers]
 
     def kv_cache_bytes_per_block(self) -> int:
         per_layer = int(np.prod(kv_cache_shape(self.model, self.block_size, 1))) * self.kv_dtype.itemsize
