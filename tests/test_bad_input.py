@@ -136,6 +136,7 @@ def test_max_tokens_is_capped_by_the_context(llm):
         (dict(num_kv_blocks=3, max_model_len=64), "the KV pool has 3 blocks of 16 tokens; one request of max_model_len (64) "
          "needs 5 (with the null block): lower max_model_len to at most 32, or raise num_kv_blocks (on a CPU the pool is "
          "1 GiB unless set)"),
+        (dict(num_kv_blocks=2**30, max_model_len=64), "num_kv_blocks (1073741824): "),  # terabytes, past any host's memory
     ],
 )
 def test_bad_engine_arguments_name_the_field_in_one_line(qwen3_dir, kwargs, message):

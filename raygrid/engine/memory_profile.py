@@ -1,6 +1,7 @@
 """Sizing the KV cache: the passes that measure the worst step's peak memory (a forward pass of the whole token
 budget on a throwaway cache, then sampling with every feature on) and what the CUDA graphs will hold, on one
-device. The worker turns them into a number of KV blocks (``Worker.determine_num_kv_blocks``)."""
+device. The worker turns them into a number of KV blocks (``Worker.determine_num_kv_blocks``). On a CPU: the pool's
+tensors (``zeroed_cache``) and its check against the host's memory (``check_host_pool``)."""
 
 from __future__ import annotations
 
@@ -163,6 +164,29 @@ def zeroed_cache(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devic
         return torch.zeros(shape, dtype=dtype, device=device)
     pages = mmap.mmap(-1, math.prod(shape) * dtype.itemsize, flags=mmap.MAP_PRIVATE)
     return torch.frombuffer(pages, dtype=dtype).view(shape)
+
+
+def check_host_pool(num_blocks: int, bytes_per_block: int, num_kv_blocks_set: bool) -> None:
+    """Refuse, in one line naming what set its size, a CPU KV pool larger than the host's available memory: its
+    pages are mapped as they are touched, so an oversized pool would otherwise start and be killed mid-run."""
+    available = host_memory_available()
+    needed = num_blocks * bytes_per_block
+    if available is not None and needed > available:
+        field = f"num_kv_blocks ({num_blocks})" if num_kv_blocks_set else f"the CPU KV pool ({num_blocks} blocks)"
+        raise ValueError(f"{field}: {needed / 2**30:.1f} GiB of KV cache a worker, more than this host's available "
+                         f"memory ({available / 2**30:.1f} GiB)")
+
+
+def host_memory_available() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (what can be allocated without swapping), or None where there is none."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def free_device_memory() -> int:
