@@ -14,8 +14,9 @@ Here each program (one an SM) keeps two slots of shared memory: slot A for qkv_p
 and 128 KB), slot B for o_proj's and down_proj's (32 and 64 KB). As soon as a stage's products have read their slot,
 the program asks the copy engine (TMA) for the tile of the stage after next into it, so every tile has the next stage
 and two barriers to arrive. A stage then multiplies its tile from shared memory by the activations, 256 columns at a
-time. Everything else is ``persistent_decode_chain.py``'s ``ordered`` chain (the same packed weights, roundings and
-fixed-order partial sums), checked against the same float32 reference.
+time. When the copy is asked for is ``--ask`` (``ASKS``): the first run found each barrier waiting for the copy
+asked for just before it. Everything else is ``persistent_decode_chain.py``'s ``ordered`` chain (the same packed
+weights, roundings and fixed-order partial sums), checked against the same float32 reference.
 
 The chain, its reference and its Triton kernels are imported from ``persistent_decode_chain.py``. Gluon does not
 run in Triton's interpreter: on a CPU the script only builds the kernel for sm_90a (``--build``), which is what CI's
