@@ -80,11 +80,11 @@ class Worker:
         return max(int(budget // per_block), 0)
 
     def initialize_cache(self, num_blocks: int) -> None:
+        per_block = self.runner.kv_cache_bytes_per_block()
         if self.device.type != "cuda":
-            memory_profile.check_host_pool(num_blocks, self.runner.kv_cache_bytes_per_block(),
-                                           self.config.cache.num_kv_blocks is not None)
+            memory_profile.check_host_pool(num_blocks, per_block, self.config.cache.num_kv_blocks is not None)
         self.runner.initialize_kv_cache(self.runner.allocate_kv_cache(num_blocks))
-        self._memory.update(num_kv_blocks=num_blocks, kv_cache_bytes=num_blocks * self.runner.kv_cache_bytes_per_block(),
+        self._memory.update(num_kv_blocks=num_blocks, kv_cache_bytes=num_blocks * per_block,
                             cuda_graph_bytes=self.runner.graph_memory_bytes)
 
     def memory_report(self) -> dict[str, int]:
