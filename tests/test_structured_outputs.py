@@ -281,6 +281,57 @@ def check_requests_that_leave_no_token(base: str, tokenizer) -> None:
             assert error["type"] == "invalid_request_error" and words in error["message"], (body, stream, response.text)
 
 
+def test_required_tool_calls_stream_from_their_names_however_the_text_is_split():
+    """A "required" reply (a JSON array of calls, as its grammar makes it) read as it streams: each call goes out when
+    its name string closes, its arguments follow as written, and any split of the text, a reply cut anywhere
+    included, gives what the whole reply gives, or a prefix of it."""
+    from raygrid.entrypoints.tool_calls import RequiredCallsStream, ToolStream, forced_calls, joined_calls
+
+    text = ('[ {"name": "get_weather", "parameters": {"city": "O\\"slo }],", "days": [1, {"n": null}]}} ,\n'
+            '{"parameters" : {"zone": "utc"}, "name": "get_\\u0074ime"}, {"name":"f","parameters":7}]')
+    want = [("get_weather", '{"city": "O\\"slo }],", "days": [1, {"n": null}]}'), ("get_time", '{"zone": "utc"}'),
+            ("f", "7")]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in forced_calls(text, "required")] == want
+    assert [(c["name"], c["parameters"]) for c in json.loads(text)] == [(n, json.loads(a)) for n, a in want]
+
+    reader, sent, named_at = RequiredCallsStream(), [], {}
+    for i, ch in enumerate(text):  # one character at a time
+        for delta in reader.feed(ch):
+            sent.append(delta)
+            if "id" in delta:
+                named_at[delta["index"]] = i
+        args = "".join(d["function"]["arguments"] for d in sent if d["index"] == 0)
+        assert want[0][1].startswith(args)
+        if i == text.index('", "days"') - 1:  # a string's characters go out as they come, before it closes
+            assert args == '{"city": "O\\"slo }],'
+    sent += reader.finish()
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in joined_calls(sent)] == want
+    assert named_at[0] == text.index('get_weather"') + len("get_weather")  # the name goes out as it closes
+    assert named_at[1] == text.index('ime"') + 3  # arguments written before the name wait for it
+    assert all(set(d) == {"index", "id", "type", "function"} and d["function"]["arguments"] == "" for d in sent if "id" in d)
+
+    rng = random.Random(0)
+    for cut in range(len(text) + 1):  # cut short anywhere, and fed in random pieces
+        reader, sent, at = RequiredCallsStream(), [], 0
+        while at < cut:
+            step = rng.randint(1, 6)
+            sent += reader.feed(text[at:min(at + step, cut)])
+            at += step
+        sent += reader.finish()
+        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in joined_calls(sent)]
+        assert calls == [(c["function"]["name"], c["function"]["arguments"]) for c in forced_calls(text[:cut], "required")]
+        assert all(name == want[i][0] and want[i][1].startswith(args) for i, (name, args) in enumerate(calls)), (cut, calls)
+        assert len(calls) == sum(cut > named for named in named_at.values())
+
+    # The chat stream's view: no content while calls are named; a reply cut before any name is its text as content.
+    stream = ToolStream("required", parse_auto=False)
+    assert stream.feed(text[:20]) == ("", []) and stream.finish() == (text[:20], []) and stream.finish_reason("length") == "length"
+    stream = ToolStream("required", parse_auto=False)
+    content, deltas = stream.feed(text)
+    assert content == "" and stream.finish() == ("", []) and stream.finish_reason("stop") == "tool_calls"
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in joined_calls(deltas)] == want
+
+
 def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
     import openai
 
@@ -327,12 +378,27 @@ def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):
             for call in choice.message.tool_calls:
                 tool = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]
                 jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
-        calls, finish, content = streamed_calls(client.chat.completions.create(
-            model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice="required", max_tokens=200, seed=0, stream=True))
-        assert finish == "tool_calls" and calls and content == ""
-        assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
-            (c.function.name, json.loads(c.function.arguments)) for c in client.chat.completions.create(
-                model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice="required", max_tokens=200, seed=0).choices[0].message.tool_calls]
+        # Streamed, a call goes out once its name is whole and its arguments follow as written, in several deltas,
+        # the same text as the reply that is not streamed. Cut short by max_tokens, the calls named so far come back,
+        # the last one's arguments as far as they got, streamed or not.
+        required = dict(model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice="required", seed=0)
+        whole = client.chat.completions.create(**required, max_tokens=200)
+        whole_calls = [(c.function.name, c.function.arguments) for c in whole.choices[0].message.tool_calls]
+        chunks = list(client.chat.completions.create(**required, max_tokens=200, stream=True))
+        calls, finish, content = streamed_calls(chunks)
+        assert finish == "tool_calls" and content == "" and [(c["name"], c["arguments"]) for c in calls.values()] == whole_calls
+        first_call = [c.choices[0].delta.tool_calls[0] for c in chunks if c.choices and c.choices[0].delta.tool_calls
+                      and c.choices[0].delta.tool_calls[0].index == 0]
+        assert first_call[0].function.name == whole_calls[0][0] and first_call[0].function.arguments == ""
+        assert len(first_call) >= 3 and all(d.function.name is None and d.id is None for d in first_call[1:])
+        cut = whole.usage.completion_tokens - 3
+        short = client.chat.completions.create(**required, max_tokens=cut)
+        assert short.choices[0].finish_reason == "length" and short.choices[0].message.content is None
+        short_calls = [(c.function.name, c.function.arguments) for c in short.choices[0].message.tool_calls]
+        assert short_calls != whole_calls and all(
+            name == whole_calls[i][0] and whole_calls[i][1].startswith(args) for i, (name, args) in enumerate(short_calls))
+        calls, finish, _ = streamed_calls(client.chat.completions.create(**required, max_tokens=cut, stream=True))
+        assert finish == "length" and [(c["name"], c["arguments"]) for c in calls.values()] == short_calls
         # A named function: its arguments, streamed as they are generated; finish_reason stays "stop", as OpenAI's.
         named = {"type": "function", "function": {"name": "get_weather"}}
         reply = client.chat.completions.create(model="tiny", messages=user, tools=[WEATHER, TIME], tool_choice=named, max_tokens=200, seed=4)

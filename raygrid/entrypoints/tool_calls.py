@@ -5,7 +5,8 @@
   templates teach, and the parser turns them into OpenAI ``tool_calls`` (streamed as deltas too).
 - ``"required"`` and a named function are enforced by structured outputs: the output is constrained to a JSON
   array of calls (``[{"name": ..., "parameters": {...}}]``) or to the named function's arguments, then read
-  back as ``tool_calls``.
+  back as ``tool_calls``. Streamed, each call goes out as soon as its name is whole and its arguments follow as
+  they are written; a call's arguments are the text the model wrote, streamed or not.
 - ``"none"``: the tools still reach the template, and the output is plain content.
 
 ``parallel_tool_calls=false`` keeps a reply to one call: "required" is constrained to an array of one, and
@@ -64,14 +65,134 @@ def named_tool(tools: list[dict], tool_choice: dict) -> dict:
 def forced_calls(text: str, tool_choice) -> list[dict]:
     """The tool calls of a complete output made under a forced ``tool_choice``. A named function's output is its
     arguments, as written and as streamed, also where max_tokens or a stop string cut them short (as OpenAI returns
-    such a call, with finish_reason "length"); a "required" array that was cut and does not parse gives []."""
+    such a call, with finish_reason "length"). A "required" array gives its calls, each call's arguments as written;
+    where it was cut short, the calls whose name is whole, the last one's arguments as far as they got (none: [])."""
     if isinstance(tool_choice, dict):
         return [tool_call(tool_choice["function"]["name"], text)]
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return []
-    return [tool_call(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
+    reader = RequiredCallsStream()
+    deltas = reader.feed(text) + reader.finish()
+    return [{k: v for k, v in call.items() if k != "index"} for call in joined_calls(deltas)]
+
+
+def joined_calls(deltas: list[dict]) -> list[dict]:
+    """Streamed tool-call deltas put together into whole calls, as a client does."""
+    calls: dict[int, dict] = {}
+    for delta in deltas:
+        if delta["index"] not in calls:
+            calls[delta["index"]] = {**delta, "function": dict(delta["function"])}
+        else:
+            calls[delta["index"]]["function"]["arguments"] += delta["function"]["arguments"]
+    return list(calls.values())
+
+
+@dataclass
+class _ArrayCall:
+    """One call of a "required" array as it is read: its name once whole, where its arguments start and end in the
+    text, and how much of them has been sent."""
+
+    index: int
+    name: str | None = None
+    args_start: int | None = None
+    args_end: int | None = None
+    sent: int = 0  # characters of the arguments sent
+    announced: bool = False  # its first delta (id, type, name) sent
+
+
+class RequiredCallsStream:
+    """Incremental reading of a ``tool_choice="required"`` reply, a JSON array of ``{"name": ..., "parameters":
+    ...}`` objects as the grammar makes it (keys in either order, any whitespace). ``feed`` returns the tool-call
+    deltas that the new text completes: a call's first delta (id, type, name, no arguments) as soon as its name
+    string is closed, then the arguments' text as written, up to its last character that is not whitespace. The
+    grammar guarantees the shape, so nothing sent needs taking back; a reply cut short leaves its last call's
+    arguments as far as they got. The scan keeps a handful of states and looks at each character once."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.scanned = 0
+        self.depth = 0  # the array is depth 1, a call's object depth 2, inside its values deeper
+        self.in_string = False
+        self.escaped = False
+        self.string_start = 0
+        self.expect_key = False  # in a call's object, the next string is a key
+        self.key: str | None = None  # the key whose value is being read, at depth 2
+        self.awaiting_value = False  # after the key's ':', before its value's first character
+        self.value_end = 0  # one past the last character of the value being read, outside whitespace between tokens
+        self.calls: list[_ArrayCall] = []
+
+    def feed(self, text: str) -> list[dict]:
+        self.text += text
+        for i in range(self.scanned, len(self.text)):
+            self._scan(i, self.text[i])
+        self.scanned = len(self.text)
+        return self._deltas()
+
+    def finish(self) -> list[dict]:
+        """The end of the reply: whatever is left of a call cut short."""
+        return self._deltas()
+
+    def _scan(self, i: int, ch: str) -> None:
+        if self.in_string:  # every character of a string counts, whitespace too
+            self.value_end = i + 1
+            if self.escaped:
+                self.escaped = False
+            elif ch == "\\":
+                self.escaped = True
+            elif ch == '"':
+                self.in_string = False
+                if self.depth == 2:
+                    self._string_closed(json.loads(self.text[self.string_start:i + 1]))
+            return
+        if ch in " \t\n\r":
+            return
+        if self.awaiting_value and self.depth == 2:
+            self.awaiting_value = False
+            if self.key == "parameters":
+                self.calls[-1].args_start = i
+        if not (self.depth == 2 and ch in ",:}"):  # a value's own character (not a call object's punctuation)
+            self.value_end = i + 1
+        if ch == '"':
+            self.in_string, self.string_start = True, i
+        elif ch in "{[":
+            self.depth += 1
+            if self.depth == 2:
+                self.calls.append(_ArrayCall(len(self.calls)))
+                self.expect_key, self.key = True, None
+        elif ch in "}]":
+            if self.depth == 2:
+                self._value_closed()
+            self.depth -= 1
+        elif self.depth == 2 and ch == ",":
+            self._value_closed()
+            self.expect_key, self.key = True, None
+        elif self.depth == 2 and ch == ":":
+            self.awaiting_value = True
+
+    def _string_closed(self, value: str) -> None:
+        if self.expect_key:
+            self.expect_key, self.key = False, value
+        elif self.key == "name":
+            self.calls[-1].name = value
+
+    def _value_closed(self) -> None:
+        call = self.calls[-1]
+        if self.key == "parameters" and call.args_start is not None and call.args_end is None:
+            call.args_end = self.value_end
+
+    def _deltas(self) -> list[dict]:
+        deltas = []
+        for call in self.calls:
+            if call.name is None:
+                continue  # its arguments wait for its name (a grammar that puts "parameters" first)
+            if not call.announced:
+                call.announced = True
+                deltas.append(tool_call(call.name, "", index=call.index))
+            if call.args_start is None:
+                continue
+            end = call.args_end if call.args_end is not None else max(self.value_end, call.args_start)
+            if end > call.args_start + call.sent:
+                deltas.append({"index": call.index, "function": {"arguments": self.text[call.args_start + call.sent:end]}})
+                call.sent = end - call.args_start
+        return deltas
 
 
 def parse_hermes(text: str, parallel: bool = True) -> tuple[str | None, list[dict]]:
@@ -195,14 +316,14 @@ def tool_finish_reason(reason: str | None, called: bool, tool_choice) -> str | N
 
 class ToolStream:
     """One streamed choice's tool calls: feed it text deltas, get (content delta, tool-call deltas). A named
-    function's arguments stream as they come; "required" calls come whole at the end; "auto" parses Hermes
-    blocks as they close."""
+    function's arguments stream as they come; "required" calls stream each from its name on
+    (``RequiredCallsStream``); "auto" parses Hermes blocks as they close."""
 
     def __init__(self, tool_choice, parse_auto: bool, parallel: bool = True) -> None:
         self.choice = tool_choice
         self.named = isinstance(tool_choice, dict)
         self.hermes = HermesStream(limit=None if parallel else 1) if parse_auto and tool_choice == "auto" else None
-        self.text: list[str] = []
+        self.required = RequiredCallsStream() if tool_choice == "required" else None
         self.called = False
 
     @property
@@ -219,9 +340,10 @@ class ToolStream:
             if text:
                 deltas.append({"index": 0, "function": {"arguments": text}})
             return "", deltas
-        if self.choice == "required":
-            self.text.append(text)
-            return "", []
+        if self.required is not None:
+            deltas = self.required.feed(text)
+            self.called |= bool(deltas)
+            return "", deltas
         content, calls = self.hermes.feed(text)
         self.called |= bool(calls)
         return content, calls
@@ -229,10 +351,10 @@ class ToolStream:
     def finish(self) -> tuple[str, list[dict]]:
         if self.named:
             return "", []
-        if self.choice == "required":
-            calls = forced_calls("".join(self.text), "required")
-            self.called = bool(calls)
-            return ("" if calls else "".join(self.text)), [dict(call, index=i) for i, call in enumerate(calls)]
+        if self.required is not None:
+            deltas = self.required.finish()
+            self.called |= bool(deltas)
+            return ("" if self.called else self.required.text), deltas  # no call named: the text is the reply
         content, calls = self.hermes.finish()
         self.called |= bool(calls)
         return content, calls
