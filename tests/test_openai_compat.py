@@ -387,8 +387,8 @@ TOOL_REPLIES = {  # reply -> (content, calls) of the whole reply
 @pytest.mark.parametrize("reply", TOOL_REPLIES)
 def test_tool_call_stream_splits_as_the_whole_reply_at_every_cut(reply):
     """Streamed in pieces of every size, the hermes parser sends the content and calls of the whole reply (the whole
-    reply's content was stripped, the stream's not)."""
-    from raygrid.entrypoints.tool_calls import HermesStream, parse_hermes
+    reply's content was stripped, the stream's not), each call in deltas that a client puts together."""
+    from raygrid.entrypoints.tool_calls import HermesStream, joined_calls, parse_hermes
 
     content, calls = parse_hermes(reply)
     assert (content, len(calls)) == TOOL_REPLIES[reply]
@@ -399,7 +399,7 @@ def test_tool_call_stream_splits_as_the_whole_reply_at_every_cut(reply):
             sent, got = sent + c, got + new
         c, new = stream.finish()
         sent, got = sent + c, got + new
-        assert (sent or None, [(g["function"]["name"], g["function"]["arguments"]) for g in got]) == (
+        assert (sent or None, [(g["function"]["name"], g["function"]["arguments"]) for g in joined_calls(got)]) == (
             content, [(g["function"]["name"], g["function"]["arguments"]) for g in calls]), size
 
 

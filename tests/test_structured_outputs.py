@@ -285,7 +285,7 @@ def test_required_tool_calls_stream_from_their_names_however_the_text_is_split()
     """A "required" reply (a JSON array of calls, as its grammar makes it) read as it streams: each call goes out when
     its name string closes, its arguments follow as written, and any split of the text, a reply cut anywhere
     included, gives what the whole reply gives, or a prefix of it."""
-    from raygrid.entrypoints.tool_calls import RequiredCallsStream, ToolStream, forced_calls, joined_calls
+    from raygrid.entrypoints.tool_calls import JsonCallsReader, ToolStream, forced_calls, joined_calls
 
     text = ('[ {"name": "get_weather", "parameters": {"city": "O\\"slo }],", "days": [1, {"n": null}]}} ,\n'
             '{"parameters" : {"zone": "utc"}, "name": "get_\\u0074ime"}, {"name":"f","parameters":7}]')
@@ -294,7 +294,7 @@ def test_required_tool_calls_stream_from_their_names_however_the_text_is_split()
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in forced_calls(text, "required")] == want
     assert [(c["name"], c["parameters"]) for c in json.loads(text)] == [(n, json.loads(a)) for n, a in want]
 
-    reader, sent, named_at = RequiredCallsStream(), [], {}
+    reader, sent, named_at = JsonCallsReader(), [], {}
     for i, ch in enumerate(text):  # one character at a time
         for delta in reader.feed(ch):
             sent.append(delta)
@@ -304,7 +304,6 @@ def test_required_tool_calls_stream_from_their_names_however_the_text_is_split()
         assert want[0][1].startswith(args)
         if i == text.index('", "days"') - 1:  # a string's characters go out as they come, before it closes
             assert args == '{"city": "O\\"slo }],'
-    sent += reader.finish()
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in joined_calls(sent)] == want
     assert named_at[0] == text.index('get_weather"') + len("get_weather")  # the name goes out as it closes
     assert named_at[1] == text.index('ime"') + 3  # arguments written before the name wait for it
@@ -312,12 +311,11 @@ def test_required_tool_calls_stream_from_their_names_however_the_text_is_split()
 
     rng = random.Random(0)
     for cut in range(len(text) + 1):  # cut short anywhere, and fed in random pieces
-        reader, sent, at = RequiredCallsStream(), [], 0
+        reader, sent, at = JsonCallsReader(), [], 0
         while at < cut:
             step = rng.randint(1, 6)
             sent += reader.feed(text[at:min(at + step, cut)])
             at += step
-        sent += reader.finish()
         calls = [(c["function"]["name"], c["function"]["arguments"]) for c in joined_calls(sent)]
         assert calls == [(c["function"]["name"], c["function"]["arguments"]) for c in forced_calls(text[:cut], "required")]
         assert all(name == want[i][0] and want[i][1].startswith(args) for i, (name, args) in enumerate(calls)), (cut, calls)
@@ -330,6 +328,53 @@ def test_required_tool_calls_stream_from_their_names_however_the_text_is_split()
     content, deltas = stream.feed(text)
     assert content == "" and stream.finish() == ("", []) and stream.finish_reason("stop") == "tool_calls"
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in joined_calls(deltas)] == want
+
+
+def test_hermes_tool_calls_stream_from_their_names_and_any_split_gives_the_whole_replys_parse():
+    """"auto" with the hermes parser: a block's call goes out once its name is whole and its arguments as written
+    (a JSON string of them decoded); a block that names no function is content; a whole call without arguments gets
+    "{}"; one cut short keeps its arguments as far as they got. Fed in any pieces, the stream gives what the
+    whole reply's parse gives, with parallel_tool_calls or without."""
+    from raygrid.entrypoints.tool_calls import HermesStream, joined_calls, parse_hermes
+
+    def calls(found):
+        return [(c["function"]["name"], c["function"]["arguments"]) for c in found]
+
+    replies = {
+        'Sure. <tool_call>\n{"name": "get_time", "arguments": {"zone": "u t\\"c"}}\n</tool_call>':
+            ("Sure. ", [("get_time", '{"zone": "u t\\"c"}')]),
+        '\n\n<tool_call>\n{"arguments": {"x": [1, "</"]}, "name": "a"}\n</tool_call>\n<tool_call>{"name": "b", '
+        '"arguments": "{\\"y\\": 2}"}</tool_call>\n': (None, [("a", '{"x": [1, "</"]}'), ("b", '{"y": 2}')]),
+        'text <tool_call>not json</tool_call> <tool_call>{"name": 5}</tool_call>':
+            ('text <tool_call>not json</tool_call> <tool_call>{"name": 5}</tool_call>', []),
+        '<tool_call>{"name": "n"}</tool_call><tool_call>{"name": "cut", "arguments": {"q": "ab':
+            (None, [("n", "{}"), ("cut", '{"q": "ab')]),
+    }
+    rng = random.Random(0)
+    for text, (content, want) in replies.items():
+        assert parse_hermes(text)[0] == content and calls(parse_hermes(text)[1]) == want
+        assert calls(parse_hermes(text, parallel=False)[1]) == want[:1]
+        for limit in (None, 1):
+            for _ in range(30):
+                parser, streamed, deltas, at = HermesStream(limit=limit), "", [], 0
+                while at < len(text):
+                    step = rng.randint(1, 7)
+                    piece, more = parser.feed(text[at:at + step])
+                    streamed, deltas, at = streamed + piece, deltas + more, at + step
+                piece, more = parser.finish()
+                assert ((streamed + piece) or None, calls(joined_calls(deltas + more))) == (content, want[:limit])
+
+    text, (_, (want_first,)) = next(iter(replies.items()))
+    parser, named_at, args, start = HermesStream(), None, "", text.index('{"zone"')
+    for i, ch in enumerate(text):  # one character at a time: the name as it closes, then the arguments as written
+        for delta in parser.feed(ch)[1]:
+            if "id" in delta:
+                named_at = i
+                assert delta["function"] == {"name": "get_time", "arguments": ""}
+            else:
+                args += delta["function"]["arguments"]
+                assert args == text[start:i + 1]
+    assert named_at == text.index('get_time"') + len("get_time") and args == want_first[1]
 
 
 def test_server_json_schemas_tool_calls_and_langchain(qwen3_dir, tokenizer):

@@ -2,15 +2,17 @@
 
 - ``tool_choice="auto"`` (the default when tools are given) needs a parser (``--tool-call-parser hermes``): the
   model writes ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, as Qwen3's and Hermes'
-  templates teach, and the parser turns them into OpenAI ``tool_calls`` (streamed as deltas too).
+  templates teach, and the parser turns them into OpenAI ``tool_calls``.
 - ``"required"`` and a named function are enforced by structured outputs: the output is constrained to a JSON
   array of calls (``[{"name": ..., "parameters": {...}}]``) or to the named function's arguments, then read
-  back as ``tool_calls``. Streamed, each call goes out as soon as its name is whole and its arguments follow as
-  they are written; a call's arguments are the text the model wrote, streamed or not.
+  back as ``tool_calls``.
 - ``"none"``: the tools still reach the template, and the output is plain content.
 
+Streamed, each call goes out as soon as its name is whole, and its arguments follow as they are written
+(``JsonCallsReader``); a call's arguments are the text the model wrote, streamed or not.
+
 ``parallel_tool_calls=false`` keeps a reply to one call: "required" is constrained to an array of one, and
-"auto" keeps the first block it parses (later ones are dropped, as vLLM does).
+"auto" keeps the first block that names a function (later ones are dropped, as vLLM does).
 """
 
 from __future__ import annotations
@@ -69,9 +71,7 @@ def forced_calls(text: str, tool_choice) -> list[dict]:
     where it was cut short, the calls whose name is whole, the last one's arguments as far as they got (none: [])."""
     if isinstance(tool_choice, dict):
         return [tool_call(tool_choice["function"]["name"], text)]
-    reader = RequiredCallsStream()
-    deltas = reader.feed(text) + reader.finish()
-    return [{k: v for k, v in call.items() if k != "index"} for call in joined_calls(deltas)]
+    return [{k: v for k, v in call.items() if k != "index"} for call in joined_calls(JsonCallsReader().feed(text))]
 
 
 def joined_calls(deltas: list[dict]) -> list[dict]:
@@ -86,9 +86,9 @@ def joined_calls(deltas: list[dict]) -> list[dict]:
 
 
 @dataclass
-class _ArrayCall:
-    """One call of a "required" array as it is read: its name once whole, where its arguments start and end in the
-    text, and how much of them has been sent."""
+class _CallRead:
+    """One call as it is read: its name once whole, where its arguments start and end in the text, and how much of
+    them has been sent."""
 
     index: int
     name: str | None = None
@@ -98,39 +98,40 @@ class _ArrayCall:
     announced: bool = False  # its first delta (id, type, name) sent
 
 
-class RequiredCallsStream:
-    """Incremental reading of a ``tool_choice="required"`` reply, a JSON array of ``{"name": ..., "parameters":
-    ...}`` objects as the grammar makes it (keys in either order, any whitespace). ``feed`` returns the tool-call
-    deltas that the new text completes: a call's first delta (id, type, name, no arguments) as soon as its name
-    string is closed, then the arguments' text as written, up to its last character that is not whitespace. The
-    grammar guarantees the shape, so nothing sent needs taking back; a reply cut short leaves its last call's
-    arguments as far as they got. The scan keeps a handful of states and looks at each character once."""
+class JsonCallsReader:
+    """Incremental reading of tool calls written as JSON objects ``{"name": ..., ARGS_KEY: ...}`` at ``call_depth``
+    (1: the text is one call, a Hermes block's body; 2: an array of calls, a "required" reply). Keys may come in
+    either order, with any whitespace. ``feed`` returns the tool-call deltas that the new text completes: a call's
+    first delta (id, type, name, no arguments) as soon as its name string closes, then its arguments' text as
+    written, each character once it cannot be whitespace between tokens. Where the arguments are a JSON string
+    (``string_args``, as some models write a Hermes block's), they go out decoded, once the string closes. The scan
+    keeps a handful of states and looks at each character once."""
 
-    def __init__(self) -> None:
+    def __init__(self, call_depth: int = 2, args_key: str = "parameters", string_args: bool = False,
+                 first_index: int = 0) -> None:
+        self.call_depth, self.args_key, self.string_args, self.first_index = call_depth, args_key, string_args, first_index
         self.text = ""
-        self.scanned = 0
-        self.depth = 0  # the array is depth 1, a call's object depth 2, inside its values deeper
+        self.depth = 0  # outside everything 0; a call's object is call_depth, inside its values deeper
         self.in_string = False
         self.escaped = False
         self.string_start = 0
         self.expect_key = False  # in a call's object, the next string is a key
-        self.key: str | None = None  # the key whose value is being read, at depth 2
+        self.key: str | None = None  # the key whose value is being read, in a call's object
         self.awaiting_value = False  # after the key's ':', before its value's first character
         self.value_end = 0  # one past the last character of the value being read, outside whitespace between tokens
-        self.calls: list[_ArrayCall] = []
+        self.calls: list[_CallRead] = []
+        self.done = False  # a text of one call (call_depth 1) has closed its object: what follows is not read
 
     def feed(self, text: str) -> list[dict]:
-        self.text += text
-        for i in range(self.scanned, len(self.text)):
+        scanned, self.text = len(self.text), self.text + text
+        for i in range(scanned, len(self.text)):
             self._scan(i, self.text[i])
-        self.scanned = len(self.text)
-        return self._deltas()
-
-    def finish(self) -> list[dict]:
-        """The end of the reply: whatever is left of a call cut short."""
         return self._deltas()
 
     def _scan(self, i: int, ch: str) -> None:
+        if self.done:
+            return
+        top = self.depth == self.call_depth  # in a call's object, outside its values
         if self.in_string:  # every character of a string counts, whitespace too
             self.value_end = i + 1
             if self.escaped:
@@ -139,54 +140,63 @@ class RequiredCallsStream:
                 self.escaped = True
             elif ch == '"':
                 self.in_string = False
-                if self.depth == 2:
+                if top:
                     self._string_closed(json.loads(self.text[self.string_start:i + 1]))
             return
         if ch in " \t\n\r":
             return
-        if self.awaiting_value and self.depth == 2:
+        if self.awaiting_value and top:
             self.awaiting_value = False
-            if self.key == "parameters":
+            if self.key == self.args_key and self.calls[-1].args_start is None:
                 self.calls[-1].args_start = i
-        if not (self.depth == 2 and ch in ",:}"):  # a value's own character (not a call object's punctuation)
+        if not (top and ch in ",:}"):  # a value's own character, not a call object's punctuation
             self.value_end = i + 1
         if ch == '"':
             self.in_string, self.string_start = True, i
         elif ch in "{[":
             self.depth += 1
-            if self.depth == 2:
-                self.calls.append(_ArrayCall(len(self.calls)))
+            if self.depth == self.call_depth and ch == "{":
+                self.calls.append(_CallRead(self.first_index + len(self.calls)))
                 self.expect_key, self.key = True, None
         elif ch in "}]":
-            if self.depth == 2:
+            if top:
                 self._value_closed()
+                self.done = self.call_depth == 1
             self.depth -= 1
-        elif self.depth == 2 and ch == ",":
+        elif top and ch == ",":
             self._value_closed()
             self.expect_key, self.key = True, None
-        elif self.depth == 2 and ch == ":":
+        elif top and ch == ":":
             self.awaiting_value = True
 
     def _string_closed(self, value: str) -> None:
+        if not self.calls:
+            return
         if self.expect_key:
             self.expect_key, self.key = False, value
-        elif self.key == "name":
+        elif self.key == "name" and self.calls[-1].name is None:
             self.calls[-1].name = value
 
     def _value_closed(self) -> None:
-        call = self.calls[-1]
-        if self.key == "parameters" and call.args_start is not None and call.args_end is None:
+        call = self.calls[-1] if self.calls else None
+        if call is not None and self.key == self.args_key and call.args_start is not None and call.args_end is None:
             call.args_end = self.value_end
 
     def _deltas(self) -> list[dict]:
         deltas = []
         for call in self.calls:
             if call.name is None:
-                continue  # its arguments wait for its name (a grammar that puts "parameters" first)
+                continue  # its arguments wait for its name (written after them)
             if not call.announced:
                 call.announced = True
                 deltas.append(tool_call(call.name, "", index=call.index))
             if call.args_start is None:
+                continue
+            if self.string_args and self.text[call.args_start] == '"':  # a JSON string: its text, once whole
+                if call.args_end is not None and not call.sent:
+                    call.sent = call.args_end - call.args_start
+                    deltas.append({"index": call.index, "function": {
+                        "arguments": json.loads(self.text[call.args_start:call.args_end])}})
                 continue
             end = call.args_end if call.args_end is not None else max(self.value_end, call.args_start)
             if end > call.args_start + call.sent:
@@ -197,36 +207,38 @@ class RequiredCallsStream:
 
 def parse_hermes(text: str, parallel: bool = True) -> tuple[str | None, list[dict]]:
     """A whole reply -> (its content outside tool calls, as ``HermesStream`` streams it: as written, or None where
-    it is empty or only whitespace around tool calls; its tool calls). A block whose JSON does not parse stays in the
+    it is empty or only whitespace around tool calls; its tool calls). A block that names no function stays in the
     content."""
     parser = HermesStream(limit=None if parallel else 1)
-    content, calls = parser.feed(text)
-    more_content, more_calls = parser.finish()
+    content, deltas = parser.feed(text)
+    more_content, more_deltas = parser.finish()
     content += more_content
-    return (content or None), [{k: v for k, v in call.items() if k != "index"} for call in calls + more_calls]
+    return (content or None), [{k: v for k, v in call.items() if k != "index"} for call in joined_calls(deltas + more_deltas)]
 
 
 @dataclass
 class HermesStream:
     """Incremental ``<tool_call>`` parsing of a streamed reply: text outside the blocks is content, sent as
-    soon as it cannot be the start of a tag; each block becomes one tool call once its closing tag is in.
+    soon as it cannot be the start of a tag. A block's body is read as it comes (``JsonCallsReader``): its call
+    goes out once its name is whole, and its arguments as written; a block that ends without naming a function
+    (its JSON broken before that, or no "name" string) is content. A whole call without arguments gets "{}".
 
     Content that is all whitespace so far is held: a reply of tool calls alone (Qwen3 writes "\n\n" before and
     between its blocks) then has no content, as the whole reply's parse gives; content with more goes out whole."""
 
     buffer: str = ""
-    in_call: bool = False
+    block: JsonCallsReader | None = None  # the open block's reader
     calls: int = 0
     limit: int | None = None  # the calls kept (parallel_tool_calls=false: 1); the blocks after them are dropped
     held: str = ""  # content that is whitespace so far
     spoken: bool = False  # whether content went out
 
     def feed(self, text: str) -> tuple[str, list[dict]]:
-        """New text -> (content to send now, tool calls completed now)."""
+        """New text -> (content to send now, tool-call deltas)."""
         self.buffer += text
-        content, calls = [], []
+        content, deltas = [], []
         while True:
-            if not self.in_call:
+            if self.block is None:
                 at = self.buffer.find(OPEN)
                 if at < 0:
                     keep = partial_tag_length(self.buffer, OPEN)
@@ -234,35 +246,50 @@ class HermesStream:
                     self.buffer = self.buffer[len(self.buffer) - keep:]
                     break
                 content.append(self.buffer[:at])
-                self.buffer, self.in_call = self.buffer[at + len(OPEN):], True
-            else:
-                end = self.buffer.find(CLOSE)
-                if end < 0:
-                    break
-                body, self.buffer, self.in_call = self.buffer[:end], self.buffer[end + len(CLOSE):], False
-                call = self._call(body)
-                if call is None:
-                    content.append(OPEN + body + CLOSE)
-                elif self._kept(call):
-                    calls.append(call)
-        return self._content("".join(content)), calls
+                self.buffer = self.buffer[at + len(OPEN):]
+                self.block = JsonCallsReader(call_depth=1, args_key="arguments", string_args=True, first_index=self.calls)
+                continue
+            end = self.buffer.find(CLOSE)
+            ready = len(self.buffer) - partial_tag_length(self.buffer, CLOSE) if end < 0 else end
+            deltas += self._read(self.buffer[:ready])
+            if end < 0:
+                self.buffer = self.buffer[ready:]
+                break
+            self.buffer = self.buffer[end + len(CLOSE):]
+            content_, more = self._close_block(CLOSE)
+            content.append(content_)
+            deltas += more
+        return self._content("".join(content)), deltas
 
     def finish(self) -> tuple[str, list[dict]]:
-        """The end of the reply: what is left is content (an unclosed block parses if its JSON is whole). Held
+        """The end of the reply: what is left is content, or the open block's call as far as it got. Held
         whitespace is the reply's content if it called no tool, and dropped if it did."""
         rest, self.buffer = self.buffer, ""
-        calls = []
-        if self.in_call:
-            self.in_call = False
-            call = self._call(rest)
-            if call is None:
-                rest = OPEN + rest
-            else:
-                rest, calls = "", [call] if self._kept(call) else []
+        deltas = []
+        if self.block is not None:
+            deltas = self._read(rest)
+            rest, more = self._close_block("")
+            deltas += more
         content = self._content(rest)
         if not self.spoken and not self.calls:
             content, self.held = self.held, ""
-        return content, calls
+        return content, deltas
+
+    def _read(self, text: str) -> list[dict]:
+        """The open block's new text -> the deltas of its call, if kept."""
+        deltas = self.block.feed(text)
+        return [d for d in deltas if self.limit is None or d["index"] < self.limit]
+
+    def _close_block(self, tag: str) -> tuple[str, list[dict]]:
+        """The open block ends (at its closing ``tag``, or with the reply) -> (content, last deltas)."""
+        block, self.block = self.block, None
+        call = next((c for c in block.calls if c.announced), None)
+        if call is None:  # it named no function: it was text
+            return OPEN + block.text + tag, []
+        self.calls += 1
+        if call.args_start is None and block.done and (self.limit is None or call.index < self.limit):
+            return "", [{"index": call.index, "function": {"arguments": "{}"}}]  # a whole call without arguments
+        return "", []
 
     def _content(self, text: str) -> str:
         if self.spoken:
@@ -273,21 +300,6 @@ class HermesStream:
         self.spoken = True
         text, self.held = self.held, ""
         return text
-
-    def _kept(self, call: dict) -> bool:
-        return self.limit is None or call["index"] < self.limit
-
-    def _call(self, body: str) -> dict | None:
-        try:
-            value = json.loads(body)
-            name, arguments = value["name"], value.get("arguments", {})
-        except (ValueError, KeyError, TypeError):
-            return None
-        if not isinstance(name, str):
-            return None
-        arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-        self.calls += 1
-        return tool_call(name, arguments, index=self.calls - 1)
 
 
 def partial_tag_length(text: str, tag: str) -> int:
@@ -317,13 +329,13 @@ def tool_finish_reason(reason: str | None, called: bool, tool_choice) -> str | N
 class ToolStream:
     """One streamed choice's tool calls: feed it text deltas, get (content delta, tool-call deltas). A named
     function's arguments stream as they come; "required" calls stream each from its name on
-    (``RequiredCallsStream``); "auto" parses Hermes blocks as they close."""
+    (``JsonCallsReader``); "auto" reads Hermes blocks the same way (``HermesStream``)."""
 
     def __init__(self, tool_choice, parse_auto: bool, parallel: bool = True) -> None:
         self.choice = tool_choice
         self.named = isinstance(tool_choice, dict)
         self.hermes = HermesStream(limit=None if parallel else 1) if parse_auto and tool_choice == "auto" else None
-        self.required = RequiredCallsStream() if tool_choice == "required" else None
+        self.required = JsonCallsReader() if tool_choice == "required" else None
         self.called = False
 
     @property
@@ -344,20 +356,18 @@ class ToolStream:
             deltas = self.required.feed(text)
             self.called |= bool(deltas)
             return "", deltas
-        content, calls = self.hermes.feed(text)
-        self.called |= bool(calls)
-        return content, calls
+        content, deltas = self.hermes.feed(text)
+        self.called |= bool(deltas)
+        return content, deltas
 
     def finish(self) -> tuple[str, list[dict]]:
         if self.named:
             return "", []
         if self.required is not None:
-            deltas = self.required.finish()
-            self.called |= bool(deltas)
-            return ("" if self.called else self.required.text), deltas  # no call named: the text is the reply
-        content, calls = self.hermes.finish()
-        self.called |= bool(calls)
-        return content, calls
+            return ("" if self.called else self.required.text), []  # no call named: the text is the reply
+        content, deltas = self.hermes.finish()
+        self.called |= bool(deltas)
+        return content, deltas
 
     def finish_reason(self, reason: str | None) -> str | None:
         return tool_finish_reason(reason, self.called, self.choice)
