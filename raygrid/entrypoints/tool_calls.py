@@ -256,8 +256,8 @@ class HermesStream:
                 self.buffer = self.buffer[ready:]
                 break
             self.buffer = self.buffer[end + len(CLOSE):]
-            content_, more = self._close_block(CLOSE)
-            content.append(content_)
+            text_back, more = self._close_block(CLOSE)
+            content.append(text_back)
             deltas += more
         return self._content("".join(content)), deltas
 
