@@ -71,15 +71,15 @@ def forced_calls(text: str, tool_choice) -> list[dict]:
     where it was cut short, the calls whose name is whole, the last one's arguments as far as they got (none: [])."""
     if isinstance(tool_choice, dict):
         return [tool_call(tool_choice["function"]["name"], text)]
-    return [{k: v for k, v in call.items() if k != "index"} for call in joined_calls(JsonCallsReader().feed(text))]
+    return joined_calls(JsonCallsReader().feed(text))
 
 
 def joined_calls(deltas: list[dict]) -> list[dict]:
-    """Streamed tool-call deltas put together into whole calls, as a client does."""
+    """Streamed tool-call deltas put together into whole calls, as a client does (a whole call has no index)."""
     calls: dict[int, dict] = {}
     for delta in deltas:
         if delta["index"] not in calls:
-            calls[delta["index"]] = {**delta, "function": dict(delta["function"])}
+            calls[delta["index"]] = {"id": delta["id"], "type": delta["type"], "function": dict(delta["function"])}
         else:
             calls[delta["index"]]["function"]["arguments"] += delta["function"]["arguments"]
     return list(calls.values())
@@ -213,7 +213,7 @@ def parse_hermes(text: str, parallel: bool = True) -> tuple[str | None, list[dic
     content, deltas = parser.feed(text)
     more_content, more_deltas = parser.finish()
     content += more_content
-    return (content or None), [{k: v for k, v in call.items() if k != "index"} for call in joined_calls(deltas + more_deltas)]
+    return (content or None), joined_calls(deltas + more_deltas)
 
 
 @dataclass
@@ -277,8 +277,7 @@ class HermesStream:
 
     def _read(self, text: str) -> list[dict]:
         """The open block's new text -> the deltas of its call, if kept."""
-        deltas = self.block.feed(text)
-        return [d for d in deltas if self.limit is None or d["index"] < self.limit]
+        return [d for d in self.block.feed(text) if self._kept(d["index"])]
 
     def _close_block(self, tag: str) -> tuple[str, list[dict]]:
         """The open block ends (at its closing ``tag``, or with the reply) -> (content, last deltas)."""
@@ -287,9 +286,12 @@ class HermesStream:
         if call is None:  # it named no function: it was text
             return OPEN + block.text + tag, []
         self.calls += 1
-        if call.args_start is None and block.done and (self.limit is None or call.index < self.limit):
+        if call.args_start is None and block.done and self._kept(call.index):
             return "", [{"index": call.index, "function": {"arguments": "{}"}}]  # a whole call without arguments
         return "", []
+
+    def _kept(self, index: int) -> bool:
+        return self.limit is None or index < self.limit
 
     def _content(self, text: str) -> str:
         if self.spoken:
